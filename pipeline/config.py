@@ -1,0 +1,176 @@
+"""Typed configuration: `params.yaml` is parsed once, here, into frozen pydantic models.
+
+One section per stage (`collect`, ...) plus the env sections:
+
+- `envs`: the list of env ids the pipeline runs (every DVC `foreach` iterates over it);
+- `env`: per-env settings keyed by env id (observation size, action repeat, episode length).
+  Settings for envs that are not listed in `envs` may stay in the file; they are validated but unused.
+
+Unknown keys are errors that name the key and the allowed keys; bad values name the field and
+the allowed range. Every field is documented beside it, with the paper's value where one exists.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """params.yaml (or a section of it) is malformed; the message names the key and the fix."""
+
+
+class _Section(BaseModel):
+    # Unknown keys are typos until proven otherwise; frozen so a stage cannot mutate its params.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EnvConfig(_Section):
+    """How one environment is built and observed (`env.<env_id>` in params.yaml)."""
+
+    image_size: int = Field(
+        ge=16,
+        le=512,
+        description="Side of the square RGB frame in pixels. ERPv C.2: 84 for DMControl and "
+        "CarRacing; table 6: 128 for CARLA.",
+    )
+    action_repeat: int = Field(
+        ge=1,
+        le=16,
+        description="Env steps per agent step; rewards are summed over the repeat. ERPv follows "
+        "RAD: cartpole 8, walker 2, cheetah/ball_in_cup/reacher 4; table 6 (CARLA): 4.",
+    )
+    max_episode_steps: int | None = Field(
+        ge=1,
+        description="Episode length limit in env steps (before action repeat, as the papers count "
+        "them); null keeps the env's own: 1000 for DMControl and CarRacing (ERPv C.2), 200 for "
+        "MountainCar.",
+    )
+    include_state: bool = Field(
+        description="Also return the low-dimensional `state` observation next to `pixels`."
+    )
+
+
+Behaviour = Literal["random", "checkpoint"]
+
+
+class CollectConfig(_Section):
+    """Rollout collection for one env (`collect.<env_id>` in params.yaml)."""
+
+    behaviour: Behaviour = Field(
+        description="Who acts: `random` samples the action space; `checkpoint` runs a saved actor "
+        "(a torch.export program, see pipeline.rollouts.behaviours)."
+    )
+    episodes: int = Field(
+        ge=1,
+        description="Episodes to collect. Raising it extends an existing collection: episodes "
+        "already on disk are kept and only the new ones are collected.",
+    )
+    seed: int = Field(ge=0, description="Base seed; episode i uses a seed derived from (seed, i).")
+    shard_max_samples: int = Field(
+        ge=1,
+        description="A shard is closed at the first episode boundary after it holds this many "
+        "samples. Shards always hold whole episodes, so resume works per shard.",
+    )
+    checkpoint: str | None = Field(
+        default=None,
+        description="Actor file for behaviour `checkpoint`; must be null for other behaviours.",
+    )
+    checkpoint_obs: Literal["state", "pixels"] = Field(
+        default="state",
+        description="Which observation the checkpoint actor reads: `state` (float32, (1, n)) "
+        "or `pixels` (uint8, (1, 3, H, W)).",
+    )
+
+    @model_validator(mode="after")
+    def _checkpoint_matches_behaviour(self) -> CollectConfig:
+        if self.behaviour == "checkpoint" and not self.checkpoint:
+            raise ValueError("behaviour 'checkpoint' needs `checkpoint: <path to actor file>`")
+        if self.behaviour != "checkpoint" and self.checkpoint is not None:
+            raise ValueError(
+                f"`checkpoint` is only read by behaviour 'checkpoint' (got behaviour "
+                f"{self.behaviour!r}); set it to null or change the behaviour"
+            )
+        return self
+
+
+class Params(_Section):
+    """The whole params.yaml."""
+
+    envs: list[str] = Field(min_length=1, description="Env ids the pipeline runs, in order.")
+    env: dict[str, EnvConfig] = Field(description="Per-env settings, keyed by env id.")
+    collect: dict[str, CollectConfig] = Field(description="Per-env collection, keyed by env id.")
+
+    @model_validator(mode="after")
+    def _envs_are_known_and_configured(self) -> Params:
+        from pipeline.envs import KNOWN_ENVS  # local: config must not pull in simulators
+
+        for section in ("env", "collect"):
+            for env_id in getattr(self, section):
+                if env_id not in KNOWN_ENVS:
+                    raise ValueError(
+                        f"{section}.{env_id}: unknown env id; known: {', '.join(KNOWN_ENVS)}"
+                    )
+        if len(set(self.envs)) != len(self.envs):
+            raise ValueError(f"envs lists an env twice: {self.envs}")
+        for env_id in self.envs:
+            if env_id not in KNOWN_ENVS:
+                raise ValueError(f"envs: unknown env id {env_id!r}; known: {', '.join(KNOWN_ENVS)}")
+            for section in ("env", "collect"):
+                if env_id not in getattr(self, section):
+                    raise ValueError(
+                        f"envs lists {env_id!r} but `{section}` has no entry for it; add "
+                        f"`{section}.{env_id}` to params.yaml"
+                    )
+        return self
+
+
+def _format_error(err: dict[str, Any], root: type[BaseModel]) -> str:
+    loc = ".".join(str(part) for part in err["loc"])
+    if err["type"] == "extra_forbidden":
+        allowed = _allowed_keys(root, err["loc"][:-1])
+        return f"{loc}: unknown key; allowed keys: {', '.join(allowed)}"
+    if err["type"] == "missing":
+        return f"{loc}: missing required key"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{loc}: {msg} (got {err['input']!r})" if loc else msg
+
+
+def _allowed_keys(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Walk the model tree along `loc` to the model whose keys were wrong."""
+    model: Any = root
+    for part in loc:
+        if isinstance(part, str) and hasattr(model, "model_fields") and part in model.model_fields:
+            annotation = model.model_fields[part].annotation
+            args = getattr(annotation, "__args__", ())
+            model = args[-1] if args else annotation  # dict[str, X] -> X
+        # a dict key (an env id) leaves the model unchanged
+    return sorted(model.model_fields) if hasattr(model, "model_fields") else []
+
+
+def parse_params(raw: Any, source: str = "params.yaml") -> Params:
+    """Validate an already-loaded params mapping. Errors name every bad key at once."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        lines = [_format_error(e, Params) for e in exc.errors()]
+        raise ConfigError(f"{source} is invalid:\n  " + "\n  ".join(lines)) from None
+
+
+def load_params(path: str | Path) -> Params:
+    """Read and validate params.yaml."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such params file") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_params(raw, source=str(path))

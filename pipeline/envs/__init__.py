@@ -1,0 +1,51 @@
+"""One factory for every shipped env, each with the observation contract of `wrappers`."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from pipeline.config import EnvConfig
+from pipeline.envs.registry import KNOWN_ENVS, EnvInfo, UnknownEnvError, env_info
+from pipeline.envs.wrappers import CONTEXT, PIXELS, STATE, ActionRepeat, ObservationContract
+
+__all__ = [
+    "CONTEXT",
+    "KNOWN_ENVS",
+    "PIXELS",
+    "STATE",
+    "EnvInfo",
+    "UnknownEnvError",
+    "env_info",
+    "make_env",
+]
+
+
+def make_env(env_id: str, cfg: EnvConfig) -> gym.Env:
+    """Build `env_id` with the settings of `cfg`: native env -> ActionRepeat -> contract."""
+    info = env_info(env_id)
+    if info.family == "dmc":
+        from pipeline.envs.dmc import DMCEnv, dmc_context, dmc_frame, dmc_state
+
+        base: gym.Env = DMCEnv(env_id, cfg.image_size, cfg.max_episode_steps)
+        frame_fn, state_fn, context_fn = dmc_frame, dmc_state, dmc_context
+        state_dim = base.observation_space.shape[0]
+    else:
+        from pipeline.envs import gym_envs
+
+        base = gym_envs.make_gym_base(env_id, cfg.max_episode_steps)
+        if info.family == "carracing":
+            frame_fn = gym_envs.carracing_frame
+            state_fn, context_fn, state_dim = gym_envs.carracing_state, gym_envs.carracing_context, 3
+        else:
+            frame_fn = gym_envs.mountaincar_frame
+            state_fn, context_fn, state_dim = gym_envs.mountaincar_state, gym_envs.mountaincar_context, 2
+    env = ActionRepeat(base, cfg.action_repeat)
+    return ObservationContract(
+        env,
+        image_size=cfg.image_size,
+        include_state=cfg.include_state,
+        state_dim=state_dim,
+        frame_fn=frame_fn,
+        state_fn=state_fn,
+        context_fn=context_fn,
+    )

@@ -1,0 +1,96 @@
+"""dm_control suite tasks behind the gymnasium API."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+# dm_control's own limit for every shipped suite task: 1000 physics control steps.
+DMC_DEFAULT_EPISODE_STEPS = 1000
+
+
+class DMCEnv(gym.Env):
+    """One dm_control suite task (`domain-task`) as a gymnasium env.
+
+    Native observation: the task's observation dict flattened into a float32 vector (the usual
+    state-SAC input). `render()` draws the frame at the configured size, so nothing is resized.
+    `terminated` is dm_control's discount-0 end; the step limit gives `truncated`.
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, name: str, image_size: int, max_episode_steps: int | None) -> None:
+        # MuJoCo picks its GL back end at import; EGL renders headless on CPU machines too.
+        os.environ.setdefault("MUJOCO_GL", "egl")
+        from dm_control import suite
+
+        domain, task = name.split("-", 1)
+        # Our own step counter does the truncation, so the suite's time limit is lifted.
+        self._env = suite.load(domain, task, task_kwargs={"time_limit": float("inf")})
+        self._limit = max_episode_steps or DMC_DEFAULT_EPISODE_STEPS
+        self._size = image_size
+        self._camera = 2 if domain == "quadruped" else 0  # DrQ / RAD convention
+        self._steps = 0
+        spec = self._env.action_spec()
+        self.action_space = spaces.Box(
+            spec.minimum.astype(np.float32), spec.maximum.astype(np.float32), dtype=np.float32
+        )
+        dim = sum(int(np.prod(s.shape)) for s in self._env.observation_spec().values())
+        self.observation_space = spaces.Box(-np.inf, np.inf, (dim,), np.float32)
+        self.render_mode = "rgb_array"
+        self._last_obs: dict[str, np.ndarray] = {}
+
+    def _flat(self, observation: dict[str, np.ndarray]) -> np.ndarray:
+        self._last_obs = observation
+        return np.concatenate(
+            [np.asarray(v, dtype=np.float32).ravel() for v in observation.values()]
+        )
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._env.task.random.seed(seed)  # the task's RandomState draws the initial state
+        self._steps = 0
+        ts = self._env.reset()
+        return self._flat(ts.observation), {}
+
+    def step(self, action):
+        ts = self._env.step(np.asarray(action, dtype=np.float64))
+        self._steps += 1
+        terminated = ts.last() and ts.discount == 0.0
+        truncated = not terminated and self._steps >= self._limit
+        return self._flat(ts.observation), float(ts.reward or 0.0), terminated, truncated, {}
+
+    def render(self) -> np.ndarray:
+        return self._env.physics.render(self._size, self._size, camera_id=self._camera)
+
+    def context(self) -> dict[str, Any]:
+        """The physics state (qpos, qvel) and the task's named observations."""
+        physics = self._env.physics
+        ctx: dict[str, Any] = {
+            "qpos": physics.data.qpos.tolist(),
+            "qvel": physics.data.qvel.tolist(),
+        }
+        for key, value in self._last_obs.items():
+            ctx[key] = np.asarray(value).tolist()
+        return ctx
+
+    def close(self) -> None:
+        self._env.close()
+
+
+# Adapters for ObservationContract (the env passed in is the wrapped stack; DMCEnv is at its base).
+def dmc_frame(env: gym.Env, obs: Any) -> np.ndarray:
+    return env.unwrapped.render()
+
+
+def dmc_state(env: gym.Env, obs: Any) -> np.ndarray:
+    return obs
+
+
+def dmc_context(env: gym.Env, obs: Any) -> dict[str, Any]:
+    return env.unwrapped.context()

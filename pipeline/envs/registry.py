@@ -1,0 +1,44 @@
+"""The env ids the pipeline ships, with the paper settings they come from.
+
+Kept free of simulator imports so that config validation can name the known ids cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    env_id: str
+    family: Literal["classic", "carracing", "dmc"]
+    paper_action_repeat: int  # the value params.yaml ships; see `source`
+    source: str
+
+
+_ENVS = [
+    EnvInfo("MountainCar-v0", "classic", 1, "hybrid VLM-PPO sec. 4: native MountainCar, no repeat"),
+    EnvInfo("MountainCarContinuous-v0", "classic", 1, "continuous MountainCar, no repeat"),
+    EnvInfo("CarRacing-v3", "carracing", 4, "ERPv C.2/E.1 (84x84 frames); repeat 4 as table 6"),
+    # ERPv C.2: DMControl follows RAD (Laskin et al. 2020b), whose action repeats these are.
+    EnvInfo("cartpole-swingup", "dmc", 8, "ERPv table 2 / RAD: action repeat 8"),
+    EnvInfo("cheetah-run", "dmc", 4, "ERPv table 2 / RAD: action repeat 4"),
+    EnvInfo("walker-walk", "dmc", 2, "ERPv table 2 / RAD: action repeat 2"),
+    EnvInfo("ball_in_cup-catch", "dmc", 4, "ERPv table 2 / RAD: action repeat 4"),
+    EnvInfo("reacher-easy", "dmc", 4, "ERPv table 2 / RAD: action repeat 4"),
+]
+
+KNOWN_ENVS: dict[str, EnvInfo] = {info.env_id: info for info in _ENVS}
+
+
+class UnknownEnvError(ValueError):
+    def __init__(self, env_id: str) -> None:
+        super().__init__(f"unknown env id {env_id!r}; known env ids: {', '.join(KNOWN_ENVS)}")
+
+
+def env_info(env_id: str) -> EnvInfo:
+    try:
+        return KNOWN_ENVS[env_id]
+    except KeyError:
+        raise UnknownEnvError(env_id) from None
