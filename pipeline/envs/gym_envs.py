@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import gymnasium as gym
@@ -47,6 +48,9 @@ def carracing_state(env: gym.Env, obs: Any) -> np.ndarray:
 
 
 def make_gym_base(env_id: str, max_episode_steps: int | None) -> gym.Env:
+    # pygame renders off-screen; without a display SDL would print a spurious error at init.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     render_mode = "state_pixels" if env_id.startswith("CarRacing") else "rgb_array"
     kwargs: dict[str, Any] = {"render_mode": render_mode}
     if max_episode_steps is not None:

@@ -1,0 +1,315 @@
+"""The collect stage's logic: run a behaviour in an env and write resumable rollout shards.
+
+Resume protocol. While collecting, `.collect-journal.json` lists every finished shard and its
+episodes; it is rewritten atomically after each shard is renamed into place. A rerun with the same
+settings keeps those shards (after checking their hashes), deletes anything else it wrote (temp
+files, a shard renamed just before a kill but not yet journaled) and continues with the next
+episode. Shards end on episode boundaries and episode i is seeded from (seed, i) alone, so a
+resumed collection is byte-identical to an uninterrupted one. Raising `episodes` extends a finished
+collection the same way. The manifest is written last; the journal is then removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from tqdm import tqdm
+
+from pipeline.config import CollectConfig, EnvConfig
+from pipeline.envs import CONTEXT, PIXELS, STATE, make_env
+from pipeline.io import TMP_SUFFIX, atomic_write_json, sha256_file
+from pipeline.rollouts.behaviours import Behaviour, make_behaviour
+from pipeline.rollouts.format import (
+    FORMAT_VERSION,
+    JOURNAL_NAME,
+    MANIFEST_NAME,
+    SHARD_GLOB,
+    SHARD_PATTERN,
+    StepRecord,
+    action_space_spec,
+    action_to_json,
+    sample_key,
+)
+from pipeline.rollouts.writer import AtomicShardWriter, encode_json, encode_png
+
+log = logging.getLogger(__name__)
+
+
+class CollectError(RuntimeError):
+    """The output directory holds data that this collection may not silently reuse or delete."""
+
+
+@dataclass
+class EpisodeEntry:
+    episode: int
+    seed: int
+    shard: str
+    steps: int  # agent steps; the episode has steps + 1 samples
+    episode_return: float
+    terminated: bool
+    truncated: bool
+
+
+@dataclass
+class ShardEntry:
+    name: str
+    sha256: str
+    bytes: int
+    samples: int
+    episodes: list[int]  # [first, last], inclusive
+
+
+def episode_seed(base_seed: int, episode: int) -> int:
+    """Episode i's reset seed depends on (base seed, i) only: resume and extension reproduce it."""
+    return int(np.random.SeedSequence([base_seed, episode]).generate_state(1)[0])
+
+
+def collection_fingerprint(env_id: str, env_cfg: EnvConfig, collect_cfg: CollectConfig) -> str:
+    """Hash of everything that determines the samples, except the budget (`episodes`)."""
+    settings: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "env_id": env_id,
+        "env": env_cfg.model_dump(),
+        "collect": collect_cfg.model_dump(exclude={"episodes"}),
+    }
+    if collect_cfg.checkpoint is not None:
+        # the actor's bytes, not its path, decide what it does
+        settings["checkpoint_sha256"] = sha256_file(collect_cfg.checkpoint)
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def _our_files(out_dir: Path) -> list[Path]:
+    names = [*out_dir.glob(SHARD_GLOB), *out_dir.glob("*" + TMP_SUFFIX), *out_dir.glob(".*" + TMP_SUFFIX)]
+    names += [p for p in (out_dir / MANIFEST_NAME, out_dir / JOURNAL_NAME) if p.exists()]
+    return sorted(set(names))
+
+
+def _clear(out_dir: Path) -> None:
+    for path in _our_files(out_dir):
+        path.unlink()
+
+
+def _load_previous(out_dir: Path) -> dict[str, Any] | None:
+    """The journal of an unfinished run, else the manifest of a finished one, else None."""
+    for name in (JOURNAL_NAME, MANIFEST_NAME):
+        path = out_dir / name
+        if path.exists():
+            try:
+                return json.loads(path.read_text())
+            except json.JSONDecodeError as exc:
+                raise CollectError(
+                    f"{path} is not valid JSON ({exc}); rerun with --replace to recollect"
+                ) from exc
+    return None
+
+
+def _resume_point(
+    out_dir: Path, fingerprint: str, episodes: int, replace: bool
+) -> tuple[list[ShardEntry], list[EpisodeEntry]]:
+    """Decide what of `out_dir` to keep; return the kept shards and episodes."""
+    previous = _load_previous(out_dir)
+    reason = None
+    if previous is None:
+        if any(out_dir.glob(SHARD_GLOB)):
+            reason = "it holds shards but no journal or manifest (not written by collect?)"
+    elif previous.get("fingerprint") != fingerprint:
+        reason = "they were collected with different settings (env, behaviour, seed or format)"
+    elif len(previous["episodes"]) > episodes:
+        reason = f"they hold {len(previous['episodes'])} episodes and params ask for {episodes}"
+    if reason is not None:
+        if not replace:
+            raise CollectError(
+                f"cannot reuse the rollouts in {out_dir}: {reason}. Rerun with --replace to "
+                f"delete them and recollect (`dvc repro` does; its cache keeps the old version)."
+            )
+        log.warning("replacing the rollouts in %s: %s", out_dir, reason)
+        _clear(out_dir)
+        return [], []
+    if previous is None:
+        _clear(out_dir)  # only temp files of a run killed before its first shard
+        return [], []
+
+    shards = [ShardEntry(**s) for s in previous["shards"]]
+    kept = {s.name for s in shards}
+    for shard in shards:
+        path = out_dir / shard.name
+        if not path.exists() or sha256_file(path) != shard.sha256:
+            problem = "is missing" if not path.exists() else "does not match its recorded sha256"
+            if not replace:
+                raise CollectError(
+                    f"{path} {problem}; rerun with --replace to recollect {out_dir}"
+                )
+            log.warning("%s %s; recollecting %s from scratch", path, problem, out_dir)
+            _clear(out_dir)
+            return [], []
+    for path in _our_files(out_dir):
+        if path.name not in kept and path.name not in (JOURNAL_NAME, MANIFEST_NAME):
+            path.unlink()  # temp files, shards renamed but never journaled
+    return shards, [EpisodeEntry(**e) for e in previous["episodes"]]
+
+
+def _write_journal(out_dir: Path, fingerprint: str, shards: list[ShardEntry], episodes: list[EpisodeEntry]) -> None:
+    atomic_write_json(
+        out_dir / JOURNAL_NAME,
+        {
+            "fingerprint": fingerprint,
+            "shards": [asdict(s) for s in shards],
+            "episodes": [asdict(e) for e in episodes],
+        },
+    )
+
+
+def _record(
+    episode: int,
+    t: int,
+    seed: int,
+    obs: dict[str, np.ndarray],
+    info: dict[str, Any],
+    action: Any,
+    reward: float | None,
+    terminated: bool,
+    truncated: bool,
+    is_last: bool,
+    behaviour: str | None,
+) -> StepRecord:
+    state = obs.get(STATE)
+    return StepRecord(
+        episode=episode,
+        t=t,
+        action=action,
+        reward=reward,
+        terminated=terminated,
+        truncated=truncated,
+        is_first=t == 0,
+        is_last=is_last,
+        behaviour=behaviour,
+        seed=seed,
+        context=info[CONTEXT],
+        state=None if state is None else state.astype(float).tolist(),
+    )
+
+
+def run_episode(
+    env: gym.Env,
+    behaviour: Behaviour,
+    episode: int,
+    seed: int,
+    writer: AtomicShardWriter,
+    action_spec: dict[str, Any],
+) -> tuple[int, float, bool, bool]:
+    """Play one episode, writing T + 1 samples. Returns (steps T, return, terminated, truncated)."""
+    obs, info = env.reset(seed=seed)
+    behaviour.reset(seed)
+    t, episode_return = 0, 0.0
+    while True:
+        action, tag = behaviour.act(obs, info)
+        next_obs, reward, terminated, truncated, next_info = env.step(action)
+        record = _record(
+            episode, t, seed, obs, info, action_to_json(action, action_spec), float(reward),
+            terminated, truncated, False, tag,
+        )  # fmt: skip
+        writer.write(sample_key(episode, t), encode_png(obs[PIXELS]), encode_json(record.to_json()))
+        episode_return += float(reward)
+        t += 1
+        obs, info = next_obs, next_info
+        if terminated or truncated:
+            final = _record(episode, t, seed, obs, info, None, None, terminated, truncated, True, None)
+            writer.write(sample_key(episode, t), encode_png(obs[PIXELS]), encode_json(final.to_json()))
+            return t, episode_return, bool(terminated), bool(truncated)
+
+
+def collect(
+    env_id: str,
+    env_cfg: EnvConfig,
+    collect_cfg: CollectConfig,
+    out_dir: str | Path,
+    *,
+    replace: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Collect `collect_cfg.episodes` episodes of `env_id` into `out_dir`; return the manifest.
+
+    Resumes an interrupted or shorter collection made with the same settings. Data made with
+    other settings is an error unless `replace`, which deletes it first.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fingerprint = collection_fingerprint(env_id, env_cfg, collect_cfg)
+    shards, episodes = _resume_point(out_dir, fingerprint, collect_cfg.episodes, replace)
+    if episodes and (out_dir / MANIFEST_NAME).exists() and len(episodes) == collect_cfg.episodes:
+        log.info("%s: %d episodes already collected; nothing to do", out_dir, len(episodes))
+        (out_dir / JOURNAL_NAME).unlink(missing_ok=True)  # killed after the manifest was written
+        return json.loads((out_dir / MANIFEST_NAME).read_text())
+    if episodes:
+        log.info("%s: resuming after %d episodes in %d shards", out_dir, len(episodes), len(shards))
+    _write_journal(out_dir, fingerprint, shards, episodes)
+    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)  # the journal now speaks for the data
+
+    env = make_env(env_id, env_cfg)
+    behaviour = make_behaviour(collect_cfg, env.action_space)
+    spec = action_space_spec(env.action_space)
+    writer: AtomicShardWriter | None = None
+    pending: list[EpisodeEntry] = []
+    first_episode = len(episodes)
+    steps_done, started = 0, time.perf_counter()
+    bar = tqdm(
+        total=collect_cfg.episodes, initial=len(episodes), unit="ep",
+        desc=f"collect {env_id}", disable=not progress,
+    )  # fmt: skip
+    try:
+        for episode in range(len(episodes), collect_cfg.episodes):
+            if writer is None:
+                writer = AtomicShardWriter(out_dir / (SHARD_PATTERN % len(shards)))
+                first_episode = episode
+            seed = episode_seed(collect_cfg.seed, episode)
+            steps, ret, terminated, truncated = run_episode(env, behaviour, episode, seed, writer, spec)
+            pending.append(
+                EpisodeEntry(episode, seed, writer.path.name, steps, ret, terminated, truncated)
+            )
+            steps_done += steps
+            bar.update(1)
+            bar.set_postfix(steps_per_s=f"{steps_done / (time.perf_counter() - started):.0f}")
+            if writer.samples >= collect_cfg.shard_max_samples or episode == collect_cfg.episodes - 1:
+                closed = writer.close()
+                writer = None
+                shards.append(ShardEntry(**asdict(closed), episodes=[first_episode, episode]))
+                episodes.extend(pending)
+                pending = []
+                _write_journal(out_dir, fingerprint, shards, episodes)
+    finally:
+        bar.close()
+        if writer is not None:
+            writer.abort()  # the episodes of an unfinished shard are recollected on resume
+        env.close()
+
+    observation: dict[str, Any] = {PIXELS: list(env.observation_space[PIXELS].shape)}
+    if STATE in env.observation_space.spaces:
+        observation[STATE] = list(env.observation_space[STATE].shape)
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "env_id": env_id,
+        "env": env_cfg.model_dump(),
+        "collect": collect_cfg.model_dump(),
+        "fingerprint": fingerprint,
+        "observation": observation,
+        "action_space": spec,
+        "shards": [asdict(s) for s in shards],
+        "episodes": [asdict(e) for e in episodes],
+        "totals": {
+            "shards": len(shards),
+            "episodes": len(episodes),
+            "steps": sum(e.steps for e in episodes),
+            "samples": sum(s.samples for s in shards),
+        },
+    }
+    atomic_write_json(out_dir / MANIFEST_NAME, manifest)
+    (out_dir / JOURNAL_NAME).unlink()
+    return manifest
