@@ -9,6 +9,7 @@ class here, with no change to the collector or the shard writer.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -62,7 +63,7 @@ class CheckpointBehaviour:
             raise FileNotFoundError(f"checkpoint actor {path} does not exist")
         try:
             self._module = torch.export.load(path).module()
-        except (RuntimeError, ValueError, KeyError, OSError) as exc:
+        except (RuntimeError, ValueError, KeyError, OSError, zipfile.BadZipFile) as exc:
             raise ValueError(
                 f"{path} is not a torch.export program (save actors with torch.export.save): {exc}"
             ) from exc

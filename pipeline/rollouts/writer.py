@@ -70,5 +70,6 @@ class AtomicShardWriter:
 
     def abort(self) -> None:
         if not self._file.closed:
+            self._tar.close()  # else tarfile flushes into the closed file when collected
             self._file.close()
         self.tmp_path.unlink(missing_ok=True)

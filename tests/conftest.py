@@ -1,0 +1,43 @@
+"""Factories for tiny configs and rollouts, built in code: nothing is downloaded or committed."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline.config import CollectConfig, EnvConfig, Params, parse_params
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY_ENV = {"image_size": 32, "action_repeat": 1, "max_episode_steps": 20, "include_state": True}
+TINY_COLLECT = {"behaviour": "random", "episodes": 3, "seed": 0, "shard_max_samples": 30}
+
+
+def tiny_params_dict(envs: tuple[str, ...] = ("MountainCar-v0",), **collect_overrides: Any) -> dict:
+    return {
+        "envs": list(envs),
+        "env": {e: copy.deepcopy(TINY_ENV) for e in envs},
+        "collect": {e: {**TINY_COLLECT, **collect_overrides} for e in envs},
+    }
+
+
+@pytest.fixture
+def tiny_params() -> Params:
+    return parse_params(tiny_params_dict())
+
+
+def env_cfg(**overrides: Any) -> EnvConfig:
+    return EnvConfig(**{**TINY_ENV, **overrides})
+
+
+def collect_cfg(**overrides: Any) -> CollectConfig:
+    return CollectConfig(**{**TINY_COLLECT, **overrides})
+
+
+def write_params(path: Path, params: dict) -> Path:
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path

@@ -1,0 +1,100 @@
+import pytest
+import yaml
+
+from pipeline.config import ConfigError, load_params, parse_params
+from tests.conftest import REPO, tiny_params_dict, write_params
+
+
+def test_repo_params_load_and_cover_the_required_envs():
+    params = load_params(REPO / "params.yaml")
+    assert {"MountainCar-v0", "CarRacing-v3", "cartpole-swingup"} <= set(params.envs)
+    for env_id in params.envs:
+        assert params.env[env_id].image_size == 84  # ERPv C.2
+
+
+def test_unknown_key_is_named_with_the_allowed_keys():
+    raw = tiny_params_dict()
+    raw["collect"]["MountainCar-v0"]["episodse"] = 3
+    with pytest.raises(ConfigError) as err:
+        parse_params(raw)
+    msg = str(err.value)
+    assert "collect.MountainCar-v0.episodse: unknown key" in msg
+    assert "episodes" in msg and "shard_max_samples" in msg
+
+
+def test_unknown_top_level_section_is_named():
+    raw = tiny_params_dict()
+    raw["colect"] = {}
+    with pytest.raises(ConfigError, match=r"colect: unknown key; allowed keys: collect, env, envs"):
+        parse_params(raw)
+
+
+def test_bad_value_names_the_field_and_the_range():
+    raw = tiny_params_dict()
+    raw["env"]["MountainCar-v0"]["image_size"] = 8
+    with pytest.raises(ConfigError, match=r"env\.MountainCar-v0\.image_size: .*greater than or equal to 16"):
+        parse_params(raw)
+
+
+def test_bad_choice_lists_the_allowed_values():
+    raw = tiny_params_dict()
+    raw["collect"]["MountainCar-v0"]["behaviour"] = "teacher_forcing"
+    with pytest.raises(ConfigError, match=r"behaviour: .*'random' or 'checkpoint'"):
+        parse_params(raw)
+
+
+def test_unknown_env_id_lists_known_ids():
+    raw = tiny_params_dict()
+    raw["envs"] = ["Pong-v5"]
+    with pytest.raises(ConfigError) as err:
+        parse_params(raw)
+    assert "Pong-v5" in str(err.value) and "cartpole-swingup" in str(err.value)
+
+
+def test_listed_env_without_settings_is_an_error():
+    raw = tiny_params_dict()
+    raw["envs"].append("CarRacing-v3")
+    with pytest.raises(ConfigError, match=r"has no entry for it; add `env.CarRacing-v3`"):
+        parse_params(raw)
+
+
+def test_missing_field_is_named():
+    raw = tiny_params_dict()
+    del raw["env"]["MountainCar-v0"]["action_repeat"]
+    with pytest.raises(ConfigError, match=r"env\.MountainCar-v0\.action_repeat: missing required key"):
+        parse_params(raw)
+
+
+def test_checkpoint_behaviour_needs_a_path_and_others_refuse_one():
+    raw = tiny_params_dict(behaviour="checkpoint")
+    with pytest.raises(ConfigError, match="needs `checkpoint"):
+        parse_params(raw)
+    raw = tiny_params_dict(checkpoint="actor.pt2")
+    with pytest.raises(ConfigError, match="only read by behaviour 'checkpoint'"):
+        parse_params(raw)
+
+
+def test_every_problem_is_reported_at_once():
+    raw = tiny_params_dict()
+    raw["env"]["MountainCar-v0"]["image_size"] = 0
+    raw["collect"]["MountainCar-v0"]["episodes"] = 0
+    with pytest.raises(ConfigError) as err:
+        parse_params(raw)
+    assert "image_size" in str(err.value) and "episodes" in str(err.value)
+
+
+def test_file_errors_name_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such params file"):
+        load_params(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("envs: [a\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_params(bad)
+    path = write_params(tmp_path / "params.yaml", tiny_params_dict())
+    assert load_params(path).envs == ["MountainCar-v0"]
+    assert yaml.safe_load(path.read_text())["collect"]["MountainCar-v0"]["episodes"] == 3
+
+
+def test_config_is_frozen(tiny_params):
+    with pytest.raises(ValueError):
+        tiny_params.collect["MountainCar-v0"].episodes = 5

@@ -1,0 +1,120 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from pipeline.envs import CONTEXT, KNOWN_ENVS, PIXELS, STATE, UnknownEnvError, make_env
+from pipeline.envs.wrappers import ActionRepeat
+from tests.conftest import env_cfg
+
+CONTEXT_KEYS = {
+    "MountainCar-v0": {"position", "velocity"},
+    "MountainCarContinuous-v0": {"position", "velocity"},
+    "CarRacing-v3": {"speed", "steering", "angular_velocity"},
+    "cartpole-swingup": {"qpos", "qvel", "position", "velocity"},
+    "cheetah-run": {"qpos", "qvel", "position", "velocity"},
+    "walker-walk": {"qpos", "qvel", "orientations", "height", "velocity"},
+    "ball_in_cup-catch": {"qpos", "qvel", "position", "velocity"},
+    "reacher-easy": {"qpos", "qvel", "position", "to_target", "velocity"},
+}
+
+
+def test_every_shipped_env_has_its_contract_listed_here():
+    assert set(CONTEXT_KEYS) == set(KNOWN_ENVS)
+
+
+@pytest.mark.parametrize("env_id", list(KNOWN_ENVS))
+def test_env_contract(env_id):
+    size = 48
+    env = make_env(env_id, env_cfg(image_size=size, action_repeat=2, max_episode_steps=None))
+    try:
+        obs, info = env.reset(seed=3)
+        assert set(obs) == {PIXELS, STATE}
+        assert obs[PIXELS].shape == (size, size, 3) and obs[PIXELS].dtype == np.uint8
+        assert obs[PIXELS].std() > 0  # a real rendered frame, not a blank buffer
+        assert obs[STATE].dtype == np.float32
+        assert env.observation_space.contains(obs)
+        assert set(info[CONTEXT]) == CONTEXT_KEYS[env_id]
+        env.action_space.seed(0)
+        for _ in range(3):
+            obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+            assert env.observation_space.contains(obs)
+            assert isinstance(float(reward), float)
+            assert set(info[CONTEXT]) == CONTEXT_KEYS[env_id]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("env_id", ["MountainCar-v0", "CarRacing-v3", "cartpole-swingup"])
+def test_same_seed_same_episode(env_id):
+    def rollout(seed):
+        env = make_env(env_id, env_cfg())
+        obs, _ = env.reset(seed=seed)
+        env.action_space.seed(0)
+        frames = [obs[PIXELS]]
+        for _ in range(5):
+            frames.append(env.step(env.action_space.sample())[0][PIXELS])
+        env.close()
+        return np.stack(frames)
+
+    a, b = rollout(7), rollout(7)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_without_state_only_pixels():
+    env = make_env("cartpole-swingup", env_cfg(include_state=False))
+    obs, _ = env.reset(seed=0)
+    assert set(obs) == {PIXELS}
+    env.close()
+
+
+def test_max_episode_steps_counts_env_steps():
+    env = make_env("MountainCar-v0", env_cfg(action_repeat=4, max_episode_steps=10))
+    env.reset(seed=0)
+    steps, done = 0, False
+    while not done:
+        _, _, terminated, truncated, _ = env.step(1)
+        done = terminated or truncated
+        steps += 1
+    assert truncated and steps == 3  # 10 env steps at repeat 4: 4 + 4 + 2
+
+
+def test_dmc_episode_ends_at_1000_env_steps():
+    env = make_env("cartpole-swingup", env_cfg(action_repeat=8, max_episode_steps=None, image_size=16))
+    env.reset(seed=0)
+    steps, truncated = 0, False
+    while not truncated:
+        _, _, terminated, truncated, _ = env.step(np.zeros(1, np.float32))
+        assert not terminated
+        steps += 1
+    assert steps == 125  # 1000 / 8, as in RAD's cartpole setting
+
+
+class _CountingEnv(gym.Env):
+    observation_space = gym.spaces.Box(0, 1, (1,))
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, end_after: int):
+        self.end_after, self.calls = end_after, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.calls = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.calls += 1
+        return np.zeros(1, np.float32), 1.0, self.calls >= self.end_after, False, {}
+
+
+def test_action_repeat_sums_rewards_and_stops_at_the_end():
+    env = ActionRepeat(_CountingEnv(end_after=100), repeat=4)
+    env.reset()
+    assert env.step(0)[1] == 4.0
+    env = ActionRepeat(_CountingEnv(end_after=2), repeat=4)
+    env.reset()
+    _, reward, terminated, _, _ = env.step(0)
+    assert reward == 2.0 and terminated and env.unwrapped.calls == 2
+
+
+def test_unknown_env_id_is_a_clear_error():
+    with pytest.raises(UnknownEnvError, match=r"unknown env id 'Pong-v5'; known env ids: MountainCar-v0"):
+        make_env("Pong-v5", env_cfg())
