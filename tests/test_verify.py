@@ -1,0 +1,117 @@
+import json
+import shutil
+
+import pytest
+
+from pipeline.rollouts.collect import collect
+from pipeline.rollouts.format import MANIFEST_NAME
+from pipeline.rollouts.verify import main as verify_main
+from pipeline.rollouts.verify import verify_rollouts
+from pipeline.rollouts.writer import AtomicShardWriter, encode_json
+from tests.conftest import collect_cfg, env_cfg
+
+
+@pytest.fixture(scope="module")
+def good_rollouts(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rollouts") / "mc"
+    collect("MountainCar-v0", env_cfg(), collect_cfg(episodes=3), out, progress=False)
+    return out
+
+
+@pytest.fixture
+def rollouts(good_rollouts, tmp_path):
+    copy = tmp_path / "mc"
+    shutil.copytree(good_rollouts, copy)
+    return copy
+
+
+def _manifest(path):
+    return json.loads((path / MANIFEST_NAME).read_text())
+
+
+def _set_manifest(path, manifest):
+    (path / MANIFEST_NAME).write_text(json.dumps(manifest))
+
+
+def test_good_rollouts_pass(good_rollouts, capsys):
+    report = verify_rollouts(good_rollouts)
+    assert report.ok, report.problems
+    assert (report.shards, report.episodes, report.steps, report.samples) == (2, 3, 60, 63)
+    assert verify_main([str(good_rollouts)]) == 0
+    assert "ok: 2 shards, 3 episodes, 60 steps, 63 samples" in capsys.readouterr().out
+
+
+def test_truncated_shard_is_reported_by_name(rollouts, capsys):
+    shard = rollouts / "shard-000001.tar"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    report = verify_rollouts(rollouts)
+    assert not report.ok
+    assert any(p.startswith("shard-000001.tar: sha256 does not match") for p in report.problems)
+    assert any(p.startswith("shard-000001.tar: ") and "samples, manifest says 21" in p for p in report.problems)
+    assert all("shard-000000.tar" not in p for p in report.problems)
+    assert verify_main([str(rollouts)]) == 1
+    assert "shard-000001.tar" in capsys.readouterr().out
+
+
+def test_garbage_in_the_middle_of_a_shard_is_reported(rollouts):
+    shard = rollouts / "shard-000000.tar"
+    data = bytearray(shard.read_bytes())
+    data[0:512] = b"\xff" * 512  # the first tar header
+    shard.write_bytes(bytes(data))
+    problems = verify_rollouts(rollouts).problems
+    assert any(p.startswith("shard-000000.tar: ") and "samples, manifest says 42" in p for p in problems)
+
+
+def test_tampered_manifest_hash_is_reported(rollouts):
+    manifest = _manifest(rollouts)
+    manifest["shards"][0]["sha256"] = "0" * 64
+    _set_manifest(rollouts, manifest)
+    assert verify_rollouts(rollouts).problems == ["shard-000000.tar: sha256 does not match the manifest"]
+
+
+def test_tampered_manifest_counts_are_reported(rollouts):
+    manifest = _manifest(rollouts)
+    manifest["episodes"][1]["steps"] = 25
+    manifest["totals"]["samples"] = 1000
+    _set_manifest(rollouts, manifest)
+    problems = verify_rollouts(rollouts).problems
+    assert any("episode 1 steps are not 0..25 contiguous" in p for p in problems)
+    assert any("totals.samples = 1000, found 63" in p for p in problems)
+
+
+def test_missing_and_unlisted_shards_are_reported(rollouts):
+    (rollouts / "shard-000001.tar").rename(rollouts / "shard-000007.tar")
+    problems = verify_rollouts(rollouts).problems
+    assert "shard-000001.tar: listed in manifest.json but missing" in problems
+    assert "shard-000007.tar: shard file not listed in manifest.json" in problems
+
+
+def test_missing_manifest_and_interrupted_collection(rollouts):
+    (rollouts / MANIFEST_NAME).unlink()
+    assert verify_rollouts(rollouts).problems == ["manifest.json: missing"]
+    (rollouts / MANIFEST_NAME).write_text("{ not json")
+    assert "unreadable or incomplete" in verify_rollouts(rollouts).problems[0]
+
+
+def test_bad_records_are_reported(rollouts):
+    """Rewrite the last shard with an out-of-space action, a step gap and a missing member."""
+    from pipeline.rollouts.reader import iter_shard
+
+    shard = rollouts / "shard-000001.tar"
+    samples = list(iter_shard(shard))
+    writer = AtomicShardWriter(rollouts / "rewritten.tar")
+    for sample in samples:
+        record = dict(sample.record)
+        if sample.t == 3:
+            record["action"] = 7  # MountainCar has Discrete(3)
+        if sample.t == 5:
+            continue  # a gap in the steps
+        if sample.t == 6:
+            writer._tar.write({"__key__": sample.key, "json": encode_json(record)})  # no png
+            continue
+        writer.write(sample.key, sample.frame_png, encode_json(record))
+    writer.close()
+    (rollouts / "rewritten.tar").replace(shard)
+    problems = verify_rollouts(rollouts).problems
+    assert "shard-000001.tar: sample 000002/000003: action 7 outside Discrete(3, start=0)" in problems
+    assert any(p.startswith("shard-000001.tar: unreadable") and "lacks ['png']" in p for p in problems)
