@@ -48,14 +48,18 @@ def steps_per_s_with_writing(env_id, env_cfg, collect_cfg) -> tuple[int, float, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--envs", nargs="*", help="env ids (default: params.yaml `envs`)")
     parser.add_argument("--episodes", type=int, help="override each env's episode budget")
     args = parser.parse_args()
     params = load_params(args.params)
     env_ids = args.envs or params.envs
-    print(f"{'env':<26} {'steps':>6} {'no write':>10} {'write':>10} {'write/no':>9} {'B/sample':>9}")
+    print(
+        f"{'env':<26} {'steps':>6} {'no write':>10} {'write':>10} {'write/no':>9} {'B/sample':>9}"
+    )
     for env_id in env_ids:
         env_cfg = params.env[env_id]
         collect_cfg = params.collect[env_id]

@@ -106,7 +106,7 @@ class Params(_Section):
 
     @model_validator(mode="after")
     def _envs_are_known_and_configured(self) -> Params:
-        from pipeline.envs import KNOWN_ENVS  # local: config must not pull in simulators
+        from pipeline.envs.registry import KNOWN_ENVS  # local: pipeline.envs imports this module
 
         for section in ("env", "collect"):
             for env_id in getattr(self, section):

@@ -1,6 +1,6 @@
 """DVC stage `collect@<env>`: roll out the behaviour policy of params.yaml into rollout shards.
 
-    python -m stages.collect --params params.yaml --env CarRacing-v3 --out data/rollouts/CarRacing-v3
+python -m stages.collect --params params.yaml --env CarRacing-v3 --out data/rollouts/CarRacing-v3
 """
 
 from __future__ import annotations
@@ -14,8 +14,12 @@ from pipeline.rollouts.collect import CollectError, collect
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--params", default="params.yaml", help="params file (default: %(default)s)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--params", default="params.yaml", help="params file (default: %(default)s)"
+    )
     parser.add_argument("--env", required=True, help="env id, one of params.yaml's `envs`")
     parser.add_argument("--out", required=True, help="rollout directory to write")
     parser.add_argument(

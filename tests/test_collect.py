@@ -60,17 +60,19 @@ def test_raising_episodes_extends_and_keeps_existing_shards(tmp_path):
     extended = collect(MC, env_cfg(), collect_cfg(episodes=5), tmp_path / "x", progress=False)
     assert extended["shards"][: len(first["shards"])] == first["shards"]
     assert extended["totals"]["episodes"] == 5
-    direct = collect(MC, env_cfg(), collect_cfg(episodes=5), tmp_path / "y", progress=False)
+    collect(MC, env_cfg(), collect_cfg(episodes=5), tmp_path / "y", progress=False)
     assert _samples(tmp_path / "x") == _samples(tmp_path / "y")  # same samples, whatever the shards
 
 
 def test_changed_settings_refuse_to_mix_unless_replace(tmp_path):
     collect(MC, env_cfg(), collect_cfg(), tmp_path, progress=False)
-    with pytest.raises(CollectError, match="different settings.*--replace"):
+    with pytest.raises(CollectError, match=r"different settings.*--replace"):
         collect(MC, env_cfg(image_size=16), collect_cfg(), tmp_path, progress=False)
     with pytest.raises(CollectError, match="hold 3 episodes and params ask for 2"):
         collect(MC, env_cfg(), collect_cfg(episodes=2), tmp_path, progress=False)
-    manifest = collect(MC, env_cfg(image_size=16), collect_cfg(), tmp_path, replace=True, progress=False)
+    manifest = collect(
+        MC, env_cfg(image_size=16), collect_cfg(), tmp_path, replace=True, progress=False
+    )
     assert manifest["observation"]["pixels"] == [16, 16, 3]
     assert verify_rollouts(tmp_path).ok
 
@@ -80,12 +82,22 @@ def test_corrupted_kept_shard_is_not_built_upon(tmp_path):
     with open(tmp_path / "shard-000000.tar", "r+b") as f:
         f.seek(600)
         f.write(b"garbage")
-    with pytest.raises(CollectError, match="shard-000000.tar does not match its recorded sha256"):
+    with pytest.raises(CollectError, match=r"shard-000000\.tar does not match its recorded sha256"):
         collect(MC, env_cfg(), collect_cfg(episodes=4), tmp_path, progress=False)
 
 
 def _run_collect(params_path, out, wait=True):
-    cmd = [sys.executable, "-m", "stages.collect", "--params", str(params_path), "--env", MC, "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "stages.collect",
+        "--params",
+        str(params_path),
+        "--env",
+        MC,
+        "--out",
+        str(out),
+    ]
     if wait:
         return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -152,5 +164,5 @@ def test_checkpoint_that_is_not_an_actor_is_a_clear_error(tmp_path):
     bogus = tmp_path / "actor.pt2"
     bogus.write_bytes(b"not a program")
     cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(bogus))
-    with pytest.raises(ValueError, match="is not a torch.export program"):
+    with pytest.raises(ValueError, match=r"is not a torch\.export program"):
         collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False)

@@ -32,7 +32,9 @@ def test_unknown_top_level_section_is_named():
 def test_bad_value_names_the_field_and_the_range():
     raw = tiny_params_dict()
     raw["env"]["MountainCar-v0"]["image_size"] = 8
-    with pytest.raises(ConfigError, match=r"env\.MountainCar-v0\.image_size: .*greater than or equal to 16"):
+    with pytest.raises(
+        ConfigError, match=r"env\.MountainCar-v0\.image_size: .*greater than or equal to 16"
+    ):
         parse_params(raw)
 
 
@@ -61,7 +63,9 @@ def test_listed_env_without_settings_is_an_error():
 def test_missing_field_is_named():
     raw = tiny_params_dict()
     del raw["env"]["MountainCar-v0"]["action_repeat"]
-    with pytest.raises(ConfigError, match=r"env\.MountainCar-v0\.action_repeat: missing required key"):
+    with pytest.raises(
+        ConfigError, match=r"env\.MountainCar-v0\.action_repeat: missing required key"
+    ):
         parse_params(raw)
 
 

@@ -36,7 +36,7 @@ def test_env_contract(env_id):
         assert set(info[CONTEXT]) == CONTEXT_KEYS[env_id]
         env.action_space.seed(0)
         for _ in range(3):
-            obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+            obs, reward, _, _, info = env.step(env.action_space.sample())
             assert env.observation_space.contains(obs)
             assert isinstance(float(reward), float)
             assert set(info[CONTEXT]) == CONTEXT_KEYS[env_id]
@@ -79,7 +79,9 @@ def test_max_episode_steps_counts_env_steps():
 
 
 def test_dmc_episode_ends_at_1000_env_steps():
-    env = make_env("cartpole-swingup", env_cfg(action_repeat=8, max_episode_steps=None, image_size=16))
+    env = make_env(
+        "cartpole-swingup", env_cfg(action_repeat=8, max_episode_steps=None, image_size=16)
+    )
     env.reset(seed=0)
     steps, truncated = 0, False
     while not truncated:
@@ -116,5 +118,7 @@ def test_action_repeat_sums_rewards_and_stops_at_the_end():
 
 
 def test_unknown_env_id_is_a_clear_error():
-    with pytest.raises(UnknownEnvError, match=r"unknown env id 'Pong-v5'; known env ids: MountainCar-v0"):
+    with pytest.raises(
+        UnknownEnvError, match=r"unknown env id 'Pong-v5'; known env ids: MountainCar-v0"
+    ):
         make_env("Pong-v5", env_cfg())

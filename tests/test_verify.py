@@ -47,7 +47,10 @@ def test_truncated_shard_is_reported_by_name(rollouts, capsys):
     report = verify_rollouts(rollouts)
     assert not report.ok
     assert any(p.startswith("shard-000001.tar: sha256 does not match") for p in report.problems)
-    assert any(p.startswith("shard-000001.tar: ") and "samples, manifest says 21" in p for p in report.problems)
+    assert any(
+        p.startswith("shard-000001.tar: ") and "samples, manifest says 21" in p
+        for p in report.problems
+    )
     assert all("shard-000000.tar" not in p for p in report.problems)
     assert verify_main([str(rollouts)]) == 1
     assert "shard-000001.tar" in capsys.readouterr().out
@@ -59,14 +62,18 @@ def test_garbage_in_the_middle_of_a_shard_is_reported(rollouts):
     data[0:512] = b"\xff" * 512  # the first tar header
     shard.write_bytes(bytes(data))
     problems = verify_rollouts(rollouts).problems
-    assert any(p.startswith("shard-000000.tar: ") and "samples, manifest says 42" in p for p in problems)
+    assert any(
+        p.startswith("shard-000000.tar: ") and "samples, manifest says 42" in p for p in problems
+    )
 
 
 def test_tampered_manifest_hash_is_reported(rollouts):
     manifest = _manifest(rollouts)
     manifest["shards"][0]["sha256"] = "0" * 64
     _set_manifest(rollouts, manifest)
-    assert verify_rollouts(rollouts).problems == ["shard-000000.tar: sha256 does not match the manifest"]
+    assert verify_rollouts(rollouts).problems == [
+        "shard-000000.tar: sha256 does not match the manifest"
+    ]
 
 
 def test_tampered_manifest_counts_are_reported(rollouts):
@@ -113,5 +120,9 @@ def test_bad_records_are_reported(rollouts):
     writer.close()
     (rollouts / "rewritten.tar").replace(shard)
     problems = verify_rollouts(rollouts).problems
-    assert "shard-000001.tar: sample 000002/000003: action 7 outside Discrete(3, start=0)" in problems
-    assert any(p.startswith("shard-000001.tar: unreadable") and "lacks ['png']" in p for p in problems)
+    assert (
+        "shard-000001.tar: sample 000002/000003: action 7 outside Discrete(3, start=0)" in problems
+    )
+    assert any(
+        p.startswith("shard-000001.tar: unreadable") and "lacks ['png']" in p for p in problems
+    )

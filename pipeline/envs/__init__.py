@@ -35,10 +35,18 @@ def make_env(env_id: str, cfg: EnvConfig) -> gym.Env:
         base = gym_envs.make_gym_base(env_id, cfg.max_episode_steps)
         if info.family == "carracing":
             frame_fn = gym_envs.carracing_frame
-            state_fn, context_fn, state_dim = gym_envs.carracing_state, gym_envs.carracing_context, 3
+            state_fn, context_fn, state_dim = (
+                gym_envs.carracing_state,
+                gym_envs.carracing_context,
+                3,
+            )
         else:
             frame_fn = gym_envs.mountaincar_frame
-            state_fn, context_fn, state_dim = gym_envs.mountaincar_state, gym_envs.mountaincar_context, 2
+            state_fn, context_fn, state_dim = (
+                gym_envs.mountaincar_state,
+                gym_envs.mountaincar_context,
+                2,
+            )
     env = ActionRepeat(base, cfg.action_repeat)
     return ObservationContract(
         env,

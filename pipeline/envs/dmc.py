@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -21,7 +21,7 @@ class DMCEnv(gym.Env):
     `terminated` is dm_control's discount-0 end; the step limit gives `truncated`.
     """
 
-    metadata = {"render_modes": ["rgb_array"]}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"]}
 
     def __init__(self, name: str, image_size: int, max_episode_steps: int | None) -> None:
         # MuJoCo picks its GL back end at import; EGL renders headless on CPU machines too.

@@ -87,7 +87,11 @@ def collection_fingerprint(env_id: str, env_cfg: EnvConfig, collect_cfg: Collect
 
 
 def _our_files(out_dir: Path) -> list[Path]:
-    names = [*out_dir.glob(SHARD_GLOB), *out_dir.glob("*" + TMP_SUFFIX), *out_dir.glob(".*" + TMP_SUFFIX)]
+    names = [
+        *out_dir.glob(SHARD_GLOB),
+        *out_dir.glob("*" + TMP_SUFFIX),
+        *out_dir.glob(".*" + TMP_SUFFIX),
+    ]
     names += [p for p in (out_dir / MANIFEST_NAME, out_dir / JOURNAL_NAME) if p.exists()]
     return sorted(set(names))
 
@@ -144,9 +148,7 @@ def _resume_point(
         if not path.exists() or sha256_file(path) != shard.sha256:
             problem = "is missing" if not path.exists() else "does not match its recorded sha256"
             if not replace:
-                raise CollectError(
-                    f"{path} {problem}; rerun with --replace to recollect {out_dir}"
-                )
+                raise CollectError(f"{path} {problem}; rerun with --replace to recollect {out_dir}")
             log.warning("%s %s; recollecting %s from scratch", path, problem, out_dir)
             _clear(out_dir)
             return [], []
@@ -156,7 +158,9 @@ def _resume_point(
     return shards, [EpisodeEntry(**e) for e in previous["episodes"]]
 
 
-def _write_journal(out_dir: Path, fingerprint: str, shards: list[ShardEntry], episodes: list[EpisodeEntry]) -> None:
+def _write_journal(
+    out_dir: Path, fingerprint: str, shards: list[ShardEntry], episodes: list[EpisodeEntry]
+) -> None:
     atomic_write_json(
         out_dir / JOURNAL_NAME,
         {
@@ -221,8 +225,12 @@ def run_episode(
         t += 1
         obs, info = next_obs, next_info
         if terminated or truncated:
-            final = _record(episode, t, seed, obs, info, None, None, terminated, truncated, True, None)
-            writer.write(sample_key(episode, t), encode_png(obs[PIXELS]), encode_json(final.to_json()))
+            final = _record(
+                episode, t, seed, obs, info, None, None, terminated, truncated, True, None
+            )
+            writer.write(
+                sample_key(episode, t), encode_png(obs[PIXELS]), encode_json(final.to_json())
+            )
             return t, episode_return, bool(terminated), bool(truncated)
 
 
@@ -270,14 +278,19 @@ def collect(
                 writer = AtomicShardWriter(out_dir / (SHARD_PATTERN % len(shards)))
                 first_episode = episode
             seed = episode_seed(collect_cfg.seed, episode)
-            steps, ret, terminated, truncated = run_episode(env, behaviour, episode, seed, writer, spec)
+            steps, ret, terminated, truncated = run_episode(
+                env, behaviour, episode, seed, writer, spec
+            )
             pending.append(
                 EpisodeEntry(episode, seed, writer.path.name, steps, ret, terminated, truncated)
             )
             steps_done += steps
             bar.update(1)
             bar.set_postfix(steps_per_s=f"{steps_done / (time.perf_counter() - started):.0f}")
-            if writer.samples >= collect_cfg.shard_max_samples or episode == collect_cfg.episodes - 1:
+            if (
+                writer.samples >= collect_cfg.shard_max_samples
+                or episode == collect_cfg.episodes - 1
+            ):
                 closed = writer.close()
                 writer = None
                 shards.append(ShardEntry(**asdict(closed), episodes=[first_episode, episode]))

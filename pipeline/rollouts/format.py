@@ -95,7 +95,9 @@ def action_problem(action: Any, spec: dict[str, Any]) -> str | None:
         if not isinstance(action, int) or isinstance(action, bool):
             return f"action {action!r} is not an integer"
         lo, n = spec["start"], spec["n"]
-        return None if lo <= action < lo + n else f"action {action} outside Discrete({n}, start={lo})"
+        return (
+            None if lo <= action < lo + n else f"action {action} outside Discrete({n}, start={lo})"
+        )
     if not isinstance(action, list) or len(action) != len(spec["low"]):
         return f"action {action!r} is not a list of {len(spec['low'])} floats"
     for i, (a, lo, hi) in enumerate(zip(action, spec["low"], spec["high"], strict=True)):

@@ -12,7 +12,6 @@ import argparse
 import json
 import sys
 import tarfile
-from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +53,9 @@ class _EpisodeSeen:
     ended_at: list[int] = field(default_factory=list)  # t of records with terminated/truncated
 
 
-def _check_record(record: dict[str, Any], episode: int, t: int, manifest: dict[str, Any]) -> list[str]:
+def _check_record(
+    record: dict[str, Any], episode: int, t: int, manifest: dict[str, Any]
+) -> list[str]:
     problems = []
     missing = RECORD_FIELDS - record.keys()
     if missing:
@@ -98,7 +99,9 @@ def _scan_shard(
                 problems.append(f"{where}: duplicate step")
             ep.steps.add(sample.t)
             record = sample.record
-            problems += [f"{where}: {p}" for p in _check_record(record, sample.episode, sample.t, manifest)]
+            problems += [
+                f"{where}: {p}" for p in _check_record(record, sample.episode, sample.t, manifest)
+            ]
             if record.get("is_first"):
                 ep.first.append(sample.t)
             if record.get("is_last"):
@@ -112,7 +115,9 @@ def _scan_shard(
                     problems.append(f"{where}: frame is not a readable PNG ({exc})")
                 else:
                     if shape != pixels_shape:
-                        problems.append(f"{where}: frame shape {shape}, manifest says {pixels_shape}")
+                        problems.append(
+                            f"{where}: frame shape {shape}, manifest says {pixels_shape}"
+                        )
     except (tarfile.TarError, OSError, ValueError, json.JSONDecodeError) as exc:
         problems.append(f"unreadable after {count} samples, truncated or corrupt ({exc})")
     return count, problems
@@ -124,7 +129,11 @@ def verify_rollouts(rollout_dir: str | Path, *, check_frames: bool = True) -> Ve
     problems = report.problems
     manifest_path = rollout_dir / MANIFEST_NAME
     if not manifest_path.exists():
-        hint = " (a collection was interrupted: rerun collect)" if (rollout_dir / JOURNAL_NAME).exists() else ""
+        hint = (
+            " (a collection was interrupted: rerun collect)"
+            if (rollout_dir / JOURNAL_NAME).exists()
+            else ""
+        )
         problems.append(f"{MANIFEST_NAME}: missing{hint}")
         return report
     try:
@@ -132,12 +141,14 @@ def verify_rollouts(rollout_dir: str | Path, *, check_frames: bool = True) -> Ve
         version, shards, episodes, totals = (
             manifest["format_version"], manifest["shards"], manifest["episodes"], manifest["totals"]
         )  # fmt: skip
-        manifest["observation"]["pixels"], manifest["action_space"]["type"]  # noqa: B018
+        manifest["observation"]["pixels"], manifest["action_space"]["type"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         problems.append(f"{MANIFEST_NAME}: unreadable or incomplete ({type(exc).__name__}: {exc})")
         return report
     if version != FORMAT_VERSION:
-        problems.append(f"{MANIFEST_NAME}: format_version {version}, this code reads {FORMAT_VERSION}")
+        problems.append(
+            f"{MANIFEST_NAME}: format_version {version}, this code reads {FORMAT_VERSION}"
+        )
         return report
 
     listed = {s["name"] for s in shards}
@@ -152,7 +163,9 @@ def verify_rollouts(rollout_dir: str | Path, *, check_frames: bool = True) -> Ve
             continue
         shard_problems = []
         if path.stat().st_size != shard["bytes"]:
-            shard_problems.append(f"size {path.stat().st_size} bytes, manifest says {shard['bytes']}")
+            shard_problems.append(
+                f"size {path.stat().st_size} bytes, manifest says {shard['bytes']}"
+            )
         if sha256_file(path) != shard["sha256"]:
             shard_problems.append("sha256 does not match the manifest")
         count, scan_problems = _scan_shard(path, manifest, seen, check_frames)
@@ -174,7 +187,9 @@ def verify_rollouts(rollout_dir: str | Path, *, check_frames: bool = True) -> Ve
         ep = seen.get(entry["episode"])
         name = f"episode {entry['episode']}"
         if ep is None:
-            problems.append(f"{entry['shard']}: {name} listed in {MANIFEST_NAME} but has no samples")
+            problems.append(
+                f"{entry['shard']}: {name} listed in {MANIFEST_NAME} but has no samples"
+            )
             continue
         expected = set(range(entry["steps"] + 1))
         if ep.steps != expected:
@@ -186,7 +201,9 @@ def verify_rollouts(rollout_dir: str | Path, *, check_frames: bool = True) -> Ve
         if ep.first != [0]:
             problems.append(f"{ep.shard}: {name} has is_first at t={ep.first}, expected [0]")
         if ep.last != [entry["steps"]]:
-            problems.append(f"{ep.shard}: {name} has is_last at t={ep.last}, expected [{entry['steps']}]")
+            problems.append(
+                f"{ep.shard}: {name} has is_last at t={ep.last}, expected [{entry['steps']}]"
+            )
         if ep.ended_at not in ([], [entry["steps"] - 1]):
             problems.append(f"{ep.shard}: {name} ends (terminated/truncated) at t={ep.ended_at}")
         report.episodes += 1
