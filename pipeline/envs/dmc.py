@@ -61,7 +61,7 @@ class DMCEnv(gym.Env):
     def step(self, action):
         ts = self._env.step(np.asarray(action, dtype=np.float64))
         self._steps += 1
-        terminated = ts.last() and ts.discount == 0.0
+        terminated = bool(ts.last() and ts.discount == 0.0)
         truncated = not terminated and self._steps >= self._limit
         return self._flat(ts.observation), float(ts.reward or 0.0), terminated, truncated, {}
 

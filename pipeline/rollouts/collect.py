@@ -171,34 +171,27 @@ def _write_journal(
     )
 
 
-def _record(
+def _write_sample(
+    writer: AtomicShardWriter,
     episode: int,
     t: int,
     seed: int,
     obs: dict[str, np.ndarray],
     info: dict[str, Any],
-    action: Any,
-    reward: float | None,
-    terminated: bool,
-    truncated: bool,
-    is_last: bool,
-    behaviour: str | None,
-) -> StepRecord:
+    **outcome: Any,
+) -> None:
+    """One sample: frame o_t as PNG, the rest as a StepRecord (`outcome`: action, reward, ...)."""
     state = obs.get(STATE)
-    return StepRecord(
+    record = StepRecord(
         episode=episode,
         t=t,
-        action=action,
-        reward=reward,
-        terminated=terminated,
-        truncated=truncated,
-        is_first=t == 0,
-        is_last=is_last,
-        behaviour=behaviour,
         seed=seed,
+        is_first=t == 0,
         context=info[CONTEXT],
         state=None if state is None else state.astype(float).tolist(),
+        **outcome,
     )
+    writer.write(sample_key(episode, t), encode_png(obs[PIXELS]), encode_json(record.to_json()))
 
 
 def run_episode(
@@ -216,22 +209,23 @@ def run_episode(
     while True:
         action, tag = behaviour.act(obs, info)
         next_obs, reward, terminated, truncated, next_info = env.step(action)
-        record = _record(
-            episode, t, seed, obs, info, action_to_json(action, action_spec), float(reward),
-            terminated, truncated, False, tag,
+        terminated, truncated = bool(terminated), bool(truncated)  # numpy bools are not JSON
+        _write_sample(
+            writer, episode, t, seed, obs, info,
+            action=action_to_json(action, action_spec), reward=float(reward),
+            terminated=terminated, truncated=truncated, is_last=False, behaviour=tag,
         )  # fmt: skip
-        writer.write(sample_key(episode, t), encode_png(obs[PIXELS]), encode_json(record.to_json()))
         episode_return += float(reward)
         t += 1
         obs, info = next_obs, next_info
         if terminated or truncated:
-            final = _record(
-                episode, t, seed, obs, info, None, None, terminated, truncated, True, None
-            )
-            writer.write(
-                sample_key(episode, t), encode_png(obs[PIXELS]), encode_json(final.to_json())
-            )
-            return t, episode_return, bool(terminated), bool(truncated)
+            # RLDS-style final sample: o_T with no action, and the flags of the step into it
+            _write_sample(
+                writer, episode, t, seed, obs, info,
+                action=None, reward=None,
+                terminated=terminated, truncated=truncated, is_last=True, behaviour=None,
+            )  # fmt: skip
+            return t, episode_return, terminated, truncated
 
 
 def collect(
