@@ -1,0 +1,38 @@
+"""The fixed vocabulary of `parse_status`: every teacher answer gets exactly one.
+
+Built from hybrid VLM-PPO table 1 (I. noisy float regression, II. box grounding / format
+collapse, III. stuck multiple-choice answers) and the transport failures of a served model.
+A stuck MCQ answer parses fine; it shows up in the audit's distributions, not here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ParseStatus(StrEnum):
+    OK = "ok"  # the requested format, values valid
+    REGEX_FALLBACK = (
+        "regex_fallback"  # not the requested format, but a lenient pattern found valid values
+    )
+    OUT_OF_RANGE = (
+        "out_of_range"  # numbers parsed but outside the action space: kept raw, not clipped
+    )
+    NON_FINITE = "non_finite"  # nan / inf where a number was asked for
+    WRONG_ARITY = "wrong_arity"  # numbers found, but not one per action dimension
+    INVALID_CHOICE = "invalid_choice"  # a choice that is not in the allowed set
+    AMBIGUOUS = "ambiguous"  # several different allowed choices in one answer
+    FORMAT_COLLAPSE = "format_collapse"  # text came back, nothing in it is the asked-for answer
+    EMPTY = "empty"  # no text, or only whitespace / an empty list
+    TRUNCATED = "truncated"  # generation stopped at the token limit before a parseable answer
+    HTTP_ERROR = "http_error"  # the server answered with an error
+    TIMEOUT = "timeout"  # no answer within the timeout, after all retries
+
+    @property
+    def has_value(self) -> bool:
+        """Whether rows with this status carry a usable parsed value."""
+        return self in (ParseStatus.OK, ParseStatus.REGEX_FALLBACK)
+
+
+# Statuses that mean the teacher never answered: not cached, so a rerun asks again.
+TRANSPORT_FAILURES = frozenset({ParseStatus.HTTP_ERROR, ParseStatus.TIMEOUT})

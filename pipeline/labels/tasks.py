@@ -1,0 +1,133 @@
+"""Label tasks: a prompt template + a parser + an output schema, per env.
+
+- `action`: an action in the env's action space (ERPv's a_v);
+- `milestone`: one label of the env's milestone set, with its raw potential (hybrid VLM-PPO 3.2);
+- `objects`: the key object phrases of the frame (Semore), for the masks stage;
+- `judge`: is the stored action reasonable in this frame (Semore's selective replay buffer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pipeline.labels.parsers import (
+    ParseResult,
+    parse_action,
+    parse_judge,
+    parse_milestone,
+    parse_objects,
+)
+from pipeline.labels.schema import EnvLabelSchema, label_schema
+
+TaskName = Literal["action", "milestone", "objects", "judge"]
+TASKS: tuple[TaskName, ...] = ("action", "milestone", "objects", "judge")
+PROMPT_DIR = Path(__file__).parent / "prompts"
+_SEPARATOR = "\n---\n"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What a teacher is asked about one frame: the frame, the messages, and what they are for."""
+
+    task: TaskName
+    env_id: str
+    system: str
+    user: str
+    frame_png: bytes
+    context: dict[
+        str, Any
+    ]  # the env context the prompt was rendered from (scripted teachers read it)
+    stored_action: Any = None  # the action taken in this frame (judge task)
+
+    @property
+    def text(self) -> str:
+        return self.system + _SEPARATOR + self.user
+
+    @property
+    def text_sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+@cache
+def load_template(prompt_dir: str, task: str) -> tuple[str, str]:
+    """(system, user template) from `<prompt_dir>/<task>.txt`, else `common/<task>.txt`."""
+    path = PROMPT_DIR / prompt_dir / f"{task}.txt"
+    if not path.exists():
+        path = PROMPT_DIR / "common" / f"{task}.txt"
+    text = path.read_text()
+    if _SEPARATOR not in text:
+        raise ValueError(f"{path}: no '---' line between the system message and the prompt")
+    system, user = text.split(_SEPARATOR, 1)
+    return system.strip(), user.strip()
+
+
+def _action_fields(schema: EnvLabelSchema, action_space: dict[str, Any]) -> tuple[str, str]:
+    if schema.action_choices is not None:
+        (name,) = schema.action_names
+        spec = f"- {name}: one of {', '.join(schema.action_choices)}"
+        return spec, f"{name}: <{'|'.join(schema.action_choices)}>"
+    spec = "\n".join(
+        f"- {name}: a number from {lo:g} to {hi:g}"
+        for name, lo, hi in zip(
+            schema.action_names, action_space["low"], action_space["high"], strict=True
+        )
+    )
+    return spec, "\n".join(f"{name}: <number>" for name in schema.action_names)
+
+
+def format_action(action: Any, schema: EnvLabelSchema, action_space: dict[str, Any]) -> str:
+    """An action as the prompts name it: `push: left` or `steer: 0.10, gas: 0.50, brake: 0.00`."""
+    if schema.action_choices is not None:
+        return f"{schema.action_names[0]}: {schema.action_choices[int(action) - action_space['start']]}"
+    return ", ".join(
+        f"{n}: {float(v):.2f}" for n, v in zip(schema.action_names, action, strict=True)
+    )
+
+
+def render_prompt(
+    task: TaskName,
+    env_id: str,
+    action_space: dict[str, Any],
+    frame_png: bytes,
+    context: dict[str, Any],
+    stored_action: Any = None,
+) -> Prompt:
+    schema = label_schema(env_id)
+    system, template = load_template(schema.prompt_dir, task)
+    action_spec, action_answer = _action_fields(schema, action_space)
+    fields = {
+        "task_description": schema.task_description,
+        "action_spec": action_spec,
+        "action_answer": action_answer,
+        "milestones": ", ".join(schema.milestones),
+        "stored_action": ""
+        if stored_action is None
+        else format_action(stored_action, schema, action_space),
+        "context": context,
+    }
+    try:
+        user = template.format(**fields)
+    except (KeyError, IndexError) as exc:
+        raise ValueError(
+            f"prompt {schema.prompt_dir}/{task}.txt uses a field the {env_id} context lacks: {exc}"
+        ) from exc
+    return Prompt(task, env_id, system, user, frame_png, context, stored_action)
+
+
+def parse_answer(
+    task: TaskName, text: str | None, env_id: str, action_space: dict[str, Any]
+) -> ParseResult:
+    schema = label_schema(env_id)
+    if task == "action":
+        return parse_action(text, schema, action_space)
+    if task == "milestone":
+        return parse_milestone(text, schema)
+    if task == "objects":
+        return parse_objects(text)
+    if task == "judge":
+        return parse_judge(text)
+    raise ValueError(f"unknown label task {task!r}; known: {', '.join(TASKS)}")
