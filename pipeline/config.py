@@ -97,12 +97,59 @@ class CollectConfig(_Section):
         return self
 
 
+class TeacherConfig(_Section):
+    """Which teacher answers the label tasks (`label.teacher`)."""
+
+    backend: Literal["scripted", "random", "constant"] = Field(
+        description="`scripted`: per-env reference scripts with injected failures, a stand-in for "
+        "a VLM (offline default); `random`: ERPv table 4's Random Executor; `constant`: its Worst "
+        "Model (all outputs 0)."
+    )
+    reliability: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="scripted only: probability that an answer is the script's reference answer; "
+        "otherwise a failure of hybrid VLM-PPO table 1 is injected.",
+    )
+    seed: int = Field(ge=0, description="scripted / random: seed of the injected randomness.")
+
+
+LabelTaskName = Literal["action", "milestone", "objects", "judge"]
+
+
+class LabelConfig(_Section):
+    """The label stage (`label`): one teacher for all envs."""
+
+    teacher: TeacherConfig
+    tasks: dict[LabelTaskName, int] = Field(
+        min_length=1,
+        description="Task -> query every k-th frame of an episode (t % k == 0). Frames in between "
+        "carry the last queried label, recorded as not queried (`judge` rows exist for queried "
+        "frames only). ERPv C.4 queried every 10 frames.",
+    )
+    batch_size: int = Field(ge=1, le=4096, description="Prompts per teacher call.")
+    max_transport_failure_rate: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="Fail the stage when more than this fraction of teacher calls got no answer "
+        "(HTTP errors, timeouts). Failures are still written to the table, and are not cached.",
+    )
+
+    @model_validator(mode="after")
+    def _k_positive(self) -> LabelConfig:
+        for task, k in self.tasks.items():
+            if k < 1:
+                raise ValueError(f"tasks.{task}: query interval must be >= 1, got {k}")
+        return self
+
+
 class Params(_Section):
     """The whole params.yaml."""
 
     envs: list[str] = Field(min_length=1, description="Env ids the pipeline runs, in order.")
     env: dict[str, EnvConfig] = Field(description="Per-env settings, keyed by env id.")
     collect: dict[str, CollectConfig] = Field(description="Per-env collection, keyed by env id.")
+    label: LabelConfig | None = Field(default=None, description="The label stage.")
 
     @model_validator(mode="after")
     def _envs_are_known_and_configured(self) -> Params:

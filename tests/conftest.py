@@ -9,12 +9,18 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.config import CollectConfig, EnvConfig, Params, parse_params
+from pipeline.config import CollectConfig, EnvConfig, LabelConfig, Params, parse_params
 
 REPO = Path(__file__).resolve().parents[1]
 
 TINY_ENV = {"image_size": 32, "action_repeat": 1, "max_episode_steps": 20, "include_state": True}
 TINY_COLLECT = {"behaviour": "random", "episodes": 3, "seed": 0, "shard_max_samples": 30}
+TINY_LABEL = {
+    "teacher": {"backend": "scripted", "reliability": 0.8, "seed": 0},
+    "tasks": {"action": 5, "milestone": 5, "objects": 10, "judge": 5},
+    "batch_size": 8,
+    "max_transport_failure_rate": 0.05,
+}
 
 
 def tiny_params_dict(envs: tuple[str, ...] = ("MountainCar-v0",), **collect_overrides: Any) -> dict:
@@ -22,6 +28,7 @@ def tiny_params_dict(envs: tuple[str, ...] = ("MountainCar-v0",), **collect_over
         "envs": list(envs),
         "env": {e: copy.deepcopy(TINY_ENV) for e in envs},
         "collect": {e: {**TINY_COLLECT, **collect_overrides} for e in envs},
+        "label": copy.deepcopy(TINY_LABEL),
     }
 
 
@@ -36,6 +43,10 @@ def env_cfg(**overrides: Any) -> EnvConfig:
 
 def collect_cfg(**overrides: Any) -> CollectConfig:
     return CollectConfig(**{**TINY_COLLECT, **overrides})
+
+
+def label_cfg(**overrides: Any) -> LabelConfig:
+    return LabelConfig(**{**copy.deepcopy(TINY_LABEL), **overrides})
 
 
 def write_params(path: Path, params: dict) -> Path:

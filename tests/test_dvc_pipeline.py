@@ -37,7 +37,7 @@ def test_dvc_repro_reruns_only_what_changed(tmp_path):
     _run(["dvc", "config", "core.analytics", "false"], repo)
 
     first = _run(["dvc", "repro"], repo)
-    assert _ran(first) == sorted(f"{s}@{e}" for s in ("collect", "verify") for e in ENVS)
+    assert _ran(first) == sorted(f"{s}@{e}" for s in ("collect", "verify", "label") for e in ENVS)
     for env_id in ENVS:
         assert (repo / "data" / "rollouts" / env_id / "manifest.json").exists()
         assert yaml.safe_load((repo / "metrics" / "rollouts" / f"{env_id}.json").read_text())["ok"]
@@ -48,4 +48,13 @@ def test_dvc_repro_reruns_only_what_changed(tmp_path):
     params["collect"]["MountainCarContinuous-v0"]["seed"] = 1
     write_params(repo / "params.yaml", params)
     third = _run(["dvc", "repro"], repo)
-    assert _ran(third) == ["collect@MountainCarContinuous-v0", "verify@MountainCarContinuous-v0"]
+    assert _ran(third) == [
+        f"{stage}@MountainCarContinuous-v0" for stage in ("collect", "label", "verify")
+    ]
+
+    # a prompt edit relabels every env, and nothing else
+    prompt = repo / "pipeline" / "labels" / "prompts" / "common" / "objects.txt"
+    prompt.write_text(prompt.read_text() + "Name at most five objects.\n")
+    fourth = _run(["dvc", "repro"], repo)
+    assert _ran(fourth) == [f"label@{e}" for e in ENVS]
+    assert "0 teacher calls" not in fourth

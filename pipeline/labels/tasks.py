@@ -38,9 +38,9 @@ class Prompt:
     system: str
     user: str
     frame_png: bytes
-    context: dict[
-        str, Any
-    ]  # the env context the prompt was rendered from (scripted teachers read it)
+    # the env context the prompt was rendered from (scripted teachers read it)
+    context: dict[str, Any]
+    action_space: dict[str, Any]  # pipeline.rollouts.format.action_space_spec of the env
     stored_action: Any = None  # the action taken in this frame (judge task)
 
     @property
@@ -115,7 +115,7 @@ def render_prompt(
         raise ValueError(
             f"prompt {schema.prompt_dir}/{task}.txt uses a field the {env_id} context lacks: {exc}"
         ) from exc
-    return Prompt(task, env_id, system, user, frame_png, context, stored_action)
+    return Prompt(task, env_id, system, user, frame_png, context, action_space, stored_action)
 
 
 def parse_answer(

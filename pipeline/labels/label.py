@@ -1,0 +1,265 @@
+"""The label stage's logic: ask a teacher about every k-th frame of a rollout directory, through
+the cache, and write one label table row per (sample, task).
+
+Rows of frames between two queries carry the last queried label of the episode, with
+`queried = False` and `source_key` naming the frame whose label they carry (ERPv C.4: the VLM is
+queried every 10 frames). Every answer becomes a row with a `parse_status`; none is dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from tqdm import tqdm
+
+from pipeline.config import LabelConfig
+from pipeline.io import atomic_write_bytes
+from pipeline.labels.cache import CachedAnswer, LabelCache, cache_key
+from pipeline.labels.parsers import PARSER_VERSION
+from pipeline.labels.status import TRANSPORT_FAILURES, ParseStatus
+from pipeline.labels.tasks import Prompt, TaskName, parse_answer, render_prompt
+from pipeline.rollouts.reader import iter_rollouts, load_manifest
+from pipeline.teachers.base import Reply, Teacher
+
+log = logging.getLogger(__name__)
+
+LABEL_TABLE_SCHEMA = {
+    "sample_key": pl.String,
+    "episode": pl.Int64,
+    "t": pl.Int64,
+    "task": pl.String,
+    "queried": pl.Boolean,
+    "source_key": pl.String,  # the queried frame whose answer this row holds
+    "teacher_id": pl.String,
+    "cache_key": pl.String,
+    "cache_hit": pl.Boolean,
+    "frame_sha256": pl.String,
+    "prompt_sha256": pl.String,
+    "parser_version": pl.String,
+    "parse_status": pl.String,
+    "parse_detail": pl.String,
+    "action": pl.List(pl.Float64),  # continuous envs (out_of_range values kept raw)
+    "action_index": pl.Int64,  # discrete envs
+    "milestone": pl.String,
+    "potential": pl.Float64,  # Phi_raw of the milestone
+    "objects": pl.List(pl.String),
+    "judge": pl.Boolean,
+    "raw_text": pl.String,
+    "finish_reason": pl.String,
+    "latency_s": pl.Float64,
+    "attempts": pl.Int64,
+}
+
+
+class LabelError(RuntimeError):
+    pass
+
+
+@dataclass
+class LabelSummary:
+    queried: int = 0  # prompts (queried frames x tasks)
+    teacher_calls: int = 0  # prompts actually sent to the teacher
+    cache_hits: int = 0
+    rows: int = 0
+    statuses: Counter = field(default_factory=Counter)
+
+    @property
+    def transport_failures(self) -> int:
+        return sum(self.statuses[s] for s in TRANSPORT_FAILURES)
+
+
+@dataclass
+class _Pending:
+    prompt: Prompt
+    key: str
+    frame_sha256: str
+    sample_key: str
+
+
+def _value_columns(
+    task: TaskName, status: ParseStatus, value: Any, discrete: bool
+) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if task == "action":
+        return {"action_index": value} if discrete else {"action": value}
+    if task == "milestone":
+        return {"milestone": value[0], "potential": value[1]}
+    if task == "objects":
+        return {"objects": value}
+    return {"judge": value}
+
+
+def _row(
+    pending: _Pending,
+    answer: CachedAnswer | Reply,
+    cache_hit: bool,
+    teacher_id: str,
+    env_id: str,
+    space: dict,
+) -> dict[str, Any]:
+    prompt = pending.prompt
+    if isinstance(answer, Reply) and answer.error is not None:
+        status, detail, value = answer.error, answer.error_detail, None
+        raw, finish, latency, attempts = None, None, answer.latency_s, answer.attempts
+    else:
+        raw = answer.text if isinstance(answer, Reply) else answer.raw_text
+        finish, latency, attempts = answer.finish_reason, answer.latency_s, answer.attempts
+        parsed = parse_answer(prompt.task, raw, env_id, space)
+        status, detail, value = parsed.status, parsed.detail, parsed.value
+        if finish == "length" and not (status.has_value or status == ParseStatus.OUT_OF_RANGE):
+            # the token limit cut the answer before anything parseable: that, not the text, failed
+            status, detail, value = ParseStatus.TRUNCATED, f"finish_reason=length; {detail}", None
+    episode, t = (int(part) for part in pending.sample_key.split("/"))
+    return {
+        "sample_key": pending.sample_key,
+        "episode": episode,
+        "t": t,
+        "task": prompt.task,
+        "queried": True,
+        "source_key": pending.sample_key,
+        "teacher_id": teacher_id,
+        "cache_key": pending.key,
+        "cache_hit": cache_hit,
+        "frame_sha256": pending.frame_sha256,
+        "prompt_sha256": prompt.text_sha256,
+        "parser_version": PARSER_VERSION,
+        "parse_status": str(status),
+        "parse_detail": detail,
+        "raw_text": raw,
+        "finish_reason": finish,
+        "latency_s": latency,
+        "attempts": attempts,
+        **_value_columns(prompt.task, status, value, space["type"] == "discrete"),
+    }
+
+
+def label_rollouts(
+    rollout_dir: str | Path,
+    cfg: LabelConfig,
+    teacher: Teacher,
+    cache_dir: str | Path,
+    out_path: str | Path,
+    *,
+    progress: bool = True,
+) -> LabelSummary:
+    """Label a finished rollout directory; write the label table (parquet) to `out_path`."""
+    manifest = load_manifest(rollout_dir)
+    env_id, space = manifest["env_id"], manifest["action_space"]
+    cache = LabelCache(cache_dir)
+    summary = LabelSummary()
+    queried_rows: dict[tuple[str, str], dict[str, Any]] = {}  # (sample_key, task) -> row
+    carried: list[tuple[str, str, str]] = []  # (sample_key, task, source sample_key)
+    last_queried: dict[tuple[int, str], str] = {}  # (episode, task) -> sample_key
+    batch: dict[str, list[_Pending]] = {}  # cache key -> prompts with that key (asked once)
+    started = time.perf_counter()
+    bar = tqdm(
+        total=manifest["totals"]["samples"],
+        unit="frame",
+        desc=f"label {env_id}",
+        disable=not progress,
+    )
+
+    def flush() -> None:
+        if not batch:
+            return
+        unique = [same_key[0] for same_key in batch.values()]
+        replies = teacher.answer([p.prompt for p in unique])
+        if len(replies) != len(unique):
+            raise LabelError(
+                f"teacher {teacher.teacher_id} returned {len(replies)} replies for {len(unique)} prompts"
+            )
+        summary.teacher_calls += len(unique)
+        fresh = []
+        for same_key, reply in zip(batch.values(), replies, strict=True):
+            for pending in same_key:
+                row = _row(pending, reply, False, teacher.teacher_id, env_id, space)
+                queried_rows[(pending.sample_key, pending.prompt.task)] = row
+                summary.statuses[row["parse_status"]] += 1
+            pending = same_key[0]
+            if reply.error is None:
+                fresh.append(
+                    CachedAnswer(
+                        pending.key, teacher.teacher_id, pending.prompt.task, pending.frame_sha256,
+                        pending.prompt.text_sha256, reply.text or "", reply.finish_reason,
+                        reply.latency_s, reply.attempts,
+                    )
+                )  # fmt: skip
+        if summary.teacher_calls == len(unique) and not fresh:
+            first = replies[0]
+            raise LabelError(
+                f"teacher {teacher.teacher_id} answered none of the first {len(batch)} prompts "
+                f"({first.error}: {first.error_detail}); is the server reachable?"
+            )
+        cache.put_many(fresh)  # one atomic segment per batch: a kill loses at most this batch
+        batch.clear()
+        done = summary.queried
+        failed = sum(n for s, n in summary.statuses.items() if s not in ("ok", "regex_fallback"))
+        bar.set_postfix(
+            frames_per_s=f"{done / (time.perf_counter() - started):.1f}",
+            parse_fail=f"{failed / max(1, summary.teacher_calls + summary.cache_hits):.0%}",
+        )
+
+    try:
+        for sample in iter_rollouts(rollout_dir):
+            frame_sha = hashlib.sha256(sample.frame_png).hexdigest()
+            record = sample.record
+            for task, k in cfg.tasks.items():
+                if task == "judge" and record["is_last"]:
+                    continue  # no action was taken in the final observation
+                if sample.t % k != 0:
+                    if task != "judge" and (sample.episode, task) in last_queried:
+                        carried.append((sample.key, task, last_queried[(sample.episode, task)]))
+                    continue
+                prompt = render_prompt(
+                    task, env_id, space, sample.frame_png, record["context"],
+                    stored_action=record["action"] if task == "judge" else None,
+                )  # fmt: skip
+                key = cache_key(frame_sha, teacher.teacher_id, prompt.text, teacher.decoding)
+                pending = _Pending(prompt, key, frame_sha, sample.key)
+                last_queried[(sample.episode, task)] = sample.key
+                summary.queried += 1
+                hit = cache.get(key)
+                if hit is not None:
+                    row = _row(pending, hit, True, teacher.teacher_id, env_id, space)
+                    queried_rows[(sample.key, task)] = row
+                    summary.cache_hits += 1
+                    summary.statuses[row["parse_status"]] += 1
+                else:
+                    batch.setdefault(key, []).append(pending)
+                    if len(batch) >= cfg.batch_size:
+                        flush()
+            bar.update(1)
+        flush()
+    finally:
+        bar.close()
+
+    rows = list(queried_rows.values())
+    for sample_key, task, source in carried:
+        source_row = queried_rows[(source, task)]
+        episode, t = (int(part) for part in sample_key.split("/"))
+        rows.append(
+            {**source_row, "sample_key": sample_key, "episode": episode, "t": t, "queried": False}
+        )
+    table = pl.DataFrame(rows, schema=LABEL_TABLE_SCHEMA).sort(["episode", "t", "task"])
+    buf = io.BytesIO()
+    table.write_parquet(buf)
+    atomic_write_bytes(out_path, buf.getvalue())
+    summary.rows = table.height
+
+    calls = summary.teacher_calls
+    if calls and summary.transport_failures / calls > cfg.max_transport_failure_rate:
+        raise LabelError(
+            f"{summary.transport_failures} of {calls} teacher calls got no answer (more than "
+            f"max_transport_failure_rate={cfg.max_transport_failure_rate}); the table {out_path} "
+            f"records them, rerun to retry them (answers already received are cached)"
+        )
+    return summary

@@ -1,0 +1,24 @@
+"""Teachers: back ends that answer label prompts. See base.Teacher for the interface."""
+
+from __future__ import annotations
+
+from pipeline.config import TeacherConfig
+from pipeline.teachers.base import Reply, Teacher
+
+__all__ = ["Reply", "Teacher", "make_teacher"]
+
+
+def make_teacher(cfg: TeacherConfig) -> Teacher:
+    if cfg.backend == "scripted":
+        from pipeline.teachers.scripted import ScriptedTeacher
+
+        return ScriptedTeacher(cfg.reliability, cfg.seed)
+    if cfg.backend == "random":
+        from pipeline.teachers.baselines import RandomTeacher
+
+        return RandomTeacher(cfg.seed)
+    if cfg.backend == "constant":
+        from pipeline.teachers.baselines import ConstantTeacher
+
+        return ConstantTeacher()
+    raise ValueError(f"unknown teacher backend {cfg.backend!r}")

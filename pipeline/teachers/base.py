@@ -1,0 +1,43 @@
+"""The teacher interface: a batch of prompts (frame + messages + context) in, one reply each out.
+
+A teacher only produces text; the label task that rendered the prompt parses it. So every back
+end (scripted, random, constant, hf, openai) goes through the same parsers and the same cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from pipeline.labels.status import ParseStatus
+from pipeline.labels.tasks import Prompt
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str | None  # the raw answer; None when the teacher never answered
+    finish_reason: str | None = "stop"  # "stop", or "length" when the token limit cut it
+    error: ParseStatus | None = None  # HTTP_ERROR or TIMEOUT when there is no answer
+    error_detail: str = ""
+    latency_s: float = 0.0  # wall time of the call that produced it (a batch's time is shared)
+    attempts: int = 1
+
+
+class Teacher(Protocol):
+    # Names the back end, model and revision (and any knob that changes answers), so that two
+    # teachers never share cache entries.
+    teacher_id: str
+    # Decoding parameters (temperature, max tokens, ...): part of the cache key.
+    decoding: dict[str, Any]
+
+    def answer(self, prompts: Sequence[Prompt]) -> list[Reply]: ...
+
+
+def prompt_rng(prompt: Prompt, seed: int) -> np.random.Generator:
+    """Randomness that is a pure function of (frame, prompt, seed), as a cached label must be."""
+    digest = hashlib.sha256(prompt.frame_png + prompt.text.encode() + str(seed).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))

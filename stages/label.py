@@ -1,0 +1,48 @@
+"""DVC stage `label@<env>`: ask the teacher of params.yaml about the env's rollouts, through the
+label cache, and write the label table.
+
+    python -m stages.label --params params.yaml --rollouts data/rollouts/CarRacing-v3 \\
+        --cache data/label_cache/CarRacing-v3 --out data/labels/CarRacing-v3.parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pipeline.config import ConfigError, load_params
+from pipeline.labels.cache import CacheError
+from pipeline.labels.label import LabelError, label_rollouts
+from pipeline.teachers import make_teacher
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--rollouts", required=True, help="rollout directory written by collect")
+    parser.add_argument("--cache", required=True, help="label cache directory (kept across runs)")
+    parser.add_argument("--out", required=True, help="label table to write (parquet)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        params = load_params(args.params)
+        if params.label is None:
+            raise ConfigError(f"{args.params} has no `label` section")
+        teacher = make_teacher(params.label.teacher)
+        summary = label_rollouts(args.rollouts, params.label, teacher, args.cache, args.out)
+    except (ConfigError, LabelError, CacheError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    statuses = ", ".join(f"{s} {n}" for s, n in summary.statuses.most_common())
+    print(
+        f"{args.out}: {summary.rows} rows; {summary.queried} prompts, {summary.cache_hits} from "
+        f"the cache, {summary.teacher_calls} teacher calls; {statuses}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

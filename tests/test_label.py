@@ -1,0 +1,196 @@
+import hashlib
+import shutil
+
+import polars as pl
+import pytest
+
+from pipeline.labels import tasks as tasks_module
+from pipeline.labels.cache import LabelCache
+from pipeline.labels.label import LabelError, label_rollouts
+from pipeline.labels.status import ParseStatus
+from pipeline.rollouts.collect import collect
+from pipeline.teachers.base import Reply
+from pipeline.teachers.baselines import ConstantTeacher, RandomTeacher
+from pipeline.teachers.scripted import ScriptedTeacher
+from tests.conftest import collect_cfg, env_cfg, label_cfg
+
+MC = "MountainCar-v0"
+
+
+class CountingTeacher:
+    """Wraps a teacher and records every prompt it is asked."""
+
+    def __init__(self, inner, fail=None, interrupt_after_calls=None):
+        self.inner, self.fail, self.interrupt_after_calls = inner, fail, interrupt_after_calls
+        self.teacher_id, self.decoding = inner.teacher_id, inner.decoding
+        self.asked: list[str] = []  # prompt identity: sample frame + prompt text
+        self.calls = 0
+
+    def answer(self, prompts):
+        if self.interrupt_after_calls is not None and self.calls >= self.interrupt_after_calls:
+            raise KeyboardInterrupt
+        self.calls += 1
+        self.asked += [hashlib.sha256(p.frame_png).hexdigest() + p.text for p in prompts]
+        replies = self.inner.answer(prompts)
+        if self.fail:
+            replies = [self.fail(p, r) for p, r in zip(prompts, replies, strict=True)]
+        return replies
+
+
+@pytest.fixture(scope="module")
+def rollouts(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rollouts") / MC
+    collect(MC, env_cfg(), collect_cfg(episodes=3), out, progress=False)
+    return out
+
+
+def _label(rollouts, tmp_path, teacher, cfg=None, name="labels.parquet"):
+    summary = label_rollouts(
+        rollouts, cfg or label_cfg(), teacher, tmp_path / "cache", tmp_path / name, progress=False
+    )
+    return summary, pl.read_parquet(tmp_path / name)
+
+
+def test_every_sample_gets_rows_and_in_between_frames_carry_the_last_queried_label(
+    rollouts, tmp_path
+):
+    teacher = CountingTeacher(ScriptedTeacher(0.8, 0))
+    summary, table = _label(rollouts, tmp_path, teacher)
+    # 3 episodes x 21 samples; queried at t % 5 (action, milestone, judge) and t % 10 (objects)
+    per_task = table.group_by("task").len().sort("task")
+    assert dict(per_task.iter_rows()) == {"action": 63, "milestone": 63, "objects": 63, "judge": 12}
+    queried = table.filter(pl.col("queried"))
+    assert queried.height == summary.queried == 3 * (5 + 5 + 3 + 4)
+    assert summary.teacher_calls == len(set(teacher.asked)) == len(teacher.asked)
+    row = table.filter(
+        (pl.col("sample_key") == "000001/000007") & (pl.col("task") == "milestone")
+    ).row(0, named=True)
+    src = table.filter(
+        (pl.col("sample_key") == "000001/000005") & (pl.col("task") == "milestone")
+    ).row(0, named=True)
+    assert not row["queried"] and row["source_key"] == "000001/000005"
+    assert (row["milestone"], row["raw_text"], row["parse_status"]) == (
+        src["milestone"],
+        src["raw_text"],
+        src["parse_status"],
+    )
+    assert set(table["parse_status"]) <= {str(s) for s in ParseStatus}
+    judge_keys = table.filter(pl.col("task") == "judge")["sample_key"].to_list()
+    assert "000000/000020" not in judge_keys  # the final observation has no action to judge
+
+
+def test_rerun_makes_zero_teacher_calls(rollouts, tmp_path):
+    _, first = _label(rollouts, tmp_path, CountingTeacher(ScriptedTeacher(0.8, 0)))
+    teacher = CountingTeacher(ScriptedTeacher(0.8, 0))
+    summary, second = _label(rollouts, tmp_path, teacher)
+    assert teacher.calls == 0 and summary.cache_hits == summary.queried
+    assert second.drop("cache_hit").equals(first.drop("cache_hit"))
+
+
+def test_new_rollouts_label_only_the_new_frames(rollouts, tmp_path):
+    more = tmp_path / "more"
+    shutil.copytree(rollouts, more)
+    _label(more, tmp_path, CountingTeacher(ScriptedTeacher(0.8, 0)))
+    collect(MC, env_cfg(), collect_cfg(episodes=5), more, progress=False)  # 2 more episodes
+    teacher = CountingTeacher(ScriptedTeacher(0.8, 0))
+    summary, table = _label(more, tmp_path, teacher)
+    queried = table.filter(pl.col("queried"))
+    assert queried.filter(pl.col("episode") < 3)["cache_hit"].all()  # old frames: all from cache
+    new = queried.filter(pl.col("episode") >= 3)
+    assert new.height == 2 * 17
+    # new frames are asked once each; identical frame+prompt pairs may already be cached
+    assert (
+        summary.teacher_calls == len(teacher.asked) == new.filter(~pl.col("cache_hit")).height > 0
+    )
+
+
+def test_changing_the_prompt_relabels(rollouts, tmp_path, monkeypatch):
+    _label(rollouts, tmp_path, CountingTeacher(ScriptedTeacher(0.8, 0)))
+    prompts = tmp_path / "prompts"
+    shutil.copytree(tasks_module.PROMPT_DIR, prompts)
+    objects = prompts / "common" / "objects.txt"
+    objects.write_text(objects.read_text() + "\nName at most three objects.")
+    monkeypatch.setattr(tasks_module, "PROMPT_DIR", prompts)
+    tasks_module.load_template.cache_clear()
+    try:
+        teacher = CountingTeacher(ScriptedTeacher(0.8, 0))
+        summary, _ = _label(rollouts, tmp_path, teacher)
+    finally:
+        tasks_module.load_template.cache_clear()
+    assert summary.teacher_calls == 3 * 3  # only the objects prompts changed: t = 0, 10, 20
+
+
+def test_other_teacher_never_shares_cache_entries(rollouts, tmp_path):
+    first, _ = _label(rollouts, tmp_path, CountingTeacher(ScriptedTeacher(0.8, 0)))
+    second, _ = _label(rollouts, tmp_path, CountingTeacher(ScriptedTeacher(0.5, 0)))
+    assert second.cache_hits == 0 and second.teacher_calls == first.teacher_calls
+
+
+def test_interrupted_labelling_resumes_and_pays_nothing_twice(rollouts, tmp_path):
+    interrupted = CountingTeacher(ScriptedTeacher(0.8, 0), interrupt_after_calls=3)
+    with pytest.raises(KeyboardInterrupt):
+        _label(rollouts, tmp_path, interrupted)
+    assert not (tmp_path / "labels.parquet").exists()
+    assert len(LabelCache(tmp_path / "cache")) == len(interrupted.asked) == 3 * 8
+    resumed = CountingTeacher(ScriptedTeacher(0.8, 0))
+    summary, _ = _label(rollouts, tmp_path, resumed)
+    assert not set(interrupted.asked) & set(resumed.asked)
+    assert len(interrupted.asked) + len(resumed.asked) == summary.queried
+
+
+def test_transport_failures_are_recorded_not_cached_and_retried(rollouts, tmp_path):
+    def flaky(prompt, reply):
+        if prompt.task == "objects":
+            return Reply(
+                text=None, error=ParseStatus.TIMEOUT, error_detail="no answer in 30 s", attempts=3
+            )
+        return reply
+
+    cfg = label_cfg(max_transport_failure_rate=0.5)
+    summary, table = _label(
+        rollouts, tmp_path, CountingTeacher(ScriptedTeacher(0.8, 0), fail=flaky), cfg
+    )
+    failed = table.filter(pl.col("task") == "objects")
+    assert (
+        set(failed["parse_status"]) == {"timeout"}
+        and failed["raw_text"].null_count() == failed.height
+    )
+    assert summary.transport_failures == 9
+    retry = CountingTeacher(ScriptedTeacher(0.8, 0))
+    summary, table = _label(rollouts, tmp_path, retry, cfg)
+    assert summary.teacher_calls == 9  # just the objects prompts that never got an answer
+    assert "timeout" not in set(table["parse_status"])
+
+
+def test_too_many_transport_failures_fail_loudly(rollouts, tmp_path):
+    def down(prompt, reply):
+        return Reply(text=None, error=ParseStatus.HTTP_ERROR, error_detail="connection refused")
+
+    with pytest.raises(LabelError, match="answered none of the first 8 prompts.*reachable"):
+        _label(rollouts, tmp_path, CountingTeacher(ScriptedTeacher(0.8, 0), fail=down))
+
+    def some(prompt, reply):
+        return down(prompt, reply) if prompt.task == "milestone" else reply
+
+    with pytest.raises(LabelError, match="15 of 51 teacher calls got no answer"):
+        _label(rollouts, tmp_path, CountingTeacher(ScriptedTeacher(0.8, 0), fail=some))
+    assert (tmp_path / "labels.parquet").exists()  # the failures are on record
+
+
+def test_truncated_answers_are_classified(rollouts, tmp_path):
+    def cut(prompt, reply):
+        return Reply(text="Describe: the car is in the val", finish_reason="length")
+
+    _, table = _label(rollouts, tmp_path, CountingTeacher(ScriptedTeacher(0.8, 0), fail=cut))
+    assert set(table["parse_status"]) == {"truncated"}
+
+
+def test_constant_and_random_teachers(rollouts, tmp_path):
+    _, table = _label(rollouts, tmp_path, ConstantTeacher(), name="constant.parquet")
+    actions = table.filter(pl.col("task") == "action")
+    assert set(actions["action_index"]) == {0}
+    assert set(table.filter(pl.col("task") == "milestone")["milestone"]) == {"BOTTOM"}
+    assert set(table.filter(pl.col("task") == "objects")["parse_status"]) == {"empty"}
+    _, table = _label(rollouts, tmp_path, RandomTeacher(0), name="random.parquet")
+    assert set(table["parse_status"]) == {"ok"}
+    assert len(set(table.filter(pl.col("task") == "milestone")["milestone"])) > 1
