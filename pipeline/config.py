@@ -97,13 +97,30 @@ class CollectConfig(_Section):
         return self
 
 
+class HFTeacherConfig(_Section):
+    """A transformers VLM (`label.teacher.hf`)."""
+
+    model: str = Field(
+        description="Local checkpoint path or hub id, e.g. Qwen/Qwen2-VL-2B-Instruct."
+    )
+    revision: str | None = Field(default=None, description="Hub revision (branch, tag or commit).")
+    device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:1, ...")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        default="float32", description="Weights dtype; bfloat16 on GPUs."
+    )
+    max_new_tokens: int = Field(
+        default=128, ge=1, le=4096, description="Generation limit per answer."
+    )
+    batch_size: int = Field(default=8, ge=1, le=512, description="Frames per generate() call.")
+
+
 class TeacherConfig(_Section):
     """Which teacher answers the label tasks (`label.teacher`)."""
 
-    backend: Literal["scripted", "random", "constant"] = Field(
+    backend: Literal["scripted", "random", "constant", "hf"] = Field(
         description="`scripted`: per-env reference scripts with injected failures, a stand-in for "
         "a VLM (offline default); `random`: ERPv table 4's Random Executor; `constant`: its Worst "
-        "Model (all outputs 0)."
+        "Model (all outputs 0); `hf`: a transformers VLM (section `hf`)."
     )
     reliability: float = Field(
         ge=0.0,
@@ -112,6 +129,13 @@ class TeacherConfig(_Section):
         "otherwise a failure of hybrid VLM-PPO table 1 is injected.",
     )
     seed: int = Field(ge=0, description="scripted / random: seed of the injected randomness.")
+    hf: HFTeacherConfig | None = Field(default=None, description="Settings of backend `hf`.")
+
+    @model_validator(mode="after")
+    def _backend_has_settings(self) -> TeacherConfig:
+        if self.backend == "hf" and self.hf is None:
+            raise ValueError("backend 'hf' needs an `hf:` section with at least `model:`")
+        return self
 
 
 LabelTaskName = Literal["action", "milestone", "objects", "judge"]

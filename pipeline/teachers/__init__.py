@@ -21,4 +21,12 @@ def make_teacher(cfg: TeacherConfig) -> Teacher:
         from pipeline.teachers.baselines import ConstantTeacher
 
         return ConstantTeacher()
+    if cfg.backend == "hf":
+        from pipeline.teachers.hf import HFTeacher
+
+        assert cfg.hf is not None  # enforced by TeacherConfig
+        hf = cfg.hf
+        return HFTeacher(
+            hf.model, hf.revision, hf.device, hf.dtype, hf.max_new_tokens, hf.batch_size
+        )
     raise ValueError(f"unknown teacher backend {cfg.backend!r}")
