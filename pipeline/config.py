@@ -114,13 +114,35 @@ class HFTeacherConfig(_Section):
     batch_size: int = Field(default=8, ge=1, le=512, description="Frames per generate() call.")
 
 
+class OpenAITeacherConfig(_Section):
+    """An OpenAI-compatible chat-completions server (`label.teacher.openai`)."""
+
+    base_url: str = Field(description="Server URL up to /v1, e.g. http://127.0.0.1:8000/v1 (vLLM).")
+    model: str = Field(description="Model name the server knows it by.")
+    api_key_env: str | None = Field(
+        default=None, description="Environment variable holding the API key; null: no key."
+    )
+    timeout_s: float = Field(default=60.0, gt=0, description="Per-request timeout in seconds.")
+    max_retries: int = Field(default=3, ge=0, le=10, description="Retries after the first attempt.")
+    backoff_s: float = Field(
+        default=1.0, ge=0, description="First retry delay; doubles each retry."
+    )
+    concurrency: int = Field(default=8, ge=1, le=256, description="Requests in flight at once.")
+    max_tokens: int = Field(default=128, ge=1, le=4096, description="Generation limit per answer.")
+    json_schema: bool = Field(
+        default=False,
+        description="Send a JSON-schema response_format (structured output; vLLM supports it).",
+    )
+
+
 class TeacherConfig(_Section):
     """Which teacher answers the label tasks (`label.teacher`)."""
 
-    backend: Literal["scripted", "random", "constant", "hf"] = Field(
+    backend: Literal["scripted", "random", "constant", "hf", "openai"] = Field(
         description="`scripted`: per-env reference scripts with injected failures, a stand-in for "
         "a VLM (offline default); `random`: ERPv table 4's Random Executor; `constant`: its Worst "
-        "Model (all outputs 0); `hf`: a transformers VLM (section `hf`)."
+        "Model (all outputs 0); `hf`: a transformers VLM (section `hf`); `openai`: an "
+        "OpenAI-compatible server (section `openai`)."
     )
     reliability: float = Field(
         ge=0.0,
@@ -130,11 +152,16 @@ class TeacherConfig(_Section):
     )
     seed: int = Field(ge=0, description="scripted / random: seed of the injected randomness.")
     hf: HFTeacherConfig | None = Field(default=None, description="Settings of backend `hf`.")
+    openai: OpenAITeacherConfig | None = Field(default=None, description="Settings of `openai`.")
 
     @model_validator(mode="after")
     def _backend_has_settings(self) -> TeacherConfig:
         if self.backend == "hf" and self.hf is None:
             raise ValueError("backend 'hf' needs an `hf:` section with at least `model:`")
+        if self.backend == "openai" and self.openai is None:
+            raise ValueError(
+                "backend 'openai' needs an `openai:` section with `base_url` and `model`"
+            )
         return self
 
 

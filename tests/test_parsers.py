@@ -21,6 +21,9 @@ ACTION_CASES = [
     (CAR, CAR_SPACE, "**Describe:** road\n**steer:** 0\n**gas:** 1\n**brake:** 0", S.OK, [0.0, 1.0, 0.0]),
     (CAR, CAR_SPACE, "Steer = 0.2\nGas = .5\nBrake = 0.0", S.OK, [0.2, 0.5, 0.0]),
     (CAR, CAR_SPACE, "- steer: 1e-1\n- gas: 0.25\n- brake: 0.", S.OK, [0.1, 0.25, 0.0]),
+    (CAR, CAR_SPACE, '{"steer": -0.2, "gas": 0.7, "brake": 0}', S.OK, [-0.2, 0.7, 0.0]),
+    (CAR, CAR_SPACE, '```json\n{"steer": 0.0, "gas": 1.0, "brake": 0.0}\n```', S.OK, [0.0, 1.0, 0.0]),
+    (CAR, CAR_SPACE, '{"steer": -0.2, "gas": 0.7', S.WRONG_ARITY, None),  # cut-off JSON
     (CAR, CAR_SPACE, "The action is [0.1, 0.9, 0.0].", S.REGEX_FALLBACK, [0.1, 0.9, 0.0]),
     (CAR, CAR_SPACE, "action: 0.3 0.6 0.1", S.REGEX_FALLBACK, [0.3, 0.6, 0.1]),
     (CAR, CAR_SPACE, "steer: -1.7\ngas: 0.5\nbrake: 0", S.OUT_OF_RANGE, [-1.7, 0.5, 0.0]),
@@ -68,6 +71,7 @@ def test_action_answers(env_id, space, text, status, value):
 
 MILESTONE_CASES = [
     ("milestone: BOTTOM", S.OK, "BOTTOM"),
+    ('{"milestone": "GOAL"}', S.OK, "GOAL"),
     ("Milestone: left slope", S.OK, "LEFT_SLOPE"),
     ("**milestone:** `GOAL`", S.OK, "GOAL"),
     ("milestone: right-slope.", S.OK, "RIGHT_SLOPE"),
@@ -95,6 +99,7 @@ def test_milestone_answers(text, status, label):
 OBJECT_CASES = [
     ("objects: red car, grey road, Grass", S.OK, ["red car", "grey road", "grass"]),
     ("objects: car; car; road.", S.OK, ["car", "road"]),
+    ('{"objects": ["car", "grass"]}', S.OK, ["car", "grass"]),
     ("Key objects:\n- the car\n- the flag\n", S.REGEX_FALLBACK, ["the car", "the flag"]),
     ("1. cart\n2. pole", S.REGEX_FALLBACK, ["cart", "pole"]),
     ("objects:", S.EMPTY, None),
@@ -119,6 +124,7 @@ JUDGE_CASES = [
     ("reasonable: yes", S.OK, True),
     ("Reasonable: NO", S.OK, False),
     ("reasonable: true", S.OK, True),
+    ('{"reasonable": "no"}', S.OK, False),
     ("Yes, pushing right builds momentum.", S.REGEX_FALLBACK, True),
     ("no.", S.REGEX_FALLBACK, False),
     ("reasonable: maybe", S.INVALID_CHOICE, None),

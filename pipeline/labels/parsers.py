@@ -2,12 +2,13 @@
 what was asked for gets a failure status and no value; out-of-range numbers are kept, flagged.
 
 Formats asked for (see the prompt files): one `key: value` line per field, as ERPv's prompts ask
-for `throttle:` and `steer:` (fig. 12-14). Markdown emphasis around keys (`**steer:** 0`, as in
+for `throttle:` and `steer:` (fig. 12-14). A JSON object (structured output) is read the same way. Markdown emphasis around keys (`**steer:** 0`, as in
 ERPv fig. 14) is accepted as the requested format.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -48,12 +49,34 @@ def _blank(text: str | None) -> bool:
     return text is None or not text.strip()
 
 
+def _json_as_lines(text: str) -> str:
+    """A JSON object answer (structured output) read as `key: value` lines; other text as is."""
+    stripped = text.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
+    if not stripped.startswith("{"):
+        return text
+    try:
+        obj = json.loads(stripped)
+    except json.JSONDecodeError:
+        return text
+    if not isinstance(obj, dict):
+        return text
+    lines = []
+    for key, value in obj.items():
+        if isinstance(value, list):
+            value = ", ".join(str(v) for v in value)
+        elif isinstance(value, bool):
+            value = "yes" if value else "no"
+        lines.append(f"{key}: {value}")
+    return "\n".join(lines)
+
+
 def parse_action(
     text: str | None, schema: EnvLabelSchema, action_space: dict[str, Any]
 ) -> ParseResult:
     """Continuous: one number per named dimension. Discrete: one of the named choices."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
+    text = _json_as_lines(text)
     if schema.action_choices is not None:
         return _parse_discrete_action(text, schema, action_space)
 
@@ -155,6 +178,7 @@ def parse_milestone(text: str | None, schema: EnvLabelSchema) -> ParseResult:
     """One label of the env's milestone set; value = (label, Phi_raw)."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
+    text = _json_as_lines(text)
     labels = tuple(schema.milestones)
     matches = _key_line("milestone").findall(text)
     if matches:
@@ -184,6 +208,7 @@ def parse_objects(text: str | None) -> ParseResult:
     """Key object phrases (Semore): `objects: a, b, c`; a bulleted list is the fallback."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
+    text = _json_as_lines(text)
     matches = _key_line("objects").findall(text)
     if matches:
         phrases, status = re.split(r"[,;]", matches[-1]), ParseStatus.OK
@@ -216,6 +241,7 @@ def parse_judge(text: str | None) -> ParseResult:
     """Semore's selective-buffer judgement: is the stored action reasonable here? value = bool."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
+    text = _json_as_lines(text)
     matches = _key_line("reasonable").findall(text)
     if matches:
         answer = matches[-1].strip().strip("\"'").lower()

@@ -29,4 +29,9 @@ def make_teacher(cfg: TeacherConfig) -> Teacher:
         return HFTeacher(
             hf.model, hf.revision, hf.device, hf.dtype, hf.max_new_tokens, hf.batch_size
         )
+    if cfg.backend == "openai":
+        from pipeline.teachers.openai_api import OpenAITeacher
+
+        assert cfg.openai is not None  # enforced by TeacherConfig
+        return OpenAITeacher(**cfg.openai.model_dump())
     raise ValueError(f"unknown teacher backend {cfg.backend!r}")

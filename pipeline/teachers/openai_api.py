@@ -1,0 +1,141 @@
+"""Any OpenAI-compatible chat-completions server as teacher (vLLM, `transformers serve`, ...).
+
+Frames go as base64 PNG data URLs; requests run concurrently up to `concurrency`, each with an
+explicit timeout and bounded retries with exponential backoff on timeouts, connection errors, 429
+and 5xx. A request that never gets an answer becomes a reply with status `timeout` or
+`http_error` (recorded, not cached). `finish_reason == "length"` is reported as truncation.
+With `json_schema`, a JSON-schema `response_format` asks the server for structured output (vLLM
+supports it); the parsers read JSON objects and the `key: value` text format alike.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pipeline.labels.schema import label_schema
+from pipeline.labels.status import ParseStatus
+from pipeline.labels.tasks import Prompt
+from pipeline.teachers.base import Reply
+
+log = logging.getLogger(__name__)
+
+_RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+def response_schema(prompt: Prompt) -> dict[str, Any]:
+    """The JSON schema of the answer to `prompt`'s task."""
+    schema = label_schema(prompt.env_id)
+    if prompt.task == "action":
+        if schema.action_choices is not None:
+            props: dict[str, Any] = {schema.action_names[0]: {"enum": list(schema.action_choices)}}
+        else:
+            props = {name: {"type": "number"} for name in schema.action_names}
+    elif prompt.task == "milestone":
+        props = {"milestone": {"enum": list(schema.milestones)}}
+    elif prompt.task == "objects":
+        props = {"objects": {"type": "array", "items": {"type": "string"}}}
+    else:
+        props = {"reasonable": {"enum": ["yes", "no"]}}
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": f"{prompt.task}_answer",
+            "schema": {"type": "object", "properties": props, "required": list(props)},
+        },
+    }
+
+
+class OpenAITeacher:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str | None,
+        timeout_s: float,
+        max_retries: int,
+        backoff_s: float,
+        concurrency: int,
+        max_tokens: int,
+        json_schema: bool,
+    ) -> None:
+        from openai import OpenAI
+
+        api_key = os.environ.get(api_key_env, "") if api_key_env else ""
+        if api_key_env and not api_key:
+            raise ValueError(
+                f"environment variable {api_key_env} (label.teacher.openai.api_key_env) is not set"
+            )
+        # Retries are ours (counted per row), so the client's own are off.
+        self._client = OpenAI(
+            base_url=base_url, api_key=api_key or "none", timeout=timeout_s, max_retries=0
+        )
+        self.base_url, self.model = base_url, model
+        self.max_retries, self.backoff_s, self.concurrency = max_retries, backoff_s, concurrency
+        self.json_schema = json_schema
+        # The server URL is not part of the id: the same model served elsewhere gives the same answers.
+        self.teacher_id = f"openai:{model}"
+        self.decoding: dict[str, Any] = {
+            "temperature": 0.0,
+            "max_tokens": max_tokens,
+            "json_schema": json_schema,
+        }
+
+    def _request(self, prompt: Prompt) -> dict[str, Any]:
+        data_url = "data:image/png;base64," + base64.b64encode(prompt.frame_png).decode()
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": prompt.system},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": data_url}},
+                        {"type": "text", "text": prompt.user},
+                    ],
+                },
+            ],
+            "temperature": self.decoding["temperature"],
+            "max_tokens": self.decoding["max_tokens"],
+        }
+        if self.json_schema:
+            request["response_format"] = response_schema(prompt)
+        return request
+
+    def _ask(self, prompt: Prompt) -> Reply:
+        import openai
+
+        request = self._request(prompt)
+        error, detail = ParseStatus.HTTP_ERROR, ""
+        started = time.perf_counter()
+        for attempt in range(1, self.max_retries + 2):
+            try:
+                response = self._client.chat.completions.create(**request)
+            except openai.APITimeoutError as exc:
+                error, detail = ParseStatus.TIMEOUT, f"no answer within the timeout ({exc})"
+            except openai.APIConnectionError as exc:
+                error, detail = ParseStatus.HTTP_ERROR, f"cannot reach {self.base_url}: {exc}"
+            except openai.APIStatusError as exc:
+                error, detail = ParseStatus.HTTP_ERROR, f"HTTP {exc.status_code}: {exc.message}"
+                if exc.status_code not in _RETRY_STATUS:
+                    return Reply(None, None, error, detail, time.perf_counter() - started, attempt)
+            else:
+                choice = response.choices[0]
+                return Reply(
+                    text=choice.message.content or "",
+                    finish_reason=choice.finish_reason,
+                    latency_s=time.perf_counter() - started,
+                    attempts=attempt,
+                )
+            if attempt <= self.max_retries:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+        return Reply(None, None, error, detail, time.perf_counter() - started, self.max_retries + 1)
+
+    def answer(self, prompts: Sequence[Prompt]) -> list[Reply]:
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(self._ask, prompts))

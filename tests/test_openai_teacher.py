@@ -1,0 +1,230 @@
+"""The `openai` back end against a real OpenAI-compatible server on loopback (`transformers
+serve` on the tiny random Qwen2-VL), plus a scripted loopback server for the failure paths."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.config import TeacherConfig
+from pipeline.labels.label import LabelError, label_rollouts
+from pipeline.labels.status import ParseStatus
+from pipeline.labels.tasks import render_prompt
+from pipeline.rollouts.collect import collect
+from pipeline.rollouts.reader import iter_rollouts, load_manifest
+from pipeline.teachers import make_teacher
+from tests.conftest import collect_cfg, env_cfg, label_cfg
+from tests.factories import build_tiny_qwen2_vl
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _teacher(base_url, model="tiny", **overrides):
+    settings = {
+        "base_url": base_url,
+        "model": model,
+        "timeout_s": 5.0,
+        "max_retries": 1,
+        "backoff_s": 0.01,
+        "max_tokens": 12,
+        **overrides,
+    }
+    return make_teacher(TeacherConfig(backend="openai", reliability=1.0, seed=0, openai=settings))
+
+
+@pytest.fixture(scope="module")
+def rollouts(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rollouts") / "MountainCar-v0"
+    collect(
+        "MountainCar-v0",
+        env_cfg(image_size=56, max_episode_steps=10),
+        collect_cfg(episodes=1),
+        out,
+        progress=False,
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def served_tiny_vlm(tmp_path_factory):
+    model = build_tiny_qwen2_vl(tmp_path_factory.mktemp("tiny-qwen2-vl"))
+    port = _free_port()
+    serve = Path(sys.executable).parent / "transformers"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [str(serve), "serve", str(model), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"transformers serve did not start:\n{log.read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}/v1", str(model)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_openai_teacher_against_transformers_serve(served_tiny_vlm, rollouts, tmp_path):
+    base_url, model = served_tiny_vlm
+    teacher = _teacher(base_url, model, concurrency=2)
+    cfg = label_cfg(tasks={"action": 5, "milestone": 5, "objects": 5, "judge": 5})
+    summary = label_rollouts(
+        rollouts, cfg, teacher, tmp_path / "cache", tmp_path / "t.parquet", progress=False
+    )
+    table = pl.read_parquet(tmp_path / "t.parquet").filter(pl.col("queried"))
+    assert summary.teacher_calls == summary.queried == table.height > 0
+    assert table["raw_text"].null_count() == 0
+    statuses = set(table["parse_status"])
+    assert "ok" not in statuses and statuses <= {str(s) for s in ParseStatus}
+    assert set(table["finish_reason"]) <= {"stop", "length"}
+    again = label_rollouts(
+        rollouts,
+        cfg,
+        _teacher(base_url, model),
+        tmp_path / "cache",
+        tmp_path / "t2.parquet",
+        progress=False,
+    )
+    assert again.teacher_calls == 0
+
+
+class _Scripted(BaseHTTPRequestHandler):
+    """Answers /v1/chat/completions from a per-test script of (delay_s, status, body) steps."""
+
+    script: list = []
+    seen: list = []
+
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append(request)
+        delay, status, body = (
+            type(self).script.pop(0) if type(self).script else (0, 200, "steer: 0")
+        )
+        time.sleep(delay)
+        if status != 200:
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(b'{"error": {"message": "scripted failure"}}')
+            return
+        text, finish = body if isinstance(body, tuple) else (body, "stop")
+        payload = {
+            "id": "x", "object": "chat.completion", "created": 0, "model": request["model"],
+            "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": text}}],
+        }  # fmt: skip
+        data = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def scripted_server():
+    _Scripted.script, _Scripted.seen = [], []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", _Scripted
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def prompt(rollouts):
+    sample = next(iter_rollouts(rollouts))
+    return render_prompt(
+        "milestone",
+        "MountainCar-v0",
+        load_manifest(rollouts)["action_space"],
+        sample.frame_png,
+        sample.record["context"],
+    )
+
+
+def test_request_carries_the_frame_and_a_json_schema(scripted_server, prompt):
+    url, handler = scripted_server
+    handler.script = [(0, 200, '{"milestone": "BOTTOM"}')]
+    (reply,) = _teacher(url, json_schema=True).answer([prompt])
+    request = handler.seen[0]
+    image = request["messages"][1]["content"][0]["image_url"]["url"]
+    assert image.startswith("data:image/png;base64,")
+    assert (
+        request["response_format"]["json_schema"]["schema"]["properties"]["milestone"]["enum"][0]
+        == "BOTTOM"
+    )
+    assert request["temperature"] == 0.0 and reply.text == '{"milestone": "BOTTOM"}'
+
+
+def test_retries_with_backoff_then_succeeds(scripted_server, prompt):
+    url, handler = scripted_server
+    handler.script = [(0, 503, ""), (0, 200, "milestone: GOAL")]
+    (reply,) = _teacher(url, max_retries=2).answer([prompt])
+    assert (reply.text, reply.attempts, reply.error) == ("milestone: GOAL", 2, None)
+
+
+def test_timeout_after_all_retries(scripted_server, prompt):
+    url, handler = scripted_server
+    handler.script = [(1.0, 200, "late"), (1.0, 200, "late")]
+    (reply,) = _teacher(url, timeout_s=0.2, max_retries=1).answer([prompt])
+    assert reply.error == ParseStatus.TIMEOUT and reply.attempts == 2 and reply.text is None
+
+
+def test_client_errors_are_not_retried(scripted_server, prompt):
+    url, handler = scripted_server
+    handler.script = [(0, 400, "")]
+    (reply,) = _teacher(url, max_retries=3).answer([prompt])
+    assert (
+        reply.error == ParseStatus.HTTP_ERROR
+        and reply.attempts == 1
+        and "HTTP 400" in reply.error_detail
+    )
+
+
+def test_length_limited_answers_are_truncated(scripted_server, rollouts, tmp_path):
+    url, handler = scripted_server
+    handler.script = [(0, 200, ("Describe: the car is", "length"))] * 100
+    cfg = label_cfg(tasks={"action": 5})
+    label_rollouts(
+        rollouts, cfg, _teacher(url), tmp_path / "c", tmp_path / "t.parquet", progress=False
+    )
+    assert set(pl.read_parquet(tmp_path / "t.parquet")["parse_status"]) == {"truncated"}
+
+
+def test_unreachable_server_is_a_clear_error(rollouts, tmp_path):
+    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    with pytest.raises(
+        LabelError, match=r"answered none of the first .* cannot reach http://127\.0\.0\.1"
+    ):
+        label_rollouts(
+            rollouts,
+            label_cfg(),
+            _teacher(url, max_retries=0),
+            tmp_path / "c",
+            tmp_path / "t.parquet",
+            progress=False,
+        )
