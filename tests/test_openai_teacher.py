@@ -11,6 +11,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import polars as pl
 import pytest
@@ -113,8 +114,8 @@ def test_openai_teacher_against_transformers_serve(served_tiny_vlm, rollouts, tm
 class _Scripted(BaseHTTPRequestHandler):
     """Answers /v1/chat/completions from a per-test script of (delay_s, status, body) steps."""
 
-    script: list = []
-    seen: list = []
+    script: ClassVar[list] = []
+    seen: ClassVar[list] = []
 
     def do_POST(self):
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -18,7 +18,7 @@ from pipeline.labels.schema import EnvLabelSchema
 from pipeline.labels.status import ParseStatus
 
 # Part of every cache key: bump it when a parser changes what it returns for some text.
-PARSER_VERSION = "1"
+PARSER_VERSION = "2"
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _NON_FINITE = r"[-+]?(?:nan|inf(?:inity)?)"
