@@ -62,6 +62,7 @@ def test_every_sample_gets_rows_and_in_between_frames_carry_the_last_queried_lab
     queried = table.filter(pl.col("queried"))
     assert queried.height == summary.queried == 3 * (5 + 5 + 3 + 4)
     assert summary.teacher_calls == len(set(teacher.asked)) == len(teacher.asked)
+    assert summary.teacher_calls + summary.cache_hits == summary.queried
     row = table.filter(
         (pl.col("sample_key") == "000001/000007") & (pl.col("task") == "milestone")
     ).row(0, named=True)

@@ -67,7 +67,7 @@ class LabelError(RuntimeError):
 class LabelSummary:
     queried: int = 0  # prompts (queried frames x tasks)
     teacher_calls: int = 0  # prompts actually sent to the teacher
-    cache_hits: int = 0
+    cache_hits: int = 0  # prompts answered without a call: from the cache, or a repeat in a batch
     rows: int = 0
     statuses: Counter = field(default_factory=Counter)
 
@@ -180,10 +180,12 @@ def label_rollouts(
         summary.teacher_calls += len(unique)
         fresh = []
         for same_key, reply in zip(batch.values(), replies, strict=True):
-            for pending in same_key:
-                row = _row(pending, reply, False, teacher.teacher_id, env_id, space)
+            for i, pending in enumerate(same_key):
+                # a repeat of a key within the batch is served by the one answer, like a cache hit
+                row = _row(pending, reply, i > 0, teacher.teacher_id, env_id, space)
                 queried_rows[(pending.sample_key, pending.prompt.task)] = row
                 summary.statuses[row["parse_status"]] += 1
+            summary.cache_hits += len(same_key) - 1
             pending = same_key[0]
             if reply.error is None:
                 fresh.append(

@@ -11,6 +11,7 @@ action. This is NOT a VLM: figures obtained with it say nothing about any real m
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -243,10 +244,11 @@ class ScriptedTeacher:
     def answer(self, prompts: Sequence[Prompt]) -> list[Reply]:
         replies = []
         for prompt in prompts:
+            started = time.perf_counter()
             rng = prompt_rng(prompt, self.seed)
             if rng.uniform() >= self.reliability:
                 text = _failed_answer(prompt, label_schema(prompt.env_id), rng)
             else:
                 text = self.correct_text(prompt)
-            replies.append(Reply(text=text))
+            replies.append(Reply(text=text, latency_s=time.perf_counter() - started))
         return replies

@@ -1,0 +1,261 @@
+"""The label audit: a static HTML report per env and teacher, computed with polars.
+
+What a user checks before trusting (or paying for more of) a teacher's labels: counts and
+distributions, the parse-status breakdown by taxonomy, latency percentiles, agreement with the
+scripted reference answers, and frames beside the raw answers for failures and disagreements.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+from jinja2 import Environment, select_autoescape
+
+from pipeline.io import atomic_write_bytes
+from pipeline.labels.parsers import ParseResult
+from pipeline.labels.schema import label_schema
+from pipeline.labels.status import ParseStatus
+from pipeline.labels.tasks import parse_answer, render_prompt
+from pipeline.rollouts.reader import iter_rollouts, load_manifest
+from pipeline.teachers.scripted import ScriptedTeacher
+
+EXAMPLES_PER_KIND = 6  # thumbnails shown per (task, status) failure kind and per disagreement task
+RAW_TEXT_CHARS = 400
+VALUE_STATUSES = [str(s) for s in ParseStatus if s.has_value]
+# A continuous action agrees with the reference when the mean per-dimension gap is under a
+# quarter of the action range (the scripted judge uses the same rule).
+ACTION_AGREEMENT_TOLERANCE = 0.25
+
+
+def _percentiles(values: pl.Series) -> dict[str, float]:
+    if values.is_empty():
+        return {}
+    return {f"p{q}": float(values.quantile(q / 100, interpolation="linear")) for q in (50, 90, 99)}
+
+
+def _reference(
+    env_id: str, space: dict[str, Any], queried: pl.DataFrame, samples: dict[str, Any]
+) -> dict:
+    """Parsed answers of the fully reliable scripted teacher for the queried (sample, task) rows."""
+    reference = ScriptedTeacher(reliability=1.0, seed=0)
+    out: dict[tuple[str, str], ParseResult] = {}
+    for key, task in queried.select("sample_key", "task").iter_rows():
+        if task == "objects":
+            continue  # phrases have no single right answer to agree with
+        sample = samples[key]
+        prompt = render_prompt(
+            task, env_id, space, sample.frame_png, sample.record["context"],
+            stored_action=sample.record["action"] if task == "judge" else None,
+        )  # fmt: skip
+        text = reference.correct_text(prompt)
+        out[(key, task)] = parse_answer(task, text, env_id, space)
+    return out
+
+
+def _agrees(row: dict[str, Any], ref: ParseResult, space: dict[str, Any]) -> bool:
+    task = row["task"]
+    if task == "action":
+        if space["type"] == "discrete":
+            return row["action_index"] == ref.value
+        span = np.asarray(space["high"]) - np.asarray(space["low"])
+        gap = np.abs(np.asarray(row["action"]) - np.asarray(ref.value)) / span
+        return float(gap.mean()) < ACTION_AGREEMENT_TOLERANCE
+    if task == "milestone":
+        return row["milestone"] == ref.value[0]
+    return row["judge"] == ref.value
+
+
+def _thumbnail(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+def _value_text(row: dict[str, Any]) -> str:
+    for column in ("action", "action_index", "milestone", "objects", "judge"):
+        if row.get(column) is not None:
+            value = row[column]
+            return ", ".join(f"{v:.2f}" for v in value) if column == "action" else str(value)
+    return "-"
+
+
+def build_audit(rollout_dir: str | Path, labels_path: str | Path) -> dict[str, Any]:
+    """Everything the report shows, as plain data (also what tests check)."""
+    manifest = load_manifest(rollout_dir)
+    env_id, space = manifest["env_id"], manifest["action_space"]
+    table = pl.read_parquet(labels_path)
+    queried = table.filter(pl.col("queried"))
+    samples = {s.key: s for s in iter_rollouts(rollout_dir)}
+    schema = label_schema(env_id)
+
+    status_counts = (
+        queried.group_by("task", "parse_status").len().sort("task", "len", descending=[False, True])
+    )
+    by_task: dict[str, dict[str, int]] = {}
+    for task, status, n in status_counts.iter_rows():
+        by_task.setdefault(task, {})[status] = n
+
+    # each answer's own call, once: cached rows keep the latency of the call that produced them
+    latency = {
+        task: _percentiles(group.unique("cache_key")["latency_s"].drop_nulls())
+        for (task,), group in queried.group_by("task", maintain_order=True)
+    }
+
+    valid = queried.filter(pl.col("parse_status").is_in(VALUE_STATUSES))
+    distributions: dict[str, Any] = {}
+    if "milestone" in set(valid["task"]):
+        counts = valid.filter(pl.col("task") == "milestone").group_by("milestone").len()
+        order = {label: i for i, label in enumerate(schema.milestones)}
+        distributions["milestone"] = sorted(counts.iter_rows(), key=lambda r: order.get(r[0], 99))
+    actions = valid.filter(pl.col("task") == "action")
+    if actions.height:
+        if space["type"] == "discrete":
+            counts = actions.group_by("action_index").len().sort("action_index")
+            distributions["action"] = [
+                (schema.action_choices[i - space["start"]], n) for i, n in counts.iter_rows()
+            ]
+        else:
+            matrix = np.asarray(actions["action"].to_list())  # (N, action dims)
+            distributions["action_stats"] = [
+                {
+                    "name": name, "mean": float(matrix[:, d].mean()), "std": float(matrix[:, d].std()),
+                    "min": float(matrix[:, d].min()), "max": float(matrix[:, d].max()),
+                    "hist": np.histogram(matrix[:, d], bins=10, range=(space["low"][d], space["high"][d]))[0].tolist(),
+                }
+                for d, name in enumerate(schema.action_names)
+            ]  # fmt: skip
+    if "objects" in set(valid["task"]):
+        phrases = valid.filter(pl.col("task") == "objects").select(pl.col("objects").explode())
+        distributions["objects"] = (
+            phrases.group_by("objects").len().sort("len", descending=True).head(15).rows()
+        )
+    if "judge" in set(valid["task"]):
+        distributions["judge"] = (
+            valid.filter(pl.col("task") == "judge").group_by("judge").len().sort("judge").rows()
+        )
+
+    reference = _reference(env_id, space, valid, samples)
+    agreement: dict[str, dict[str, Any]] = {}
+    disagreements: list[dict[str, Any]] = []
+    for row in valid.iter_rows(named=True):
+        ref = reference.get((row["sample_key"], row["task"]))
+        if ref is None or not ref.status.has_value:
+            continue
+        stats = agreement.setdefault(row["task"], {"n": 0, "agree": 0})
+        stats["n"] += 1
+        if _agrees(row, ref, space):
+            stats["agree"] += 1
+        elif sum(1 for d in disagreements if d["task"] == row["task"]) < EXAMPLES_PER_KIND:
+            disagreements.append({**row, "reference": ref.value})
+    for stats in agreement.values():
+        stats["rate"] = stats["agree"] / stats["n"]
+
+    failures = []
+    failed = queried.filter(~pl.col("parse_status").is_in(VALUE_STATUSES))
+    for (_task, _status), group in failed.group_by("task", "parse_status", maintain_order=True):
+        failures += group.head(EXAMPLES_PER_KIND).to_dicts()
+
+    def example(row: dict[str, Any]) -> dict[str, Any]:
+        raw = row["raw_text"]
+        return {
+            "key": row["sample_key"], "task": row["task"], "status": row["parse_status"],
+            "detail": row["parse_detail"], "value": _value_text(row),
+            "reference": row.get("reference"),
+            "raw": "(no answer)" if raw is None else raw[:RAW_TEXT_CHARS] + ("…" if len(raw) > RAW_TEXT_CHARS else ""),
+            "thumbnail": _thumbnail(samples[row["sample_key"]].frame_png),
+        }  # fmt: skip
+
+    return {
+        "env_id": env_id,
+        "teacher_ids": sorted(set(table["teacher_id"])),
+        "scripted": any(t.startswith("scripted:") for t in table["teacher_id"].unique()),
+        "rows": table.height,
+        "queried": queried.height,
+        "frames": len(samples),
+        "status_by_task": by_task,
+        "latency": latency,
+        "distributions": distributions,
+        "agreement": agreement,
+        "failures": [example(r) for r in failures],
+        "disagreements": [example(r) for r in disagreements],
+        "statuses": [str(s) for s in ParseStatus],
+    }
+
+
+_TEMPLATE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Label audit: {{ a.env_id }}</title>
+<style>
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+h1 { font-size: 1.5em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: .5em 0; } td, th { padding: 3px 10px; border: 1px solid #e3e3e3; text-align: right; }
+th { background: #f5f5f5; } td.l, th.l { text-align: left; }
+.bar { display: inline-block; height: 10px; background: #4a7fc1; vertical-align: middle; }
+.bad { color: #b3261e; } .ok { color: #1e7b34; } .note { color: #666; }
+.ex { display: flex; gap: 12px; border: 1px solid #e3e3e3; padding: 8px; margin: 8px 0; }
+.ex img { width: 128px; height: 128px; image-rendering: pixelated; border: 1px solid #ccc; }
+.ex pre { white-space: pre-wrap; margin: 4px 0; background: #fafafa; padding: 4px; max-height: 9em; overflow: auto; }
+.hist span { display: inline-block; width: 8px; background: #4a7fc1; margin-right: 1px; vertical-align: bottom; }
+</style></head><body>
+<h1>Label audit: {{ a.env_id }}</h1>
+<p>Teacher{% if a.teacher_ids|length > 1 %}s{% endif %}: {% for t in a.teacher_ids %}<code>{{ t }}</code> {% endfor %}<br>
+{{ a.frames }} frames, {{ a.queried }} teacher answers (queried frames x tasks), {{ a.rows }} label rows in all.</p>
+{% if a.scripted %}<p class="note">The scripted teacher is a stand-in for a VLM:
+deterministic reference scripts with injected failures. Its figures say nothing about a real model.</p>{% endif %}
+
+<h2>Parse status by task</h2>
+<table><tr><th class="l">status</th>{% for task in a.status_by_task %}<th>{{ task }}</th>{% endfor %}</tr>
+{% for status in a.statuses %}{% if a.status_by_task.values()|selectattr(status, "defined")|list %}
+<tr><td class="l {{ 'ok' if status in ('ok', 'regex_fallback') else 'bad' }}">{{ status }}</td>
+{% for task, counts in a.status_by_task.items() %}{% set n = counts.get(status, 0) %}{% set total = counts.values()|sum %}
+<td>{% if n %}{{ n }} ({{ '%.0f' % (100 * n / total) }} %){% else %}·{% endif %}</td>{% endfor %}</tr>{% endif %}{% endfor %}
+</table>
+
+<h2>Latency per answer (s)</h2>
+<table><tr><th class="l">task</th><th>p50</th><th>p90</th><th>p99</th></tr>
+{% for task, p in a.latency.items() %}<tr><td class="l">{{ task }}</td>{% for q in ('p50', 'p90', 'p99') %}<td>{{ '%.4f' % p[q] if q in p else '-' }}</td>{% endfor %}</tr>{% endfor %}
+</table>
+
+<h2>Agreement with the scripted reference</h2>
+{% if a.agreement %}<table><tr><th class="l">task</th><th>compared</th><th>agree</th></tr>
+{% for task, s in a.agreement.items() %}<tr><td class="l">{{ task }}</td><td>{{ s.n }}</td><td>{{ '%.1f' % (100 * s.rate) }} %</td></tr>{% endfor %}</table>
+<p class="note">Over answers that parsed. Continuous actions agree when the mean gap per dimension is under a quarter of the action range.</p>
+{% else %}<p>No parsed answers to compare.</p>{% endif %}
+
+<h2>Distributions (parsed answers)</h2>
+{% set d = a.distributions %}
+{% if d.milestone %}<h3>milestone</h3><table>{% set m = d.milestone|map(attribute=1)|max %}
+{% for label, n in d.milestone %}<tr><td class="l">{{ label }}</td><td>{{ n }}</td><td class="l"><span class="bar" style="width: {{ 300 * n // m }}px"></span></td></tr>{% endfor %}</table>{% endif %}
+{% if d.action %}<h3>action</h3><table>{% set m = d.action|map(attribute=1)|max %}
+{% for label, n in d.action %}<tr><td class="l">{{ label }}</td><td>{{ n }}</td><td class="l"><span class="bar" style="width: {{ 300 * n // m }}px"></span></td></tr>{% endfor %}</table>{% endif %}
+{% if d.action_stats %}<h3>action</h3><table><tr><th class="l">field</th><th>mean</th><th>std</th><th>min</th><th>max</th><th class="l">histogram over the action range</th></tr>
+{% for s in d.action_stats %}{% set m = s.hist|max %}<tr><td class="l">{{ s.name }}</td><td>{{ '%.2f' % s.mean }}</td><td>{{ '%.2f' % s.std }}</td><td>{{ '%.2f' % s.min }}</td><td>{{ '%.2f' % s.max }}</td>
+<td class="l hist">{% for h in s.hist %}<span style="height: {{ 2 + 30 * h // (m or 1) }}px" title="{{ h }}"></span>{% endfor %}</td></tr>{% endfor %}</table>{% endif %}
+{% if d.objects %}<h3>objects (top phrases)</h3><table>{% for phrase, n in d.objects %}<tr><td class="l">{{ phrase }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
+{% if d.judge %}<h3>judge</h3><table>{% for v, n in d.judge %}<tr><td class="l">{{ 'reasonable' if v else 'unreasonable' }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
+
+<h2>Failures: frames beside raw answers</h2>
+{% for e in a.failures %}<div class="ex"><img src="{{ e.thumbnail }}" alt="frame {{ e.key }}"><div>
+<b>{{ e.key }}</b> · {{ e.task }} · <span class="bad">{{ e.status }}</span>{% if e.detail %} · {{ e.detail }}{% endif %}
+<pre>{{ e.raw }}</pre></div></div>{% else %}<p>None.</p>{% endfor %}
+
+<h2>Disagreements with the reference</h2>
+{% for e in a.disagreements %}<div class="ex"><img src="{{ e.thumbnail }}" alt="frame {{ e.key }}"><div>
+<b>{{ e.key }}</b> · {{ e.task }} · answer <b>{{ e.value }}</b>, reference <b>{{ e.reference }}</b>
+<pre>{{ e.raw }}</pre></div></div>{% else %}<p>None.</p>{% endfor %}
+</body></html>
+"""
+
+
+def render_audit(audit: dict[str, Any]) -> str:
+    env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
+    return env.from_string(_TEMPLATE).render(a=audit)
+
+
+def write_audit(
+    rollout_dir: str | Path, labels_path: str | Path, out_path: str | Path
+) -> dict[str, Any]:
+    audit = build_audit(rollout_dir, labels_path)
+    atomic_write_bytes(out_path, render_audit(audit).encode())
+    return audit

@@ -1,0 +1,36 @@
+"""DVC stage `audit@<env>`: the static HTML label audit of an env's rollouts and label table.
+
+    python -m stages.audit --rollouts data/rollouts/CarRacing-v3 \\
+        --labels data/labels/CarRacing-v3.parquet --out reports/audit/CarRacing-v3.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipeline.labels.audit import write_audit
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rollouts", required=True)
+    parser.add_argument("--labels", required=True)
+    parser.add_argument("--out", required=True, help="HTML report to write")
+    args = parser.parse_args(argv)
+    try:
+        audit = write_audit(args.rollouts, args.labels, args.out)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    agreement = ", ".join(f"{t} {100 * s['rate']:.0f} %" for t, s in audit["agreement"].items())
+    print(
+        f"{args.out}: {audit['queried']} answers audited; agreement with the reference: {agreement or 'n/a'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

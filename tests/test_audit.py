@@ -1,0 +1,73 @@
+import polars as pl
+import pytest
+
+from pipeline.labels.audit import build_audit, render_audit, write_audit
+from pipeline.labels.label import label_rollouts
+from pipeline.rollouts.collect import collect
+from pipeline.teachers.baselines import ConstantTeacher
+from pipeline.teachers.scripted import ScriptedTeacher
+from tests.conftest import collect_cfg, env_cfg, label_cfg
+
+TASKS = {"action": 2, "milestone": 2, "objects": 4, "judge": 2}
+
+
+@pytest.fixture(scope="module")
+def rollouts(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rollouts") / "MountainCarContinuous-v0"
+    collect(
+        "MountainCarContinuous-v0",
+        env_cfg(max_episode_steps=30),
+        collect_cfg(episodes=2),
+        out,
+        progress=False,
+    )
+    return out
+
+
+def _labels(rollouts, tmp_path, teacher):
+    path = tmp_path / "labels.parquet"
+    label_rollouts(
+        rollouts, label_cfg(tasks=TASKS), teacher, tmp_path / "cache", path, progress=False
+    )
+    return path
+
+
+def test_reliable_scripted_teacher_agrees_with_its_reference(rollouts, tmp_path):
+    audit = build_audit(rollouts, _labels(rollouts, tmp_path, ScriptedTeacher(1.0, 0)))
+    assert audit["status_by_task"]["action"] == {"ok": 2 * 16}
+    assert all(s["rate"] == 1.0 for s in audit["agreement"].values())
+    assert audit["failures"] == [] and audit["disagreements"] == []
+
+
+def test_audit_counts_failures_and_shows_frames_beside_raw_answers(rollouts, tmp_path):
+    labels = _labels(rollouts, tmp_path, ScriptedTeacher(0.5, 0))
+    audit = write_audit(rollouts, labels, tmp_path / "audit.html")
+    table = pl.read_parquet(labels).filter(pl.col("queried"))
+    for task, counts in audit["status_by_task"].items():
+        assert sum(counts.values()) == table.filter(pl.col("task") == task).height
+    assert audit["failures"] and all(
+        f["thumbnail"].startswith("data:image/png;base64,") for f in audit["failures"]
+    )
+    assert audit["agreement"]["action"]["rate"] < 1.0
+    assert set(audit["latency"]["action"]) == {"p50", "p90", "p99"}
+    page = (tmp_path / "audit.html").read_text()
+    assert "Parse status by task" in page and "stand-in for a VLM" in page
+    failure = audit["failures"][0]
+    assert failure["status"] in page and failure["key"] in page
+
+
+def test_worst_model_disagrees_and_raw_text_is_escaped(rollouts, tmp_path):
+    audit = build_audit(rollouts, _labels(rollouts, tmp_path, ConstantTeacher()))
+    assert (
+        audit["agreement"]["milestone"]["rate"] < 1.0 or audit["agreement"]["action"]["rate"] < 1.0
+    )
+    audit["failures"].append(
+        {
+            **audit["disagreements"][0],
+            "raw": "<script>alert(1)</script>",
+            "status": "x",
+            "detail": "",
+        }
+    )
+    page = render_audit(audit)
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
