@@ -54,7 +54,7 @@ class EnvConfig(_Section):
     )
 
 
-Behaviour = Literal["random", "checkpoint"]
+Behaviour = Literal["random", "checkpoint", "teacher", "rae"]
 
 
 class CollectConfig(_Section):
@@ -62,7 +62,9 @@ class CollectConfig(_Section):
 
     behaviour: Behaviour = Field(
         description="Who acts: `random` samples the action space; `checkpoint` runs a saved actor "
-        "(a torch.export program, see pipeline.rollouts.behaviours)."
+        "(a torch.export program, see pipeline.rollouts.behaviours); `teacher` acts on the "
+        "`label.teacher`'s action answers; `rae` alternates an explorer and the teacher (ERPv "
+        "D.1, Random Alternating Exploration). Teacher answers go through the label cache."
     )
     episodes: int = Field(
         ge=1,
@@ -79,20 +81,53 @@ class CollectConfig(_Section):
         default=None,
         description="Actor file for behaviour `checkpoint`; must be null for other behaviours.",
     )
+    teacher_every_k: int = Field(
+        default=10,
+        ge=1,
+        description="teacher / rae: ask the teacher at t % k == 0 (and when a teacher phase starts) "
+        "and hold its action in between. ERPv C.4: 10.",
+    )
+    rae_switch_steps: tuple[int, int] = Field(
+        default=(50, 400),
+        description="rae: each episode draws T_switch ~ U[min, max] agent steps and alternates "
+        "explorer and teacher phases of that length. ERPv D.1: U[50, 400].",
+    )
+    explorer: Literal["random", "checkpoint"] = Field(
+        default="random",
+        description="rae: the exploring actor (ERPv D.1 uses a pretrained visual RL actor: "
+        "`checkpoint`, with `checkpoint:` set).",
+    )
     checkpoint_obs: Literal["state", "pixels"] = Field(
         default="state",
         description="Which observation the checkpoint actor reads: `state` (float32, (1, n)) "
         "or `pixels` (uint8, (1, 3, H, W)).",
     )
 
+    @property
+    def uses_checkpoint(self) -> bool:
+        return self.behaviour == "checkpoint" or (
+            self.behaviour == "rae" and self.explorer == "checkpoint"
+        )
+
+    @property
+    def uses_teacher(self) -> bool:
+        return self.behaviour in ("teacher", "rae")
+
     @model_validator(mode="after")
     def _checkpoint_matches_behaviour(self) -> CollectConfig:
-        if self.behaviour == "checkpoint" and not self.checkpoint:
-            raise ValueError("behaviour 'checkpoint' needs `checkpoint: <path to actor file>`")
-        if self.behaviour != "checkpoint" and self.checkpoint is not None:
+        if self.uses_checkpoint and not self.checkpoint:
             raise ValueError(
-                f"`checkpoint` is only read by behaviour 'checkpoint' (got behaviour "
-                f"{self.behaviour!r}); set it to null or change the behaviour"
+                f"behaviour {self.behaviour!r} needs `checkpoint: <path to actor file>`"
+            )
+        if not self.uses_checkpoint and self.checkpoint is not None:
+            raise ValueError(
+                f"`checkpoint` is only read by behaviour 'checkpoint' or an rae checkpoint explorer "
+                f"(got behaviour {self.behaviour!r}); set it to null or change the behaviour"
+            )
+        low, high = self.rae_switch_steps
+        if not 1 <= low <= high:
+            raise ValueError(
+                f"rae_switch_steps must be [min, max] with 1 <= min <= max, got {list(self.rae_switch_steps)}"
             )
         return self
 
@@ -243,9 +278,9 @@ def _allowed_keys(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     for part in loc:
         if isinstance(part, str) and hasattr(model, "model_fields") and part in model.model_fields:
             annotation = model.model_fields[part].annotation
-            args = getattr(annotation, "__args__", ())
-            model = args[-1] if args else annotation  # dict[str, X] -> X
-        # a dict key (an env id) leaves the model unchanged
+            # `X | None` -> X; `dict[str, X]` -> X (a dict key, e.g. an env id, is skipped below)
+            candidates = [annotation, *getattr(annotation, "__args__", ())]
+            model = next((c for c in candidates if hasattr(c, "model_fields")), annotation)
     return sorted(model.model_fields) if hasattr(model, "model_fields") else []
 
 

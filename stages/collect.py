@@ -11,6 +11,7 @@ import sys
 
 from pipeline.config import ConfigError, load_params
 from pipeline.rollouts.collect import CollectError, collect
+from pipeline.teachers import make_teacher
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,8 +34,22 @@ def main(argv: list[str] | None = None) -> int:
         params = load_params(args.params)
         if args.env not in params.envs:
             raise ConfigError(f"--env {args.env!r} is not in {args.params} `envs`: {params.envs}")
+        collect_cfg = params.collect[args.env]
+        teacher = None
+        if collect_cfg.uses_teacher:
+            if params.label is None:
+                raise ConfigError(
+                    f"collect.{args.env}.behaviour {collect_cfg.behaviour!r} asks the teacher of "
+                    f"`label.teacher`, but {args.params} has no `label` section"
+                )
+            teacher = make_teacher(params.label.teacher)
         manifest = collect(
-            args.env, params.env[args.env], params.collect[args.env], args.out, replace=args.replace
+            args.env,
+            params.env[args.env],
+            collect_cfg,
+            args.out,
+            teacher=teacher,
+            replace=args.replace,
         )
     except (ConfigError, CollectError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -41,7 +41,7 @@ def test_bad_value_names_the_field_and_the_range():
 def test_bad_choice_lists_the_allowed_values():
     raw = tiny_params_dict()
     raw["collect"]["MountainCar-v0"]["behaviour"] = "teacher_forcing"
-    with pytest.raises(ConfigError, match=r"behaviour: .*'random' or 'checkpoint'"):
+    with pytest.raises(ConfigError, match=r"behaviour: .*'random', 'checkpoint', 'teacher' or 'rae'"):
         parse_params(raw)
 
 
@@ -102,3 +102,33 @@ def test_file_errors_name_the_file(tmp_path):
 def test_config_is_frozen(tiny_params):
     with pytest.raises(ValueError):
         tiny_params.collect["MountainCar-v0"].episodes = 5
+
+
+def test_rae_settings_are_validated():
+    raw = tiny_params_dict(behaviour="rae", rae_switch_steps=[400, 50])
+    with pytest.raises(ConfigError, match=r"rae_switch_steps must be \[min, max\]"):
+        parse_params(raw)
+    raw = tiny_params_dict(behaviour="rae", explorer="checkpoint")
+    with pytest.raises(ConfigError, match="behaviour 'rae' needs `checkpoint"):
+        parse_params(raw)
+    params = parse_params(
+        tiny_params_dict(behaviour="rae", explorer="checkpoint", checkpoint="a.pt2")
+    )
+    assert params.collect["MountainCar-v0"].uses_teacher
+
+
+def test_teacher_backend_needs_its_settings():
+    raw = tiny_params_dict()
+    raw["label"]["teacher"]["backend"] = "openai"
+    with pytest.raises(ConfigError, match="backend 'openai' needs an `openai:` section"):
+        parse_params(raw)
+    raw["label"]["teacher"]["openai"] = {
+        "base_url": "http://127.0.0.1:8000/v1",
+        "model": "m",
+        "timeot_s": 3,
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"label\.teacher\.openai\.timeot_s: unknown key; allowed keys: api_key_env",
+    ):
+        parse_params(raw)

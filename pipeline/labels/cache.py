@@ -12,14 +12,19 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from pipeline.io import atomic_write_bytes
 from pipeline.labels.parsers import PARSER_VERSION
+
+if TYPE_CHECKING:
+    from pipeline.labels.tasks import Prompt
+    from pipeline.teachers.base import Reply, Teacher
 
 SEGMENT_PATTERN = "segment-%06d.parquet"
 SEGMENT_GLOB = "segment-*.parquet"
@@ -65,12 +70,20 @@ class CacheError(RuntimeError):
 
 
 class LabelCache:
-    def __init__(self, root: str | Path) -> None:
+    """The cache at `root` (read and appended to), plus caches it may only read (`read_also`:
+    e.g. the teacher answers a collect stage paid for while acting, kept beside its rollouts)."""
+
+    def __init__(self, root: str | Path, read_also: Sequence[str | Path] = ()) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self._entries: dict[str, CachedAnswer] = {}
-        self._segments = 0
-        for path in sorted(self.root.glob(SEGMENT_GLOB)):
+        for other in read_also:
+            self._load(Path(other))
+        self._segments = self._load(self.root)
+
+    def _load(self, directory: Path) -> int:
+        segments = sorted(directory.glob(SEGMENT_GLOB)) if directory.is_dir() else []
+        for path in segments:
             try:
                 frame = pl.read_parquet(path)
             except (pl.exceptions.ComputeError, OSError) as exc:
@@ -80,7 +93,7 @@ class LabelCache:
                 ) from exc
             for row in frame.iter_rows(named=True):
                 self._entries[row["key"]] = CachedAnswer(**row)
-            self._segments += 1
+        return len(segments)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -108,3 +121,42 @@ class LabelCache:
         self._segments += 1
         for answer in new:
             self._entries[answer.key] = answer
+
+
+def frame_sha256(frame_png: bytes) -> str:
+    return hashlib.sha256(frame_png).hexdigest()
+
+
+def prompt_cache_key(prompt: Prompt, teacher: Teacher) -> str:
+    return cache_key(
+        frame_sha256(prompt.frame_png), teacher.teacher_id, prompt.text, teacher.decoding
+    )
+
+
+def store_replies(
+    cache: LabelCache, teacher: Teacher, prompts: Sequence[Prompt], replies: Sequence[Reply]
+) -> None:
+    """Cache the replies that are answers (one segment); transport failures are not cached."""
+    cache.put_many(
+        [
+            CachedAnswer(
+                prompt_cache_key(prompt, teacher), teacher.teacher_id, prompt.task,
+                frame_sha256(prompt.frame_png), prompt.text_sha256, reply.text or "",
+                reply.finish_reason, reply.latency_s, reply.attempts,
+            )
+            for prompt, reply in zip(prompts, replies, strict=True)
+            if reply.error is None
+        ]
+    )  # fmt: skip
+
+
+def ask_through_cache(
+    cache: LabelCache, teacher: Teacher, prompt: Prompt
+) -> tuple[CachedAnswer | Reply, bool]:
+    """One prompt: the cached answer if there is one (True), else the teacher's, now cached."""
+    hit = cache.get(prompt_cache_key(prompt, teacher))
+    if hit is not None:
+        return hit, True
+    (reply,) = teacher.answer([prompt])
+    store_replies(cache, teacher, [prompt], [reply])
+    return reply, False

@@ -22,10 +22,11 @@ from tqdm import tqdm
 
 from pipeline.config import LabelConfig
 from pipeline.io import atomic_write_bytes
-from pipeline.labels.cache import CachedAnswer, LabelCache, cache_key
+from pipeline.labels.cache import CachedAnswer, LabelCache, cache_key, store_replies
 from pipeline.labels.parsers import PARSER_VERSION
 from pipeline.labels.status import TRANSPORT_FAILURES, ParseStatus
 from pipeline.labels.tasks import Prompt, TaskName, parse_answer, render_prompt
+from pipeline.rollouts.format import TEACHER_CACHE_DIR
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.teachers.base import Reply, Teacher
 
@@ -154,7 +155,8 @@ def label_rollouts(
     """Label a finished rollout directory; write the label table (parquet) to `out_path`."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
-    cache = LabelCache(cache_dir)
+    # answers the collect stage paid for while acting (behaviours teacher / rae) are reused
+    cache = LabelCache(cache_dir, read_also=[Path(rollout_dir) / TEACHER_CACHE_DIR])
     summary = LabelSummary()
     queried_rows: dict[tuple[str, str], dict[str, Any]] = {}  # (sample_key, task) -> row
     carried: list[tuple[str, str, str]] = []  # (sample_key, task, source sample_key)
@@ -178,7 +180,6 @@ def label_rollouts(
                 f"teacher {teacher.teacher_id} returned {len(replies)} replies for {len(unique)} prompts"
             )
         summary.teacher_calls += len(unique)
-        fresh = []
         for same_key, reply in zip(batch.values(), replies, strict=True):
             for i, pending in enumerate(same_key):
                 # a repeat of a key within the batch is served by the one answer, like a cache hit
@@ -186,22 +187,14 @@ def label_rollouts(
                 queried_rows[(pending.sample_key, pending.prompt.task)] = row
                 summary.statuses[row["parse_status"]] += 1
             summary.cache_hits += len(same_key) - 1
-            pending = same_key[0]
-            if reply.error is None:
-                fresh.append(
-                    CachedAnswer(
-                        pending.key, teacher.teacher_id, pending.prompt.task, pending.frame_sha256,
-                        pending.prompt.text_sha256, reply.text or "", reply.finish_reason,
-                        reply.latency_s, reply.attempts,
-                    )
-                )  # fmt: skip
-        if summary.teacher_calls == len(unique) and not fresh:
+        if summary.teacher_calls == len(unique) and all(r.error is not None for r in replies):
             first = replies[0]
             raise LabelError(
-                f"teacher {teacher.teacher_id} answered none of the first {len(batch)} prompts "
+                f"teacher {teacher.teacher_id} answered none of the first {len(unique)} prompts "
                 f"({first.error}: {first.error_detail}); is the server reachable?"
             )
-        cache.put_many(fresh)  # one atomic segment per batch: a kill loses at most this batch
+        # one atomic segment per batch: a kill loses at most this batch
+        store_replies(cache, teacher, [p.prompt for p in unique], replies)
         batch.clear()
         done = summary.queried
         failed = sum(n for s, n in summary.statuses.items() if s not in ("ok", "regex_fallback"))

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from gymnasium import spaces
 
 from pipeline.config import CollectConfig
-from pipeline.envs import PIXELS, STATE
+from pipeline.envs import CONTEXT, PIXELS, STATE
+
+if TYPE_CHECKING:
+    from pipeline.labels.cache import LabelCache
+    from pipeline.teachers.base import Teacher
 
 
 class Behaviour(Protocol):
@@ -91,11 +95,133 @@ class CheckpointBehaviour:
         return np.clip(out.reshape(self.action_space.shape), low, high).astype(np.float32), self.tag
 
 
-def make_behaviour(cfg: CollectConfig, action_space: spaces.Space) -> Behaviour:
+def make_behaviour(
+    cfg: CollectConfig,
+    action_space: spaces.Space,
+    env_id: str = "",
+    teacher: Teacher | None = None,
+    cache: LabelCache | None = None,
+) -> Behaviour:
+    """The behaviour of `cfg`; `teacher` and `cache` are needed by `teacher` and `rae`."""
     if cfg.behaviour == "random":
         return RandomBehaviour(action_space)
     if cfg.behaviour == "checkpoint":
-        assert cfg.checkpoint is not None  # enforced by CollectConfig
-        obs_key = STATE if cfg.checkpoint_obs == "state" else PIXELS
-        return CheckpointBehaviour(cfg.checkpoint, obs_key, action_space)
+        return _checkpoint(cfg, action_space)
+    if teacher is None or cache is None:
+        raise ValueError(f"behaviour {cfg.behaviour!r} needs a teacher and a label cache")
+    acting_teacher = TeacherBehaviour(teacher, cache, env_id, action_space, cfg.teacher_every_k)
+    if cfg.behaviour == "teacher":
+        return acting_teacher
+    if cfg.behaviour == "rae":
+        explorer = (
+            _checkpoint(cfg, action_space)
+            if cfg.explorer == "checkpoint"
+            else RandomBehaviour(action_space)
+        )
+        return RAEBehaviour(explorer, acting_teacher, cfg.rae_switch_steps)
     raise ValueError(f"unknown behaviour {cfg.behaviour!r}")
+
+
+def _checkpoint(cfg: CollectConfig, action_space: spaces.Space) -> CheckpointBehaviour:
+    assert cfg.checkpoint is not None  # enforced by CollectConfig
+    obs_key = STATE if cfg.checkpoint_obs == "state" else PIXELS
+    return CheckpointBehaviour(cfg.checkpoint, obs_key, action_space)
+
+
+class TeacherBehaviour:
+    """Acts on the teacher's `action` answers (ERPv's VLM executor), asked through the label cache
+    at t % k == 0 and whenever `act_at` is told a phase starts, held in between. An answer with no
+    usable action (a parse failure, no reply) keeps the held action; before the first usable one,
+    actions are random and tagged so."""
+
+    tag = "teacher"
+
+    def __init__(
+        self,
+        teacher: Teacher,
+        cache: LabelCache,
+        env_id: str,
+        action_space: spaces.Space,
+        every_k: int,
+    ) -> None:
+        from pipeline.rollouts.format import action_space_spec
+
+        self.teacher, self.cache, self.env_id, self.every_k = teacher, cache, env_id, every_k
+        self.action_space, self.spec = action_space, action_space_spec(action_space)
+        self._fallback = RandomBehaviour(action_space)
+        self._held: Any = None
+        self._t = 0
+        self.calls = 0  # teacher calls made (cache misses), for progress and tests
+
+    def reset(self, seed: int) -> None:
+        self._fallback.reset(seed)
+        self._held, self._t = None, 0
+
+    def _ask(self, obs: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+        from pipeline.labels.cache import ask_through_cache
+        from pipeline.labels.tasks import parse_answer, render_prompt
+        from pipeline.rollouts.writer import encode_png
+
+        # the same frame bytes and prompt the label stage renders, hence the same cache key
+        prompt = render_prompt(
+            "action", self.env_id, self.spec, encode_png(obs[PIXELS]), info[CONTEXT]
+        )
+        answer, hit = ask_through_cache(self.cache, self.teacher, prompt)
+        self.calls += not hit
+        text = answer.raw_text if hasattr(answer, "raw_text") else answer.text
+        parsed = parse_answer("action", text, self.env_id, self.spec)
+        if parsed.value is None:
+            return
+        if isinstance(self.action_space, spaces.Discrete):
+            if self.action_space.contains(int(parsed.value)):
+                self._held = int(parsed.value)
+        else:  # out-of-range answers are clipped to act, as the env would; the label keeps them raw
+            value = np.asarray(parsed.value, dtype=np.float32).reshape(self.action_space.shape)
+            self._held = np.clip(value, self.action_space.low, self.action_space.high)
+
+    def act_at(
+        self, t: int, obs: dict[str, np.ndarray], info: dict[str, Any], phase_start: bool
+    ) -> tuple[Any, str]:
+        if phase_start or self._held is None or t % self.every_k == 0:
+            self._ask(obs, info)
+        if self._held is None:
+            return self._fallback.act(obs, info)
+        return self._held, self.tag
+
+    def act(self, obs: dict[str, np.ndarray], info: dict[str, Any]) -> tuple[Any, str]:
+        action = self.act_at(self._t, obs, info, phase_start=False)
+        self._t += 1
+        return action
+
+
+class RAEBehaviour:
+    """Random Alternating Exploration (ERPv D.1): each episode draws a phase length
+    T_switch ~ U[min, max] and alternates explorer and teacher phases of that length, starting
+    with either at random. Step tags say who acted: `explorer` or `teacher`."""
+
+    def __init__(
+        self, explorer: Behaviour, teacher: TeacherBehaviour, switch_steps: tuple[int, int]
+    ) -> None:
+        self.explorer, self.teacher, self.switch_steps = explorer, teacher, switch_steps
+        self._rng = np.random.default_rng(0)
+        self.t_switch, self._teacher_phase, self._t = switch_steps[0], False, 0
+
+    def reset(self, seed: int) -> None:
+        self.explorer.reset(seed)
+        self.teacher.reset(seed)
+        self._rng = np.random.default_rng([seed, 1])  # independent of the explorer's stream
+        low, high = self.switch_steps
+        self.t_switch = int(self._rng.integers(low, high + 1))
+        self._teacher_phase = bool(self._rng.integers(2))
+        self._t = 0
+
+    def act(self, obs: dict[str, np.ndarray], info: dict[str, Any]) -> tuple[Any, str]:
+        t = self._t
+        phase_start = t % self.t_switch == 0
+        if phase_start and t > 0:
+            self._teacher_phase = not self._teacher_phase
+        self._t += 1
+        if self._teacher_phase:
+            return self.teacher.act_at(t, obs, info, phase_start)
+        action, _ = self.explorer.act(obs, info)
+        return action, "explorer"

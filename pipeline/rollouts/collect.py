@@ -26,6 +26,10 @@ from tqdm import tqdm
 from pipeline.config import CollectConfig, EnvConfig
 from pipeline.envs import CONTEXT, PIXELS, STATE, make_env
 from pipeline.io import TMP_SUFFIX, atomic_write_json, sha256_file
+from pipeline.labels.cache import LabelCache
+from pipeline.labels.parsers import PARSER_VERSION
+from pipeline.labels.schema import label_schema
+from pipeline.labels.tasks import load_template
 from pipeline.rollouts.behaviours import Behaviour, make_behaviour
 from pipeline.rollouts.format import (
     FORMAT_VERSION,
@@ -33,12 +37,14 @@ from pipeline.rollouts.format import (
     MANIFEST_NAME,
     SHARD_GLOB,
     SHARD_PATTERN,
+    TEACHER_CACHE_DIR,
     StepRecord,
     action_space_spec,
     action_to_json,
     sample_key,
 )
 from pipeline.rollouts.writer import AtomicShardWriter, encode_json, encode_png
+from pipeline.teachers.base import Teacher
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +78,9 @@ def episode_seed(base_seed: int, episode: int) -> int:
     return int(np.random.SeedSequence([base_seed, episode]).generate_state(1)[0])
 
 
-def collection_fingerprint(env_id: str, env_cfg: EnvConfig, collect_cfg: CollectConfig) -> str:
+def collection_fingerprint(
+    env_id: str, env_cfg: EnvConfig, collect_cfg: CollectConfig, teacher: Teacher | None = None
+) -> str:
     """Hash of everything that determines the samples, except the budget (`episodes`)."""
     settings: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
@@ -83,6 +91,19 @@ def collection_fingerprint(env_id: str, env_cfg: EnvConfig, collect_cfg: Collect
     if collect_cfg.checkpoint is not None:
         # the actor's bytes, not its path, decide what it does
         settings["checkpoint_sha256"] = sha256_file(collect_cfg.checkpoint)
+    if collect_cfg.uses_teacher:
+        if teacher is None:
+            raise CollectError(
+                f"behaviour {collect_cfg.behaviour!r} needs a teacher (params `label.teacher`)"
+            )
+        # who answers, how, what is asked and how it is read decide the teacher's actions
+        schema = label_schema(env_id)
+        settings["teacher"] = {
+            "id": teacher.teacher_id,
+            "decoding": teacher.decoding,
+            "parser_version": PARSER_VERSION,
+            "prompt": load_template(schema.prompt_dir, "action"),
+        }
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 
@@ -234,17 +255,19 @@ def collect(
     collect_cfg: CollectConfig,
     out_dir: str | Path,
     *,
+    teacher: Teacher | None = None,
     replace: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Collect `collect_cfg.episodes` episodes of `env_id` into `out_dir`; return the manifest.
 
     Resumes an interrupted or shorter collection made with the same settings. Data made with
-    other settings is an error unless `replace`, which deletes it first.
+    other settings is an error unless `replace`, which deletes it first. Behaviours `teacher` and
+    `rae` need `teacher`; its answers are cached in `out_dir/teacher_cache`.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    fingerprint = collection_fingerprint(env_id, env_cfg, collect_cfg)
+    fingerprint = collection_fingerprint(env_id, env_cfg, collect_cfg, teacher)
     shards, episodes = _resume_point(out_dir, fingerprint, collect_cfg.episodes, replace)
     if episodes and (out_dir / MANIFEST_NAME).exists() and len(episodes) == collect_cfg.episodes:
         log.info("%s: %d episodes already collected; nothing to do", out_dir, len(episodes))
@@ -256,7 +279,8 @@ def collect(
     (out_dir / MANIFEST_NAME).unlink(missing_ok=True)  # the journal now speaks for the data
 
     env = make_env(env_id, env_cfg)
-    behaviour = make_behaviour(collect_cfg, env.action_space)
+    cache = LabelCache(out_dir / TEACHER_CACHE_DIR) if collect_cfg.uses_teacher else None
+    behaviour = make_behaviour(collect_cfg, env.action_space, env_id, teacher, cache)
     spec = action_space_spec(env.action_space)
     writer: AtomicShardWriter | None = None
     pending: list[EpisodeEntry] = []
@@ -304,7 +328,7 @@ def collect(
         "format_version": FORMAT_VERSION,
         "env_id": env_id,
         "env": env_cfg.model_dump(),
-        "collect": collect_cfg.model_dump(),
+        "collect": collect_cfg.model_dump(mode="json"),
         "fingerprint": fingerprint,
         "observation": observation,
         "action_space": spec,

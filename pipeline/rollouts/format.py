@@ -3,7 +3,8 @@
 A rollout directory holds:
 - `shard-000000.tar`, ...: webdataset tars; a shard always holds whole episodes;
 - `manifest.json`: written last, once collection is complete (shards, hashes, counts, seeds);
-- `.collect-journal.json`: only while a collection is unfinished; it lets a rerun resume.
+- `.collect-journal.json`: only while a collection is unfinished; it lets a rerun resume;
+- `teacher_cache/`: the teacher answers of `teacher` / `rae` behaviours (a label cache).
 
 Sample `<episode>/<t>` (zero-padded, so keys sort in step order) has two members:
 - `png`: the RGB frame o_t;
@@ -25,6 +26,9 @@ SHARD_PATTERN = "shard-%06d.tar"
 SHARD_GLOB = "shard-*.tar"
 MANIFEST_NAME = "manifest.json"
 JOURNAL_NAME = ".collect-journal.json"
+# Teacher answers paid for while collecting (behaviours `teacher`, `rae`): a label cache that the
+# label stage also reads, so no answer is paid twice. Kept across --replace: answers stay valid.
+TEACHER_CACHE_DIR = "teacher_cache"
 SAMPLE_KEY_PATTERN = "{episode:06d}/{t:06d}"
 _SAMPLE_KEY_RE = re.compile(r"^(\d{6,})/(\d{6,})$")
 

@@ -1,0 +1,82 @@
+"""Behaviours `teacher` and `rae` (ERPv D.1): who acts when, and teacher answers paid once."""
+
+import polars as pl
+
+from pipeline.labels.label import label_rollouts
+from pipeline.rollouts.collect import collect
+from pipeline.rollouts.reader import iter_rollouts
+from pipeline.teachers.scripted import ScriptedTeacher
+from tests.conftest import collect_cfg, env_cfg, label_cfg
+from tests.test_label import CountingTeacher
+
+MC = "MountainCar-v0"
+
+
+def _episodes(rollout_dir):
+    episodes: dict[int, list[dict]] = {}
+    for sample in iter_rollouts(rollout_dir):
+        if not sample.record["is_last"]:
+            episodes.setdefault(sample.episode, []).append(sample.record)
+    return episodes
+
+
+def test_teacher_behaviour_acts_on_the_teachers_answers(tmp_path):
+    teacher = CountingTeacher(ScriptedTeacher(1.0, 0))
+    cfg = collect_cfg(behaviour="teacher", teacher_every_k=1, episodes=1)
+    manifest = collect(
+        MC, env_cfg(max_episode_steps=200), cfg, tmp_path / "r", teacher=teacher, progress=False
+    )
+    (episode,) = manifest["episodes"]
+    assert episode["terminated"], "a reliable energy-pumping teacher reaches the flag"
+    records = _episodes(tmp_path / "r")[0]
+    assert {r["behaviour"] for r in records} == {"teacher"}
+    assert teacher.calls == len(records)  # asked every step (k=1), one prompt per call
+
+
+def test_rae_alternates_explorer_and_teacher_phases(tmp_path):
+    teacher = CountingTeacher(ScriptedTeacher(0.8, 0))
+    cfg = collect_cfg(behaviour="rae", rae_switch_steps=(5, 12), teacher_every_k=4, episodes=4)
+    collect(MC, env_cfg(max_episode_steps=60), cfg, tmp_path / "r", teacher=teacher, progress=False)
+    for records in _episodes(tmp_path / "r").values():
+        tags = [r["behaviour"] for r in records]
+        runs = []  # lengths of maximal runs of the same phase
+        for i, tag in enumerate(tags):
+            phase = (
+                "explorer" if tag == "explorer" else "teacher"
+            )  # before its first answer the teacher may act randomly
+            if i and phase == runs[-1][0]:
+                runs[-1][1] += 1
+            else:
+                runs.append([phase, 1])
+        assert len(runs) >= 2, "both the explorer and the teacher act within an episode"
+        lengths = {n for _, n in runs[:-1]}  # the last phase is cut by the episode end
+        assert len(lengths) == 1 and 5 <= lengths.pop() <= 12  # one T_switch per episode
+
+
+def test_teacher_answers_paid_while_collecting_are_not_paid_again_by_label(tmp_path):
+    collecting = CountingTeacher(ScriptedTeacher(0.8, 0))
+    cfg = collect_cfg(behaviour="rae", rae_switch_steps=(5, 12), teacher_every_k=5, episodes=3)
+    collect(MC, env_cfg(), cfg, tmp_path / "r", teacher=collecting, progress=False)
+    assert collecting.calls > 0
+    labelling = CountingTeacher(ScriptedTeacher(0.8, 0))
+    summary = label_rollouts(
+        tmp_path / "r",
+        label_cfg(tasks={"action": 5}),
+        labelling,
+        tmp_path / "c",
+        tmp_path / "t.parquet",
+        progress=False,
+    )
+    table = pl.read_parquet(tmp_path / "t.parquet").filter(pl.col("queried"))
+    reused = table.filter(pl.col("cache_hit")).height
+    assert reused > 0 and summary.teacher_calls == summary.queried - reused
+    assert not set(collecting.asked) & set(labelling.asked)
+
+
+def test_rae_collection_is_deterministic(tmp_path):
+    cfg = collect_cfg(behaviour="rae", rae_switch_steps=(5, 12), teacher_every_k=5)
+    a = collect(MC, env_cfg(), cfg, tmp_path / "a", teacher=ScriptedTeacher(0.8, 0), progress=False)
+    b = collect(MC, env_cfg(), cfg, tmp_path / "b", teacher=ScriptedTeacher(0.8, 0), progress=False)
+    assert [s["sha256"] for s in a["shards"]] == [s["sha256"] for s in b["shards"]]
+    c = collect(MC, env_cfg(), cfg, tmp_path / "c", teacher=ScriptedTeacher(0.5, 0), progress=False)
+    assert a["fingerprint"] != c["fingerprint"]
