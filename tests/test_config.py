@@ -41,7 +41,9 @@ def test_bad_value_names_the_field_and_the_range():
 def test_bad_choice_lists_the_allowed_values():
     raw = tiny_params_dict()
     raw["collect"]["MountainCar-v0"]["behaviour"] = "teacher_forcing"
-    with pytest.raises(ConfigError, match=r"behaviour: .*'random', 'checkpoint', 'teacher' or 'rae'"):
+    with pytest.raises(
+        ConfigError, match=r"behaviour: .*'random', 'checkpoint', 'teacher' or 'rae'"
+    ):
         parse_params(raw)
 
 
