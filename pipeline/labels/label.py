@@ -199,7 +199,7 @@ def label_rollouts(
         done = summary.queried
         failed = sum(n for s, n in summary.statuses.items() if s not in ("ok", "regex_fallback"))
         bar.set_postfix(
-            frames_per_s=f"{done / (time.perf_counter() - started):.1f}",
+            answers_per_s=f"{done / (time.perf_counter() - started):.1f}",
             parse_fail=f"{failed / max(1, summary.teacher_calls + summary.cache_hits):.0%}",
         )
 
