@@ -1,6 +1,9 @@
 """The label stage's logic: ask a teacher about every k-th frame of a rollout directory, through
 the cache, and write one label table row per (sample, task).
 
+The table is a pure function of (rollouts, teacher, prompts, parser): whether an answer came from
+the cache or from a call is reported by the stage, not stored, so a rerun writes the same bytes.
+
 Rows of frames between two queries carry the last queried label of the episode, with
 `queried = False` and `source_key` naming the frame whose label they carry (ERPv C.4: the VLM is
 queried every 10 frames). Every answer becomes a row with a `parse_status`; none is dropped.
@@ -41,7 +44,6 @@ LABEL_TABLE_SCHEMA = {
     "source_key": pl.String,  # the queried frame whose answer this row holds
     "teacher_id": pl.String,
     "cache_key": pl.String,
-    "cache_hit": pl.Boolean,
     "frame_sha256": pl.String,
     "prompt_sha256": pl.String,
     "parser_version": pl.String,
@@ -102,7 +104,6 @@ def _value_columns(
 def _row(
     pending: _Pending,
     answer: CachedAnswer | Reply,
-    cache_hit: bool,
     teacher_id: str,
     env_id: str,
     space: dict,
@@ -129,7 +130,6 @@ def _row(
         "source_key": pending.sample_key,
         "teacher_id": teacher_id,
         "cache_key": pending.key,
-        "cache_hit": cache_hit,
         "frame_sha256": pending.frame_sha256,
         "prompt_sha256": prompt.text_sha256,
         "parser_version": PARSER_VERSION,
@@ -181,9 +181,9 @@ def label_rollouts(
             )
         summary.teacher_calls += len(unique)
         for same_key, reply in zip(batch.values(), replies, strict=True):
-            for i, pending in enumerate(same_key):
+            for pending in same_key:
                 # a repeat of a key within the batch is served by the one answer, like a cache hit
-                row = _row(pending, reply, i > 0, teacher.teacher_id, env_id, space)
+                row = _row(pending, reply, teacher.teacher_id, env_id, space)
                 queried_rows[(pending.sample_key, pending.prompt.task)] = row
                 summary.statuses[row["parse_status"]] += 1
             summary.cache_hits += len(same_key) - 1
@@ -224,7 +224,7 @@ def label_rollouts(
                 summary.queried += 1
                 hit = cache.get(key)
                 if hit is not None:
-                    row = _row(pending, hit, True, teacher.teacher_id, env_id, space)
+                    row = _row(pending, hit, teacher.teacher_id, env_id, space)
                     queried_rows[(sample.key, task)] = row
                     summary.cache_hits += 1
                     summary.statuses[row["parse_status"]] += 1
