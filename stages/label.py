@@ -12,8 +12,8 @@ import logging
 import sys
 
 from pipeline.config import ConfigError, load_params
-from pipeline.labels.cache import CacheError
 from pipeline.labels.label import LabelError, label_rollouts
+from pipeline.segments import StoreError
 from pipeline.teachers import make_teacher
 
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"{args.params} has no `label` section")
         teacher = make_teacher(params.label.teacher)
         summary = label_rollouts(args.rollouts, params.label, teacher, args.cache, args.out)
-    except (ConfigError, LabelError, CacheError, FileNotFoundError) as exc:
+    except (ConfigError, LabelError, StoreError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     statuses = ", ".join(f"{s} {n}" for s, n in summary.statuses.most_common())

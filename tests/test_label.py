@@ -195,3 +195,13 @@ def test_constant_and_random_teachers(rollouts, tmp_path):
     _, table = _label(rollouts, tmp_path, RandomTeacher(0), name="random.parquet")
     assert set(table["parse_status"]) == {"ok"}
     assert len(set(table.filter(pl.col("task") == "milestone")["milestone"])) > 1
+
+
+def test_corrupt_cache_segment_is_reported_by_name(rollouts, tmp_path):
+    from pipeline.segments import StoreError
+
+    _label(rollouts, tmp_path, ScriptedTeacher(0.8, 0))
+    segment = sorted((tmp_path / "cache").glob("segment-*.parquet"))[0]
+    segment.write_bytes(segment.read_bytes()[:100])
+    with pytest.raises(StoreError, match=f"label cache segment {segment} is unreadable"):
+        _label(rollouts, tmp_path, ScriptedTeacher(0.8, 0))

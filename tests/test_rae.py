@@ -1,7 +1,5 @@
 """Behaviours `teacher` and `rae` (ERPv D.1): who acts when, and teacher answers paid once."""
 
-import shutil
-
 import polars as pl
 
 from pipeline.labels.label import label_rollouts

@@ -2,15 +2,13 @@
 
 Key = sha256(frame bytes' sha256, teacher id, prompt text, decoding params, parser version): the
 same key is never asked twice, in any stage, on any machine that has the cache. Entries live in
-parquet segments (`segment-000000.parquet`, ...), one per labelled batch, each written atomically,
-so a kill loses at most the batch in flight. Segments are never rewritten. Only answers are
+append-only parquet segments (pipeline.segments), one per labelled batch. Only answers are
 cached: a call that got no answer (HTTP error, timeout) is asked again next time.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -19,15 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from pipeline.io import atomic_write_bytes
 from pipeline.labels.parsers import PARSER_VERSION
+from pipeline.segments import SegmentStore
 
 if TYPE_CHECKING:
     from pipeline.labels.tasks import Prompt
     from pipeline.teachers.base import Reply, Teacher
-
-SEGMENT_PATTERN = "segment-%06d.parquet"
-SEGMENT_GLOB = "segment-*.parquet"
 
 
 def cache_key(
@@ -65,62 +60,27 @@ _SCHEMA = {
 }
 
 
-class CacheError(RuntimeError):
-    pass
-
-
 class LabelCache:
     """The cache at `root` (read and appended to), plus caches it may only read (`read_also`:
     e.g. the teacher answers a collect stage paid for while acting, kept beside its rollouts)."""
 
     def __init__(self, root: str | Path, read_also: Sequence[str | Path] = ()) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._entries: dict[str, CachedAnswer] = {}
-        for other in read_also:
-            self._load(Path(other))
-        self._segments = self._load(self.root)
-
-    def _load(self, directory: Path) -> int:
-        segments = sorted(directory.glob(SEGMENT_GLOB)) if directory.is_dir() else []
-        for path in segments:
-            try:
-                frame = pl.read_parquet(path)
-            except (pl.exceptions.ComputeError, OSError) as exc:
-                raise CacheError(
-                    f"label cache segment {path} is unreadable ({exc}); move it away to relabel "
-                    f"its entries"
-                ) from exc
-            for row in frame.iter_rows(named=True):
-                self._entries[row["key"]] = CachedAnswer(**row)
-        return len(segments)
+        self._store = SegmentStore(root, _SCHEMA, read_also, name="label cache")
+        self.root = self._store.root
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._store)
 
     def __contains__(self, key: str) -> bool:
-        return key in self._entries
+        return key in self._store
 
     def get(self, key: str) -> CachedAnswer | None:
-        return self._entries.get(key)
+        row = self._store.get(key)
+        return None if row is None else CachedAnswer(**row)
 
-    def put_many(self, answers: list[CachedAnswer]) -> None:
+    def put_many(self, answers: Sequence[CachedAnswer]) -> None:
         """Append one segment holding `answers` (skipping keys already cached)."""
-        new = [a for a in answers if a.key not in self._entries]
-        if not new:
-            return
-        buf = io.BytesIO()
-        pl.DataFrame([asdict(a) for a in new], schema=_SCHEMA).write_parquet(buf)
-        # Numbered after the segments present: one writer per cache directory at a time.
-        path = self.root / (SEGMENT_PATTERN % self._segments)
-        if path.exists():
-            raise CacheError(
-                f"{path} appeared while labelling: is another label run using {self.root}?"
-            )
-        atomic_write_bytes(path, buf.getvalue())
-        self._segments += 1
-        for answer in new:
-            self._entries[answer.key] = answer
+        self._store.put_many([asdict(a) for a in answers])
 
 
 def frame_sha256(frame_png: bytes) -> str:
