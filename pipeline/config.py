@@ -25,7 +25,7 @@ class ConfigError(ValueError):
 
 class _Section(BaseModel):
     # Unknown keys are typos until proven otherwise; frozen so a stage cannot mutate its params.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
 
 class EnvConfig(_Section):
@@ -229,6 +229,52 @@ class LabelConfig(_Section):
         return self
 
 
+class ClipDenseConfig(_Section):
+    """MaskCLIP-style dense masks on open_clip (`masks.clip_dense`)."""
+
+    model: str = Field(description="open_clip model name, e.g. ViT-B-16 (a ViT tower).")
+    pretrained: str | None = Field(
+        description="open_clip pretrained tag (e.g. openai) or a checkpoint file; null: random."
+    )
+    device: str = Field(default="cpu", description="torch device.")
+    cosine_threshold: float = Field(
+        default=0.25,
+        ge=-1.0,
+        le=1.0,
+        description="Mask = sigmoid(logit_scale * (cos - threshold)); our choice, not the paper's.",
+    )
+    model_config_file: str | None = Field(
+        default=None, description="JSON of a custom open_clip architecture to register first."
+    )
+
+
+class ClipSegConfig(_Section):
+    """transformers CLIPSeg (`masks.clipseg`)."""
+
+    model: str = Field(description="Local path or hub id, e.g. CIDAS/clipseg-rd64-refined.")
+    revision: str | None = Field(default=None, description="Hub revision.")
+    device: str = Field(default="cpu", description="torch device.")
+
+
+class MasksConfig(_Section):
+    """The masks stage (`masks`): turn `objects` labels into one mask per phrase (Semore eq. 4)."""
+
+    backend: Literal["scripted", "clip_dense", "clipseg"] = Field(
+        description="`scripted`: colour keys / MuJoCo segmentation, no model (offline default); "
+        "`clip_dense`: MaskCLIP-style open_clip similarity; `clipseg`: transformers CLIPSeg, the "
+        "packaged CLIP-driven segmenter closest to Semore's CRIS."
+    )
+    batch_size: int = Field(ge=1, le=4096, description="Frames per back-end call.")
+    clip_dense: ClipDenseConfig | None = Field(default=None, description="Settings of clip_dense.")
+    clipseg: ClipSegConfig | None = Field(default=None, description="Settings of clipseg.")
+
+    @model_validator(mode="after")
+    def _backend_has_settings(self) -> MasksConfig:
+        if self.backend != "scripted" and getattr(self, self.backend) is None:
+            raise ValueError(f"backend {self.backend!r} needs a `{self.backend}:` section")
+        return self
+
+
 class Params(_Section):
     """The whole params.yaml."""
 
@@ -236,6 +282,7 @@ class Params(_Section):
     env: dict[str, EnvConfig] = Field(description="Per-env settings, keyed by env id.")
     collect: dict[str, CollectConfig] = Field(description="Per-env collection, keyed by env id.")
     label: LabelConfig | None = Field(default=None, description="The label stage.")
+    masks: MasksConfig | None = Field(default=None, description="The masks stage.")
 
     @model_validator(mode="after")
     def _envs_are_known_and_configured(self) -> Params:

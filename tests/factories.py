@@ -86,3 +86,81 @@ def build_tiny_qwen2_vl(path: str | Path, seed: int = 0) -> Path:
     model.save_pretrained(path)
     processor.save_pretrained(path)
     return path
+
+
+def build_tiny_clipseg(path: str | Path, seed: int = 0) -> Path:
+    """A CLIPSeg with random weights, its CLIP BPE tokenizer and image processor, saved with
+    save_pretrained so CLIPSegForImageSegmentation.from_pretrained(path) loads it."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import (
+        CLIPSegConfig,
+        CLIPSegForImageSegmentation,
+        CLIPSegProcessor,
+        CLIPTokenizer,
+        ViTImageProcessor,
+    )
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    bpe = Tokenizer(models.BPE(end_of_word_suffix="</w>", unk_token="<|endoftext|>"))
+    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|startoftext|>", "<|endoftext|>"],
+        end_of_word_suffix="</w>",
+    )
+    bpe.train_from_iterator(["a red car on a grey road with green grass and a curve"] * 10, trainer)
+    vocab_file, merges_file = bpe.model.save(str(path))
+    tokenizer = CLIPTokenizer(vocab=vocab_file, merges=merges_file)
+    config = CLIPSegConfig(
+        text_config={
+            "vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 2, "max_position_embeddings": 32,
+            "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+        vision_config={
+            "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "image_size": 32, "patch_size": 8,
+        },
+        projection_dim=16, reduce_dim=16, extract_layers=[1],
+        decoder_num_attention_heads=2, decoder_intermediate_size=32,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    CLIPSegForImageSegmentation(config).save_pretrained(path)
+    image_processor = ViTImageProcessor(
+        size={"height": 32, "width": 32},
+        image_mean=[0.48, 0.46, 0.41],
+        image_std=[0.27, 0.26, 0.28],
+    )
+    CLIPSegProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(path)
+    return path
+
+
+TINY_OPEN_CLIP = {
+    "embed_dim": 16,
+    "vision_cfg": {"image_size": 32, "layers": 2, "width": 32, "patch_size": 8, "head_width": 16},
+    "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2},
+}
+
+
+def build_tiny_open_clip(path: str | Path, seed: int = 0) -> tuple[str, Path, Path]:
+    """A random open_clip ViT saved as a checkpoint file, with its architecture as a JSON config.
+    Returns (model name, config file, checkpoint file) for create_model(name, pretrained=file)."""
+    import json
+
+    import open_clip
+    import torch
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    name = "tiny-vit-test"
+    config_file = path / f"{name}.json"
+    config_file.write_text(json.dumps(TINY_OPEN_CLIP))
+    open_clip.add_model_config(config_file)
+    torch.manual_seed(seed)
+    model = open_clip.create_model(name, pretrained=None)
+    checkpoint = path / "tiny-vit-test.pt"
+    torch.save(model.state_dict(), checkpoint)
+    return name, config_file, checkpoint

@@ -122,3 +122,20 @@ def test_unknown_env_id_is_a_clear_error():
         UnknownEnvError, match=r"unknown env id 'Pong-v5'; known env ids: MountainCar-v0"
     ):
         make_env("Pong-v5", env_cfg())
+
+
+def test_dmc_rendering_and_triton_coexist_in_one_process():
+    """Importing triton after an EGL context segfaulted (two LLVMs); make_env guards against it."""
+    import subprocess
+    import sys
+
+    code = (
+        "from pipeline.config import EnvConfig\n"
+        "from pipeline.envs import make_env\n"
+        "env = make_env('cartpole-swingup', EnvConfig(image_size=16, action_repeat=1, max_episode_steps=None, include_state=False))\n"
+        "env.reset(seed=0)\n"
+        "import transformers.generation.continuous_batching.cache  # imports triton\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+from pipeline.envs.gl import prepare_headless_gl
 
 # dm_control's own limit for every shipped suite task: 1000 physics control steps.
 DMC_DEFAULT_EPISODE_STEPS = 1000
@@ -24,8 +25,7 @@ class DMCEnv(gym.Env):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"]}
 
     def __init__(self, name: str, image_size: int, max_episode_steps: int | None) -> None:
-        # MuJoCo picks its GL back end at import; EGL renders headless on CPU machines too.
-        os.environ.setdefault("MUJOCO_GL", "egl")
+        prepare_headless_gl()  # before dm_control picks its GL back end at import
         from dm_control import suite
 
         domain, task = name.split("-", 1)

@@ -1,0 +1,164 @@
+"""The masks stage's logic: one row per sample with a mask per object phrase of its `objects`
+label (queried or carried), computed in batches through a content-addressed cache keyed by
+(frame bytes, phrases, back end id)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+from tqdm import tqdm
+
+from pipeline.io import atomic_write_bytes
+from pipeline.labels.status import ParseStatus
+from pipeline.masks.base import MaskBackend, MaskRequest, combine, decode_mask, encode_mask
+from pipeline.rollouts.reader import iter_rollouts, load_manifest
+from pipeline.segments import SegmentStore
+
+MASK_TABLE_SCHEMA = {
+    "sample_key": pl.String,
+    "episode": pl.Int64,
+    "t": pl.Int64,
+    "status": pl.String,  # ok | no_objects (the frame's objects label has no usable phrases)
+    "backend_id": pl.String,
+    "cache_key": pl.String,
+    "phrases": pl.List(pl.String),
+    "masks": pl.List(pl.Binary),  # one 8-bit PNG per phrase, at the frame's resolution
+    "combined": pl.Binary,  # Semore eq. 4's sum, clipped to [0, 1] to fit 8 bits
+}
+_CACHE_SCHEMA = {
+    "key": pl.String,
+    "backend_id": pl.String,
+    "phrases": pl.List(pl.String),
+    "masks": pl.List(pl.Binary),
+}
+USABLE = [str(s) for s in ParseStatus if s.has_value]
+
+
+def _mask_columns(pngs: list[bytes], masks: np.ndarray | None = None) -> dict[str, Any]:
+    """The stored masks and their eq. 4 sum (clipped to [0, 1] to fit 8 bits)."""
+    if masks is None:
+        masks = np.stack([decode_mask(png) for png in pngs])  # (P, H, W)
+    return {"masks": pngs, "combined": encode_mask(np.clip(combine(masks), 0.0, 1.0))}
+
+
+def mask_key(frame_sha256: str, phrases: tuple[str, ...], backend_id: str) -> str:
+    return hashlib.sha256(
+        json.dumps([frame_sha256, list(phrases), backend_id]).encode()
+    ).hexdigest()
+
+
+@dataclass
+class MaskSummary:
+    samples: int = 0
+    computed: int = 0
+    cache_hits: int = 0
+    statuses: Counter = field(default_factory=Counter)
+
+
+def compute_masks(
+    rollout_dir: str | Path,
+    labels_path: str | Path,
+    backend: MaskBackend,
+    cache_dir: str | Path,
+    out_path: str | Path,
+    *,
+    batch_size: int,
+    progress: bool = True,
+) -> MaskSummary:
+    manifest = load_manifest(rollout_dir)
+    env_id = manifest["env_id"]
+    objects = (
+        pl.read_parquet(labels_path)
+        .filter((pl.col("task") == "objects") & pl.col("parse_status").is_in(USABLE))
+        .select("sample_key", "objects")
+    )
+    phrases_of = {key: tuple(value) for key, value in objects.iter_rows()}
+    store = SegmentStore(cache_dir, _CACHE_SCHEMA, name="mask cache")
+    summary = MaskSummary()
+    rows: dict[str, dict[str, Any]] = {}
+    pending: dict[str, tuple[MaskRequest, list[dict[str, Any]]]] = {}  # key -> request, its rows
+    started = time.perf_counter()
+    bar = tqdm(
+        total=manifest["totals"]["samples"],
+        unit="frame",
+        desc=f"masks {env_id}",
+        disable=not progress,
+    )
+
+    def flush() -> None:
+        if not pending:
+            return
+        requests = [request for request, _ in pending.values()]
+        results = backend.masks(requests)
+        fresh = []
+        for (key, (request, waiting)), masks in zip(pending.items(), results, strict=True):
+            if masks.shape[0] != len(request.phrases):
+                raise ValueError(
+                    f"{backend.backend_id} returned {masks.shape[0]} masks for {len(request.phrases)} phrases"
+                )
+            pngs = [encode_mask(m) for m in masks]
+            fresh.append(
+                {
+                    "key": key,
+                    "backend_id": backend.backend_id,
+                    "phrases": list(request.phrases),
+                    "masks": pngs,
+                }
+            )
+            for row in waiting:
+                row.update(_mask_columns(pngs, masks))
+        summary.computed += len(pending)
+        store.put_many(fresh)  # one atomic segment per batch
+        pending.clear()
+        bar.set_postfix(frames_per_s=f"{summary.samples / (time.perf_counter() - started):.1f}")
+
+    try:
+        for sample in iter_rollouts(rollout_dir):
+            summary.samples += 1
+            bar.update(1)
+            phrases = phrases_of.get(sample.key)
+            row: dict[str, Any] = {
+                "sample_key": sample.key,
+                "episode": sample.episode,
+                "t": sample.t,
+                "backend_id": backend.backend_id,
+            }
+            rows[sample.key] = row
+            if not phrases:
+                row["status"] = "no_objects"
+                summary.statuses["no_objects"] += 1
+                continue
+            key = mask_key(
+                hashlib.sha256(sample.frame_png).hexdigest(), phrases, backend.backend_id
+            )
+            row.update(status="ok", cache_key=key, phrases=list(phrases))
+            summary.statuses["ok"] += 1
+            cached = store.get(key)
+            if cached is not None:
+                summary.cache_hits += 1
+                row.update(_mask_columns(cached["masks"]))
+            elif key in pending:
+                pending[key][1].append(row)
+            else:
+                request = MaskRequest(sample.frame(), phrases, env_id, sample.record["context"])
+                pending[key] = (request, [row])
+                if len(pending) >= batch_size:
+                    flush()
+        flush()
+    finally:
+        bar.close()
+
+    table = pl.DataFrame(list(rows.values()), schema=MASK_TABLE_SCHEMA).sort("episode", "t")
+    buf = io.BytesIO()
+    table.write_parquet(buf)
+    atomic_write_bytes(out_path, buf.getvalue())
+    return summary

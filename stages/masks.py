@@ -1,0 +1,54 @@
+"""DVC stage `masks@<env>`: masks for the object phrases of the env's `objects` labels.
+
+    python -m stages.masks --params params.yaml --rollouts data/rollouts/CarRacing-v3 \\
+        --labels data/labels/CarRacing-v3.parquet --cache data/mask_cache/CarRacing-v3 \\
+        --out data/masks/CarRacing-v3.parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipeline.config import ConfigError, load_params
+from pipeline.masks import make_mask_backend
+from pipeline.masks.compute import compute_masks
+from pipeline.segments import StoreError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--rollouts", required=True)
+    parser.add_argument("--labels", required=True, help="label table with `objects` rows")
+    parser.add_argument("--cache", required=True, help="mask cache directory (kept across runs)")
+    parser.add_argument("--out", required=True, help="mask table to write (parquet)")
+    args = parser.parse_args(argv)
+    try:
+        params = load_params(args.params)
+        if params.masks is None:
+            raise ConfigError(f"{args.params} has no `masks` section")
+        backend = make_mask_backend(params.masks)
+        summary = compute_masks(
+            args.rollouts,
+            args.labels,
+            backend,
+            args.cache,
+            args.out,
+            batch_size=params.masks.batch_size,
+        )
+    except (ConfigError, StoreError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"{args.out}: {summary.samples} frames, {summary.statuses['ok']} with masks "
+        f"({summary.computed} computed, {summary.cache_hits} from the cache), "
+        f"{summary.statuses['no_objects']} without an objects label"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
