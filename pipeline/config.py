@@ -275,6 +275,14 @@ class MasksConfig(_Section):
         return self
 
 
+class DatasetConfig(_Section):
+    """The dataset stage (`dataset`)."""
+
+    shard_max_samples: int = Field(
+        ge=1, description="A training shard closes at the first episode end past this many samples."
+    )
+
+
 class Params(_Section):
     """The whole params.yaml."""
 
@@ -283,6 +291,7 @@ class Params(_Section):
     collect: dict[str, CollectConfig] = Field(description="Per-env collection, keyed by env id.")
     label: LabelConfig | None = Field(default=None, description="The label stage.")
     masks: MasksConfig | None = Field(default=None, description="The masks stage.")
+    dataset: DatasetConfig | None = Field(default=None, description="The dataset stage.")
 
     @model_validator(mode="after")
     def _envs_are_known_and_configured(self) -> Params:

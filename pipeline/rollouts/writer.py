@@ -51,8 +51,11 @@ class AtomicShardWriter:
         self._tar = wds.TarWriter(self._file, encoder=False, mtime=0.0)
         self.samples = 0
 
-    def write(self, key: str, frame_png: bytes, record_json: bytes) -> None:
-        self._tar.write({"__key__": key, "png": frame_png, "json": record_json})
+    def write(
+        self, key: str, frame_png: bytes, record_json: bytes, extra: dict[str, bytes] | None = None
+    ) -> None:
+        """One sample: `<key>.png`, `<key>.json`, and `<key>.<name>` for each extra member."""
+        self._tar.write({"__key__": key, "png": frame_png, "json": record_json, **(extra or {})})
         self.samples += 1
 
     def close(self) -> ClosedShard:

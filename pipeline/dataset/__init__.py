@@ -1,0 +1,1 @@
+"""The shareable dataset: training shards + a Hugging Face dataset + card, per env."""

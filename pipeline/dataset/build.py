@@ -1,0 +1,253 @@
+"""The dataset stage's logic: join rollouts + label table + masks into what users share.
+
+Output directory (one per env):
+- `README.md`: the dataset card (YAML header that `datasets.load_dataset(dir)` reads);
+- `meta/info.json`: format version, sources and their hashes, teachers, counts, parse statuses;
+- `data/train-00000-of-0000N.parquet`: a Hugging Face dataset (frames and masks as `Image`);
+- `wds/shard-000000.tar`, ...: training shards, one sample per step as in the rollouts plus
+  `labels.json`, and when the frame has masks `mask.png` (Semore eq. 4's sum, clipped) and
+  `masks.npz` (uint8 (P, H, W), one mask per phrase).
+Frame stacking happens at load time (pipeline.dataset.loader), never on disk.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pipeline.dataset.card import render_card
+from pipeline.io import atomic_write_bytes, atomic_write_json, sha256_file
+from pipeline.labels.schema import label_schema
+from pipeline.labels.tasks import TASKS, load_template
+from pipeline.masks.base import decode_mask
+from pipeline.rollouts.format import MANIFEST_NAME, SHARD_PATTERN
+from pipeline.rollouts.reader import iter_shard, load_manifest
+from pipeline.rollouts.writer import AtomicShardWriter, encode_json
+
+DATASET_FORMAT_VERSION = 1
+PARQUET_PATTERN = "train-%05d-of-%05d.parquet"
+INFO_PATH = "meta/info.json"
+# Label columns per task, as they appear in the HF dataset and in `labels.json`.
+LABEL_COLUMNS = {
+    "action": ["action", "action_index"],
+    "milestone": ["milestone", "potential"],
+    "objects": ["objects"],
+    "judge": ["judge"],
+}
+
+
+def _label_lookup(labels: pl.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
+    """sample_key -> task -> {value columns, status, queried, source_key}."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in labels.iter_rows(named=True):
+        entry = {c: row[c] for c in LABEL_COLUMNS[row["task"]] if row[c] is not None}
+        entry.update(
+            status=row["parse_status"], queried=row["queried"], source_key=row["source_key"]
+        )
+        out.setdefault(row["sample_key"], {})[row["task"]] = entry
+    return out
+
+
+def _features(discrete: bool, has_state: bool) -> Any:
+    from datasets import Features, Image, List, Value
+
+    label_action = {"a_v_index": Value("int64")} if discrete else {"a_v": List(Value("float32"))}
+    return Features(
+        {
+            "key": Value("string"),
+            "episode": Value("int64"),
+            "t": Value("int64"),
+            "image": Image(),
+            "action": Value("int64") if discrete else List(Value("float32")),
+            "reward": Value("float32"),
+            "terminated": Value("bool"),
+            "truncated": Value("bool"),
+            "is_first": Value("bool"),
+            "is_last": Value("bool"),
+            "behaviour": Value("string"),
+            "context": Value("string"),  # JSON: fields differ per env
+            **({"state": List(Value("float32"))} if has_state else {}),
+            **label_action,
+            "a_v_status": Value("string"),
+            "milestone": Value("string"),
+            "potential": Value("float32"),
+            "milestone_status": Value("string"),
+            "objects": List(Value("string")),
+            "objects_status": Value("string"),
+            "judge": Value("bool"),
+            "judge_status": Value("string"),
+            "mask": Image(),
+            "mask_phrases": List(Value("string")),
+        }
+    )
+
+
+def _hf_row(
+    sample: Any,
+    labels: dict[str, dict[str, Any]],
+    mask: dict[str, Any] | None,
+    discrete: bool,
+    has_state: bool,
+) -> dict[str, Any]:
+    record = sample.record
+    action_label = labels.get("action", {})
+    row = {
+        "key": sample.key,
+        "episode": sample.episode,
+        "t": sample.t,
+        "image": {"bytes": sample.frame_png, "path": None},
+        "action": record["action"],
+        "reward": record["reward"],
+        "terminated": record["terminated"],
+        "truncated": record["truncated"],
+        "is_first": record["is_first"],
+        "is_last": record["is_last"],
+        "behaviour": record["behaviour"],
+        "context": json.dumps(record["context"], sort_keys=True),
+        "a_v_status": action_label.get("status"),
+        "milestone": labels.get("milestone", {}).get("milestone"),
+        "potential": labels.get("milestone", {}).get("potential"),
+        "milestone_status": labels.get("milestone", {}).get("status"),
+        "objects": labels.get("objects", {}).get("objects"),
+        "objects_status": labels.get("objects", {}).get("status"),
+        "judge": labels.get("judge", {}).get("judge"),
+        "judge_status": labels.get("judge", {}).get("status"),
+        "mask": None if mask is None else {"bytes": mask["combined"], "path": None},
+        "mask_phrases": None if mask is None else mask["phrases"],
+    }
+    if has_state:
+        row["state"] = record["state"]
+    if discrete:
+        row["a_v_index"] = action_label.get("action_index")
+    else:
+        row["a_v"] = action_label.get("action")
+    return row
+
+
+def _npz(masks_png: list[bytes]) -> bytes:
+    stack = np.stack(
+        [np.round(decode_mask(p) * 255).astype(np.uint8) for p in masks_png]
+    )  # (P, H, W)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, masks=stack)
+    return buf.getvalue()
+
+
+def _write_parquet(rows: list[dict[str, Any]], features: Any, path: Path) -> None:
+    from datasets import Dataset
+
+    buf = io.BytesIO()
+    Dataset.from_list(rows, features=features).to_parquet(buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def build_dataset(
+    rollout_dir: str | Path,
+    labels_path: str | Path,
+    masks_path: str | Path,
+    out_dir: str | Path,
+    *,
+    shard_max_samples: int,
+) -> dict[str, Any]:
+    """Write the dataset directory; return its meta/info.json content."""
+    rollout_dir, out_dir = Path(rollout_dir), Path(out_dir)
+    manifest = load_manifest(rollout_dir)
+    env_id, space = manifest["env_id"], manifest["action_space"]
+    discrete, has_state = space["type"] == "discrete", "state" in manifest["observation"]
+    labels = pl.read_parquet(labels_path)
+    masks = pl.read_parquet(masks_path).filter(pl.col("status") == "ok")
+    label_of = _label_lookup(labels)
+    mask_of = {row["sample_key"]: row for row in masks.iter_rows(named=True)}
+    features = _features(discrete, has_state)
+
+    for stale in [*out_dir.glob("data/*.parquet"), *out_dir.glob("wds/*.tar")]:
+        stale.unlink()  # a rebuild replaces the previous version (DVC keeps it in its cache)
+    (out_dir / "data").mkdir(parents=True, exist_ok=True)
+    (out_dir / "wds").mkdir(parents=True, exist_ok=True)
+
+    # One parquet file and one training shard per rollout shard: bounded memory, aligned layout.
+    groups = _by_rollout_shard(rollout_dir, manifest)
+    n_files, samples, wds_shards = len(manifest["shards"]), 0, 0
+    writer: AtomicShardWriter | None = None
+    for index, shard_samples in enumerate(groups):
+        rows = []
+        for sample in shard_samples:
+            sample_labels = label_of.get(sample.key, {})
+            mask = mask_of.get(sample.key)
+            rows.append(_hf_row(sample, sample_labels, mask, discrete, has_state))
+            if writer is None:
+                writer = AtomicShardWriter(out_dir / "wds" / (SHARD_PATTERN % wds_shards))
+            members = {
+                "labels.json": encode_json(
+                    {**sample_labels, "mask_phrases": None if mask is None else mask["phrases"]}
+                )
+            }
+            if mask is not None:
+                members["mask.png"] = mask["combined"]
+                members["masks.npz"] = _npz(mask["masks"])
+            writer.write(sample.key, sample.frame_png, encode_json(sample.record), extra=members)
+            samples += 1
+            if sample.record["is_last"] and writer.samples >= shard_max_samples:
+                writer.close()
+                writer, wds_shards = None, wds_shards + 1
+        _write_parquet(rows, features, out_dir / "data" / (PARQUET_PATTERN % (index, n_files)))
+    if writer is not None:
+        writer.close()
+        wds_shards += 1
+
+    queried = labels.filter(pl.col("queried"))
+    statuses = {
+        task: dict(
+            sorted(
+                queried.filter(pl.col("task") == task).group_by("parse_status").len().iter_rows()
+            )
+        )
+        for task in TASKS
+        if task in set(queried["task"])
+    }
+    schema = label_schema(env_id)
+    info = {
+        "format_version": DATASET_FORMAT_VERSION,
+        "env_id": env_id,
+        "env": manifest["env"],
+        "collect": manifest["collect"],
+        "observation": manifest["observation"],
+        "action_space": space,
+        "action_names": list(schema.action_names),
+        "action_choices": None if schema.action_choices is None else list(schema.action_choices),
+        "milestones": schema.milestones,
+        "teacher_ids": sorted(set(labels["teacher_id"])),
+        "mask_backend_ids": sorted(set(masks["backend_id"])),
+        "prompts": {
+            task: "\n---\n".join(load_template(schema.prompt_dir, task)) for task in statuses
+        },
+        "counts": {
+            "samples": samples,
+            "episodes": manifest["totals"]["episodes"],
+            "steps": manifest["totals"]["steps"],
+            "labelled_answers": queried.height,
+            "frames_with_masks": masks.height,
+            "parquet_files": n_files,
+            "wds_shards": wds_shards,
+        },
+        "parse_status": statuses,
+        "sources": {
+            "rollout_manifest_sha256": sha256_file(rollout_dir / MANIFEST_NAME),
+            "labels_sha256": sha256_file(labels_path),
+            "masks_sha256": sha256_file(masks_path),
+        },
+    }
+    atomic_write_json(out_dir / INFO_PATH, info)
+    atomic_write_bytes(out_dir / "README.md", render_card(info).encode())
+    return info
+
+
+def _by_rollout_shard(rollout_dir: Path, manifest: dict[str, Any]) -> Iterator[list[Any]]:
+    for shard in manifest["shards"]:
+        yield list(iter_shard(rollout_dir / shard["name"]))

@@ -1,0 +1,92 @@
+"""The dataset card (README.md): a YAML header that `datasets.load_dataset(dir)` and the Hub read,
+and a body that says what the data is and how it was made."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jinja2 import Environment
+
+_CARD = """---
+configs:
+- config_name: default
+  data_files:
+  - split: train
+    path: data/train-*.parquet
+task_categories:
+- reinforcement-learning
+tags:
+- vlm-labels
+- offline-rl
+- {{ info.env_id }}
+---
+# {{ info.env_id }}: rollouts with cached VLM-teacher labels
+
+Made by the vlmrl-pipeline (`dvc repro`): rollouts collected in `{{ info.env_id }}`, every k-th frame
+labelled by a teacher, object phrases turned into masks. Dataset format version {{ info.format_version }}.
+{% if scripted %}
+**The labels come from the scripted teacher, a stand-in for a VLM** (deterministic reference scripts
+with injected failures). They say nothing about any real model.
+{% endif %}
+## Contents
+
+| | |
+|---|---|
+| samples (one per step, plus each episode's final observation) | {{ c.samples }} |
+| episodes / steps | {{ c.episodes }} / {{ c.steps }} |
+| teacher answers (queried frames x tasks) | {{ c.labelled_answers }} |
+| frames with masks | {{ c.frames_with_masks }} |
+| frame size | {{ info.observation.pixels | join(" x ") }} |
+| action space | {{ info.action_space.type }}{% if info.action_choices %} ({{ info.action_choices | join(", ") }}){% else %} ({{ info.action_names | join(", ") }}){% endif %} |
+| behaviour | {{ info.collect.behaviour }} (seed {{ info.collect.seed }}) |
+| teacher{% if info.teacher_ids | length > 1 %}s{% endif %} | {% for t in info.teacher_ids %}`{{ t }}` {% endfor %} |
+| mask back end | {% for m in info.mask_backend_ids %}`{{ m }}` {% endfor %} |
+
+## Parse status of the teacher's answers
+
+| task | {% for s in statuses %}{{ s }} | {% endfor %}
+|---|{% for s in statuses %}---|{% endfor %}
+{% for task, counts in info.parse_status.items() %}| {{ task }} | {% for s in statuses %}{{ counts.get(s, 0) }} | {% endfor %}
+{% endfor %}
+Rows whose status is not `ok` or `regex_fallback` carry no label value: use them as unlabelled.
+
+## Columns
+
+`image` (the frame), `action`, `reward`, `terminated`, `truncated`, `is_first`, `is_last` (the final
+observation, with a null action), `behaviour` (who acted: random, checkpoint, explorer, teacher),
+`context` (JSON of the env's proprioceptive fields){% if "state" in info.observation %}, `state`{% endif %};
+labels `{{ "a_v_index" if info.action_choices else "a_v" }}` (the teacher's action), `milestone` + `potential`
+(Phi_raw), `objects`, `judge`, each with its `*_status`; `mask` (the sum of the phrase masks,
+Semore eq. 4, clipped to 1) and `mask_phrases`. Frames between two queries carry the last queried
+label. Training shards in `wds/` hold the same samples with per-phrase masks (`masks.npz`).
+
+## Load
+
+```python
+from datasets import load_dataset
+ds = load_dataset("path/to/this/folder")["train"]
+```
+
+or the training shards with frame stacking: `pipeline.dataset.loader.iter_stacked("wds")`.
+Share it with `dvc push` (the folder is a DVC output) or upload the folder to the Hub as a
+dataset repo (`huggingface-cli upload <repo> . --repo-type dataset`).
+
+## Prompts
+{% for task, text in info.prompts.items() %}
+### {{ task }}
+
+```
+{{ text }}
+```
+{% endfor %}
+"""
+
+
+def render_card(info: dict[str, Any]) -> str:
+    statuses = sorted({s for counts in info["parse_status"].values() for s in counts})
+    scripted = any(t.startswith("scripted:") for t in info["teacher_ids"])
+    return (
+        Environment(keep_trailing_newline=True)
+        .from_string(_CARD)
+        .render(info=info, c=info["counts"], statuses=statuses, scripted=scripted)
+    )

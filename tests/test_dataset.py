@@ -1,0 +1,122 @@
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+from datasets import load_dataset
+
+from pipeline.config import MasksConfig
+from pipeline.dataset.build import build_dataset
+from pipeline.dataset.loader import iter_raw, iter_stacked
+from pipeline.labels.label import label_rollouts
+from pipeline.masks import make_mask_backend
+from pipeline.masks.compute import compute_masks
+from pipeline.rollouts.collect import collect
+from pipeline.rollouts.reader import iter_rollouts
+from pipeline.teachers.scripted import ScriptedTeacher
+from tests.conftest import collect_cfg, env_cfg, label_cfg
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ds")
+    collect(
+        "MountainCarContinuous-v0",
+        env_cfg(max_episode_steps=15),
+        collect_cfg(episodes=3),
+        root / "r",
+        progress=False,
+    )
+    label_rollouts(
+        root / "r",
+        label_cfg(),
+        ScriptedTeacher(0.8, 0),
+        root / "lc",
+        root / "labels.parquet",
+        progress=False,
+    )
+    backend = make_mask_backend(MasksConfig(backend="scripted", batch_size=8))
+    compute_masks(
+        root / "r",
+        root / "labels.parquet",
+        backend,
+        root / "mc",
+        root / "masks.parquet",
+        batch_size=8,
+        progress=False,
+    )
+    info = build_dataset(
+        root / "r",
+        root / "labels.parquet",
+        root / "masks.parquet",
+        root / "out",
+        shard_max_samples=20,
+    )
+    return root, info
+
+
+def test_hf_dataset_loads_in_one_line_with_labels_and_masks(dataset, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    root, info = dataset
+    ds = load_dataset(str(root / "out"))["train"]
+    assert ds.num_rows == info["counts"]["samples"] == 3 * 16
+    row = ds[0]
+    assert row["image"].size == (32, 32) and row["is_first"]
+    assert np.array_equal(np.asarray(row["image"]), next(iter_rollouts(root / "r")).frame())
+    labels = pl.read_parquet(root / "labels.parquet")
+    first_action = labels.filter(
+        (pl.col("sample_key") == "000000/000000") & (pl.col("task") == "action")
+    ).row(0, named=True)
+    assert row["a_v_status"] == first_action["parse_status"]
+    with_masks = ds.filter(lambda r: r["mask"] is not None)
+    assert with_masks.num_rows == info["counts"]["frames_with_masks"] > 0
+    assert set(ds["behaviour"]) <= {"random", None}
+
+
+def test_card_and_info(dataset):
+    root, info = dataset
+    card = (root / "out" / "README.md").read_text()
+    assert card.startswith("---\nconfigs:") and "path: data/train-*.parquet" in card
+    assert "stand-in for a VLM" in card and info["teacher_ids"][0] in card
+    on_disk = json.loads((root / "out" / "meta" / "info.json").read_text())
+    assert on_disk["format_version"] == 1 and on_disk["counts"] == info["counts"]
+    assert (
+        sum(on_disk["parse_status"]["action"].values())
+        == pl.read_parquet(root / "labels.parquet")
+        .filter(pl.col("queried") & (pl.col("task") == "action"))
+        .height
+    )
+
+
+def test_training_shards_stack_frames_within_episodes(dataset):
+    root, info = dataset
+    assert (
+        info["counts"]["wds_shards"] == 3
+    )  # 16 samples per episode, closed past 20 at episode ends
+    frames = {s.key: s.frame() for s in iter_rollouts(root / "r")}
+    samples = list(iter_stacked(root / "out" / "wds", stack=3))
+    assert len(samples) == info["counts"]["samples"]
+    for sample in samples:
+        e, t = sample["episode"], sample["t"]
+        expected = [frames[f"{e:06d}/{max(0, t - k):06d}"] for k in (2, 1, 0)]
+        np.testing.assert_array_equal(sample["obs"], np.stack(expected))
+    with_mask = [s for s in samples if s["mask"] is not None]
+    assert with_mask and with_mask[0]["mask"].shape == (32, 32)
+    raw = next(iter_raw(root / "out" / "wds"))
+    assert {"png", "json", "labels.json"} <= set(raw)
+
+
+def test_rebuild_replaces_files(dataset, tmp_path):
+    root, _ = dataset
+    out = tmp_path / "ds"
+    build_dataset(
+        root / "r", root / "labels.parquet", root / "masks.parquet", out, shard_max_samples=20
+    )
+    (out / "wds" / "shard-000009.tar").write_bytes(b"stale")
+    info = build_dataset(
+        root / "r", root / "labels.parquet", root / "masks.parquet", out, shard_max_samples=1000
+    )
+    assert (
+        sorted(p.name for p in (out / "wds").iterdir()) == ["shard-000000.tar"]
+        and info["counts"]["wds_shards"] == 1
+    )
