@@ -1,7 +1,8 @@
 """DVC stage `audit@<env>`: the static HTML label audit of an env's rollouts and label table.
 
     python -m stages.audit --rollouts data/rollouts/CarRacing-v3 \\
-        --labels data/labels/CarRacing-v3.parquet --out reports/audit/CarRacing-v3.html
+        --labels data/labels/CarRacing-v3.parquet --masks data/masks/CarRacing-v3.parquet \\
+        --out reports/audit/CarRacing-v3.html
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rollouts", required=True)
     parser.add_argument("--labels", required=True)
+    parser.add_argument("--masks", help="mask table, to show masks over their frames")
     parser.add_argument("--out", required=True, help="HTML report to write")
     args = parser.parse_args(argv)
     try:
-        audit = write_audit(args.rollouts, args.labels, args.out)
+        audit = write_audit(args.rollouts, args.labels, args.out, args.masks)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

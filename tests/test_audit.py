@@ -71,3 +71,19 @@ def test_worst_model_disagrees_and_raw_text_is_escaped(rollouts, tmp_path):
     )
     page = render_audit(audit)
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+
+
+def test_audit_shows_masks_over_their_frames(rollouts, tmp_path):
+    from pipeline.config import MasksConfig
+    from pipeline.masks import make_mask_backend
+    from pipeline.masks.compute import compute_masks
+
+    labels = _labels(rollouts, tmp_path, ScriptedTeacher(1.0, 0))
+    backend = make_mask_backend(MasksConfig(backend="scripted", batch_size=8))
+    compute_masks(rollouts, labels, backend, tmp_path / "mc", tmp_path / "m.parquet", batch_size=8, progress=False)
+    audit = write_audit(rollouts, labels, tmp_path / "a.html", tmp_path / "m.parquet")
+    assert 0 < len(audit["masks"]) <= 6
+    example = audit["masks"][0]
+    assert [p["phrase"] for p in example["phrases"]] == ["car", "hill", "flag"]
+    assert example["overlay"].startswith("data:image/png;base64,")
+    assert "Masks over frames" in (tmp_path / "a.html").read_text()

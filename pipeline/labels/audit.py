@@ -8,22 +8,26 @@ scripted reference answers, and frames beside the raw answers for failures and d
 from __future__ import annotations
 
 import base64
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 from jinja2 import Environment, select_autoescape
+from PIL import Image
 
 from pipeline.io import atomic_write_bytes
 from pipeline.labels.parsers import ParseResult
 from pipeline.labels.schema import label_schema
 from pipeline.labels.status import ParseStatus
 from pipeline.labels.tasks import parse_answer, render_prompt
+from pipeline.masks.base import decode_mask
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.teachers.scripted import ScriptedTeacher
 
-EXAMPLES_PER_KIND = 6  # thumbnails shown per (task, status) failure kind and per disagreement task
+EXAMPLES_PER_KIND = 6
+MASK_EXAMPLES = 6  # frames shown with their masks, spread over the data  # thumbnails shown per (task, status) failure kind and per disagreement task
 RAW_TEXT_CHARS = 400
 VALUE_STATUSES = [str(s) for s in ParseStatus if s.has_value]
 # A continuous action agrees with the reference when the mean per-dimension gap is under a
@@ -81,7 +85,40 @@ def _value_text(row: dict[str, Any]) -> str:
     return "-"
 
 
-def build_audit(rollout_dir: str | Path, labels_path: str | Path) -> dict[str, Any]:
+def _overlay(frame_png: bytes, combined_png: bytes) -> str:
+    """The frame with its combined mask tinted red (alpha = mask), as a data URL."""
+    with Image.open(io.BytesIO(frame_png)) as image:
+        frame = np.asarray(image.convert("RGB"), dtype=np.float32)
+    alpha = 0.6 * decode_mask(combined_png)[..., None]  # (H, W, 1)
+    tinted = (1 - alpha) * frame + alpha * np.array([255.0, 0.0, 0.0])
+    buf = io.BytesIO()
+    Image.fromarray(tinted.astype(np.uint8)).save(buf, format="PNG")
+    return _thumbnail(buf.getvalue())
+
+
+def _mask_examples(masks_path: str | Path, samples: dict[str, Any]) -> list[dict[str, Any]]:
+    masks = pl.read_parquet(masks_path).filter(pl.col("status") == "ok")
+    if masks.is_empty():
+        return []
+    step = max(1, masks.height // MASK_EXAMPLES)
+    examples = []
+    for row in masks[::step].head(MASK_EXAMPLES).iter_rows(named=True):
+        examples.append(
+            {
+                "key": row["sample_key"],
+                "overlay": _overlay(samples[row["sample_key"]].frame_png, row["combined"]),
+                "phrases": [
+                    {"phrase": p, "mask": _thumbnail(m), "coverage": float(decode_mask(m).mean())}
+                    for p, m in zip(row["phrases"], row["masks"], strict=True)
+                ],
+            }
+        )
+    return examples
+
+
+def build_audit(
+    rollout_dir: str | Path, labels_path: str | Path, masks_path: str | Path | None = None
+) -> dict[str, Any]:
     """Everything the report shows, as plain data (also what tests check)."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
@@ -181,6 +218,7 @@ def build_audit(rollout_dir: str | Path, labels_path: str | Path) -> dict[str, A
         "failures": [example(r) for r in failures],
         "disagreements": [example(r) for r in disagreements],
         "statuses": [str(s) for s in ParseStatus],
+        "masks": [] if masks_path is None else _mask_examples(masks_path, samples),
     }
 
 
@@ -235,6 +273,13 @@ deterministic reference scripts with injected failures. Its figures say nothing 
 {% if d.objects %}<h3>objects (top phrases)</h3><table>{% for phrase, n in d.objects %}<tr><td class="l">{{ phrase }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
 {% if d.judge %}<h3>judge</h3><table>{% for v, n in d.judge %}<tr><td class="l">{{ 'reasonable' if v else 'unreasonable' }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
 
+<h2>Masks over frames</h2>
+{% for m in a.masks %}<div class="ex"><img src="{{ m.overlay }}" alt="masks of {{ m.key }}"><div>
+<b>{{ m.key }}</b> · the frame with the sum of its phrase masks in red (Semore eq. 4)<br>
+{% for p in m.phrases %}<span style="display: inline-block; text-align: center; margin-right: 8px">
+<img src="{{ p.mask }}" alt="{{ p.phrase }}" style="width: 64px; height: 64px"><br>{{ p.phrase }} ({{ '%.0f' % (100 * p.coverage) }} %)</span>{% endfor %}
+</div></div>{% else %}<p>No masks (no masks table given, or no frame with object phrases).</p>{% endfor %}
+
 <h2>Failures: frames beside raw answers</h2>
 {% for e in a.failures %}<div class="ex"><img src="{{ e.thumbnail }}" alt="frame {{ e.key }}"><div>
 <b>{{ e.key }}</b> · {{ e.task }} · <span class="bad">{{ e.status }}</span>{% if e.detail %} · {{ e.detail }}{% endif %}
@@ -254,8 +299,11 @@ def render_audit(audit: dict[str, Any]) -> str:
 
 
 def write_audit(
-    rollout_dir: str | Path, labels_path: str | Path, out_path: str | Path
+    rollout_dir: str | Path,
+    labels_path: str | Path,
+    out_path: str | Path,
+    masks_path: str | Path | None = None,
 ) -> dict[str, Any]:
-    audit = build_audit(rollout_dir, labels_path)
+    audit = build_audit(rollout_dir, labels_path, masks_path)
     atomic_write_bytes(out_path, render_audit(audit).encode())
     return audit
