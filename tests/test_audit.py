@@ -80,7 +80,15 @@ def test_audit_shows_masks_over_their_frames(rollouts, tmp_path):
 
     labels = _labels(rollouts, tmp_path, ScriptedTeacher(1.0, 0))
     backend = make_mask_backend(MasksConfig(backend="scripted", batch_size=8))
-    compute_masks(rollouts, labels, backend, tmp_path / "mc", tmp_path / "m.parquet", batch_size=8, progress=False)
+    compute_masks(
+        rollouts,
+        labels,
+        backend,
+        tmp_path / "mc",
+        tmp_path / "m.parquet",
+        batch_size=8,
+        progress=False,
+    )
     audit = write_audit(rollouts, labels, tmp_path / "a.html", tmp_path / "m.parquet")
     assert 0 < len(audit["masks"]) <= 6
     example = audit["masks"][0]
