@@ -25,7 +25,9 @@ def test_unknown_key_is_named_with_the_allowed_keys():
 def test_unknown_top_level_section_is_named():
     raw = tiny_params_dict()
     raw["colect"] = {}
-    with pytest.raises(ConfigError, match=r"colect: unknown key; allowed keys: collect, env, envs"):
+    with pytest.raises(
+        ConfigError, match=r"colect: unknown key; allowed keys: collect, dataset, env, envs, label"
+    ):
         parse_params(raw)
 
 
