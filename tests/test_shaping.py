@@ -1,0 +1,122 @@
+import itertools
+
+import numpy as np
+import pytest
+
+from pipeline.rollouts.collect import collect
+from pipeline.shaping.potential import HysteresisPotential
+from pipeline.shaping.prototypes import GreyEmbedder, OpenClipEmbedder, PrototypeCache
+from pipeline.shaping.reward import HybridReward, kinematic_reward, shaping_term
+from tests.conftest import collect_cfg, env_cfg, label_cfg
+
+
+@pytest.mark.parametrize(
+    ("x", "expected"), [(-1.2, 0.0), (-0.4, 0.0), (-0.3, 0.2), (0.1, 1.0), (0.5, 1.8)]
+)
+def test_kinematic_reward_eq_1(x, expected):
+    assert kinematic_reward(x) == pytest.approx(expected)
+
+
+def test_pbrs_telescopes():
+    rng = np.random.default_rng(0)
+    phi = rng.uniform(0, 1, 50)
+    gamma = 0.99
+    discounted = sum(gamma**t * shaping_term(phi[t], phi[t + 1], gamma) for t in range(49))
+    assert discounted == pytest.approx(gamma**49 * phi[49] - phi[0])
+    loop = [0.1, 0.3, 0.6, 0.3, 0.1]  # a closed loop of states: back where it started
+    assert sum(shaping_term(a, b, 1.0) for a, b in itertools.pairwise(loop)) == pytest.approx(0.0)
+    back_and_forth = [0.2, 0.7] * 10 + [0.2]  # the reward hack the paper rules out
+    assert sum(
+        shaping_term(a, b, 1.0) for a, b in itertools.pairwise(back_and_forth)
+    ) == pytest.approx(0.0)
+
+
+def test_hybrid_reward_eq_2_and_its_switches():
+    reward = HybridReward(gamma=0.99, alpha=10.0)
+    assert reward(-1.0, 0.1, 0.3, 0.6) == pytest.approx(-1.0 + 1.0 + 10.0 * (0.99 * 0.6 - 0.3))
+    assert (
+        HybridReward(0.99, 10.0, use_kinematic=False, use_potential=False)(-1.0, 0.1, 0.3, 0.6)
+        == -1.0
+    )
+    assert HybridReward(0.99, 10.0, use_env=False, use_potential=False)(
+        -1.0, 0.1, 0.3, 0.6
+    ) == pytest.approx(1.0)
+
+
+def _cache(bandwidth=0.5):
+    embeddings = np.array([[0, 0], [1, 0], [2, 0], [3, 0]], np.float32)
+    return PrototypeCache(embeddings, np.array([0.0, 0.3, 0.6, 1.0], np.float32), bandwidth)
+
+
+def test_rbf_potential_in_range_and_continuous():
+    cache = _cache()
+    rng = np.random.default_rng(1)
+    for e in rng.normal(1.5, 3.0, (200, 2)).astype(np.float32):
+        assert 0.0 <= cache.potential(e) <= 1.0
+    e = np.array([1.4, 0.2], np.float32)
+    gaps = [abs(cache.potential(e + d) - cache.potential(e)) for d in (1e-1, 1e-2, 1e-3)]
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 1e-3
+    assert _cache(bandwidth=0.05).potential(np.array([2.0, 0.0], np.float32)) == pytest.approx(
+        0.6, abs=1e-4
+    )
+    far = np.array(
+        [1e3, 0.0], np.float32
+    )  # far from everything: the nearest still dominates, no NaN
+    assert cache.potential(far) == pytest.approx(1.0)
+
+
+def test_hysteresis_locks_a_confirmed_milestone_and_ignores_flicker():
+    potential = HysteresisPotential(_cache(bandwidth=0.05), confirm_steps=3)
+    at = {level: np.array([i, 0], np.float32) for i, level in enumerate([0.0, 0.3, 0.6, 1.0])}
+    assert potential(at[1.0]) == pytest.approx(1.0)  # one flickering frame at the top level
+    assert potential(at[0.0]) == pytest.approx(0.0)  # not confirmed: nothing locked
+    for _ in range(3):
+        potential(at[0.6])
+    assert potential.locked == pytest.approx(0.6)
+    assert potential(at[0.0]) == pytest.approx(0.6)  # back in the valley, the lock holds
+    potential.reset()  # a new episode
+    assert potential(at[0.0]) == pytest.approx(0.0)
+
+
+def test_prototypes_from_cached_labels(tmp_path):
+    from pipeline.labels.label import label_rollouts
+    from pipeline.teachers.scripted import ScriptedTeacher
+
+    collect(
+        "MountainCar-v0",
+        env_cfg(max_episode_steps=40),
+        collect_cfg(episodes=2),
+        tmp_path / "r",
+        progress=False,
+    )
+    summary = label_rollouts(
+        tmp_path / "r",
+        label_cfg(tasks={"milestone": 4}),
+        ScriptedTeacher(0.8, 0),
+        tmp_path / "c",
+        tmp_path / "l.parquet",
+        progress=False,
+    )
+    cache = PrototypeCache.from_labels(
+        tmp_path / "r", tmp_path / "l.parquet", GreyEmbedder(16), bandwidth=1.0
+    )
+    assert cache.embeddings.shape == (
+        summary.statuses["ok"] + summary.statuses["regex_fallback"],
+        256,
+    )
+    levels = np.array([0.0, 0.15, 0.3, 0.6, 1.0], np.float32)  # MountainCar's Phi_raw values
+    assert np.isin(cache.potentials, levels).all()
+
+
+def test_open_clip_embedder_on_a_tiny_random_model(tmp_path):
+    import open_clip
+
+    from tests.factories import build_tiny_open_clip
+
+    name, config_file, checkpoint = build_tiny_open_clip(tmp_path)
+    open_clip.add_model_config(config_file)
+    embedder = OpenClipEmbedder(name, str(checkpoint))
+    frames = np.random.default_rng(0).integers(0, 255, (3, 40, 40, 3), dtype=np.uint8)
+    out = embedder.embed(frames)
+    assert out.shape == (3, 16)
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
