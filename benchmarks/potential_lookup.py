@@ -27,13 +27,18 @@ def _per_call(fn, n: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rollouts", default="data/rollouts/MountainCar-v0")
     parser.add_argument("--labels", default="data/labels/MountainCar-v0.parquet")
     parser.add_argument("--steps", type=int, default=2000)
     args = parser.parse_args()
 
-    env = make_env("MountainCar-v0", EnvConfig(image_size=84, action_repeat=1, max_episode_steps=None, include_state=True))
+    env = make_env(
+        "MountainCar-v0",
+        EnvConfig(image_size=84, action_repeat=1, max_episode_steps=None, include_state=True),
+    )
     obs, _ = env.reset(seed=0)
     env.action_space.seed(0)
 
@@ -53,7 +58,14 @@ def main() -> None:
     caches = [(f"default labels ({len(real.potentials)} prototypes)", real)]
     rng = np.random.default_rng(0)
     for n in (1_000, 10_000):
-        caches.append((f"synthetic, {n} prototypes", PrototypeCache(rng.random((n, 256), dtype=np.float32), rng.random(n, dtype=np.float32), 1.0)))
+        caches.append(
+            (
+                f"synthetic, {n} prototypes",
+                PrototypeCache(
+                    rng.random((n, 256), dtype=np.float32), rng.random(n, dtype=np.float32), 1.0
+                ),
+            )
+        )
 
     print(f"MountainCar-v0 env step (84x84 frame): {step_s * 1e6:8.0f} us")
     print(f"grey 16x16 embedding:                  {embed_s * 1e6:8.0f} us")
@@ -61,7 +73,9 @@ def main() -> None:
         potential = HysteresisPotential(cache)
         lookup_s = _per_call(lambda potential=potential: potential(embedding), args.steps)
         total = embed_s + lookup_s
-        print(f"{name:<36} RBF + lock {lookup_s * 1e6:7.0f} us; with embedding {total / step_s:5.1%} of a step")
+        print(
+            f"{name:<36} RBF + lock {lookup_s * 1e6:7.0f} us; with embedding {total / step_s:5.1%} of a step"
+        )
     env.close()
 
 
