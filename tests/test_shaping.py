@@ -120,3 +120,36 @@ def test_open_clip_embedder_on_a_tiny_random_model(tmp_path):
     out = embedder.embed(frames)
     assert out.shape == (3, 16)
     np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
+
+
+def test_hybrid_reward_wrapper_adds_eq_2_terms_and_resets_the_lock():
+    from pipeline.config import EnvConfig
+    from pipeline.envs import make_env
+    from pipeline.shaping.wrapper import HybridRewardWrapper
+
+    embedder = GreyEmbedder(8)
+    env = make_env(
+        "MountainCar-v0",
+        EnvConfig(image_size=32, action_repeat=1, max_episode_steps=30, include_state=False),
+    )
+    frames = [env.reset(seed=0)[0]["pixels"]]
+    for _ in range(5):
+        frames.append(env.step(2)[0]["pixels"])
+    cache = PrototypeCache(
+        embedder.embed(np.stack(frames)), np.linspace(0, 1, len(frames), dtype=np.float32), 0.5
+    )
+    reward = HybridReward(gamma=0.99, alpha=5.0)
+    wrapped = HybridRewardWrapper(
+        env, HysteresisPotential(cache, confirm_steps=1), embedder, reward
+    )
+    wrapped.reset(seed=0)
+    phi, steps, done = wrapped._phi, 0, False
+    while not done:
+        _, r, terminated, truncated, info = wrapped.step(2)
+        expected = info["r_env"] + info["r_kinematic"] + 5.0 * (0.99 * info["phi"] - phi)
+        assert r == pytest.approx(expected)
+        phi, done, steps = info["phi"], terminated or truncated, steps + 1
+    locked_before = wrapped.potential.locked
+    assert steps == 30 and locked_before > 0.5  # pushed right: later milestones confirmed
+    wrapped.reset(seed=0)
+    assert wrapped.potential.locked < locked_before  # a new episode starts a new lock
