@@ -1,0 +1,1 @@
+"""RL agents that read cached labels; nothing here imports a teacher."""

@@ -1,0 +1,184 @@
+"""PPO for discrete actions on state observations, after CleanRL's ppo.py (Huang et al. 2022,
+"The 37 implementation details of PPO"): vectorised envs, GAE, clipped surrogate, value loss,
+entropy bonus, advantage normalisation, orthogonal init, global-norm clipping, annealed lr.
+
+Hybrid VLM-PPO (seed 000, sec. 4) uses it on MountainCar-v0 with state observations; its shaped
+reward comes from pipeline.shaping, applied by an env wrapper, so this file knows nothing of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    num_envs: int = 8
+    rollout_steps: int = 128  # per env per update
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    update_epochs: int = 4
+    minibatches: int = 4
+    clip_coef: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    learning_rate: float = 2.5e-4
+    anneal_lr: bool = True
+    hidden: int = 64
+
+
+def _layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
+    layer = nn.Linear(n_in, n_out)
+    nn.init.orthogonal_(layer.weight, std)  # CleanRL detail: orthogonal init, scaled heads
+    nn.init.constant_(layer.bias, 0.0)
+    return layer
+
+
+class ActorCritic(nn.Module):
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int) -> None:
+        super().__init__()
+        self.critic = nn.Sequential(
+            _layer(obs_dim, hidden),
+            nn.Tanh(),
+            _layer(hidden, hidden),
+            nn.Tanh(),
+            _layer(hidden, 1, 1.0),
+        )
+        self.actor = nn.Sequential(
+            _layer(obs_dim, hidden),
+            nn.Tanh(),
+            _layer(hidden, hidden),
+            nn.Tanh(),
+            _layer(hidden, n_actions, 0.01),
+        )
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)  # (B,)
+
+    def act(self, obs: torch.Tensor, eval_mode: bool = False) -> torch.Tensor:
+        logits = self.actor(obs)
+        return logits.argmax(-1) if eval_mode else Categorical(logits=logits).sample()
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dist = Categorical(logits=self.actor(obs))
+        return dist.log_prob(actions), dist.entropy(), self.value(obs)
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    next_value: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """Generalised advantage estimation (Schulman et al. 2016) over (T, N) buffers; `dones[t]`
+    means the episode ended at step t, so nothing flows back across it."""
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(next_value)
+    for t in reversed(range(rewards.shape[0])):
+        not_done = 1.0 - dones[t]
+        following = next_value if t == rewards.shape[0] - 1 else values[t + 1]
+        delta = rewards[t] + gamma * following * not_done - values[t]
+        last = delta + gamma * lam * not_done * last
+        advantages[t] = last
+    return advantages
+
+
+def train_ppo(
+    make_env: Callable[[], gym.Env],
+    cfg: PPOConfig,
+    total_steps: int,
+    seed: int,
+    obs_fn: Callable[[object], np.ndarray] = lambda obs: obs,
+) -> tuple[ActorCritic, list[tuple[int, float]]]:
+    """Train for `total_steps` env steps; return the agent and (step, episode return) pairs of
+    every finished episode (the env's own return, from RecordEpisodeStatistics)."""
+    torch.manual_seed(seed)
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.wrappers.RecordEpisodeStatistics(make_env()) for _ in range(cfg.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    if not isinstance(envs.single_action_space, gym.spaces.Discrete):
+        envs.close()
+        raise ValueError(
+            f"this PPO is for Discrete action spaces (hybrid VLM-PPO's MountainCar-v0); got "
+            f"{envs.single_action_space}"
+        )
+    obs, _ = envs.reset(seed=seed)
+    obs_t = torch.as_tensor(obs_fn(obs), dtype=torch.float32)  # (N, obs_dim)
+    agent = ActorCritic(obs_t.shape[1], envs.single_action_space.n, cfg.hidden)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+    n, t_steps = cfg.num_envs, cfg.rollout_steps
+    batch = n * t_steps
+    updates = max(1, total_steps // batch)
+    curve: list[tuple[int, float]] = []
+    buf_obs = torch.zeros((t_steps, n, obs_t.shape[1]))
+    buf_act = torch.zeros((t_steps, n), dtype=torch.long)
+    buf_logp, buf_rew, buf_done, buf_val = (torch.zeros((t_steps, n)) for _ in range(4))
+    step = 0
+    for update in range(updates):
+        if cfg.anneal_lr:
+            optimizer.param_groups[0]["lr"] = cfg.learning_rate * (1.0 - update / updates)
+        for t in range(t_steps):
+            with torch.no_grad():
+                action = agent.act(obs_t)
+                logp, _, value = agent.evaluate(obs_t, action)
+            buf_obs[t], buf_act[t], buf_logp[t], buf_val[t] = obs_t, action, logp, value
+            obs, reward, terminated, truncated, info = envs.step(action.numpy())
+            step += n
+            # Truncation bootstraps from the final observation's value (CleanRL treats it as done;
+            # with same-step autoreset the final obs is in info["final_obs"]).
+            reward = np.asarray(reward, dtype=np.float32)
+            if truncated.any() and "final_obs" in info:
+                for i in np.nonzero(truncated & ~terminated)[0]:
+                    final = torch.as_tensor(obs_fn(info["final_obs"][i][None]), dtype=torch.float32)
+                    with torch.no_grad():
+                        reward[i] += cfg.gamma * agent.value(final).item()
+            buf_rew[t] = torch.as_tensor(reward)
+            buf_done[t] = torch.as_tensor(terminated | truncated, dtype=torch.float32)
+            finished = info.get("final_info", {})  # same-step autoreset: stats of ended episodes
+            if "episode" in finished:
+                for i in np.nonzero(finished["_episode"])[0]:
+                    curve.append((step, float(finished["episode"]["r"][i])))
+            obs_t = torch.as_tensor(obs_fn(obs), dtype=torch.float32)
+        with torch.no_grad():
+            advantages = gae(
+                buf_rew, buf_val, buf_done, agent.value(obs_t), cfg.gamma, cfg.gae_lambda
+            )
+            returns = advantages + buf_val
+        b_obs, b_act = buf_obs.reshape(batch, -1), buf_act.reshape(batch)
+        b_logp, b_adv, b_ret = (
+            buf_logp.reshape(batch),
+            advantages.reshape(batch),
+            returns.reshape(batch),
+        )
+        mb = batch // cfg.minibatches
+        for _ in range(cfg.update_epochs):
+            order = torch.randperm(batch)
+            for start in range(0, batch, mb):
+                idx = order[start : start + mb]
+                logp, entropy, value = agent.evaluate(b_obs[idx], b_act[idx])
+                ratio = (logp - b_logp[idx]).exp()
+                adv = (b_adv[idx] - b_adv[idx].mean()) / (b_adv[idx].std() + 1e-8)
+                pg_loss = torch.max(
+                    -adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
+                ).mean()
+                v_loss = 0.5 * ((value - b_ret[idx]) ** 2).mean()
+                loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy.mean()
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+    envs.close()
+    return agent, curve
