@@ -40,3 +40,23 @@ def test_ppo_learns_cartpole_and_is_deterministic():
 def test_rejects_continuous_actions():
     with pytest.raises(ValueError, match="for Discrete action spaces"):
         train_ppo(lambda: gym.make("MountainCarContinuous-v0"), PPOConfig(num_envs=1), 128, seed=0)
+
+
+def test_ppo_on_the_pipeline_observation_contract():
+    """Dict observations ({pixels, state}) with truncation: the final observation is batched for
+    obs_fn so that truncated episodes bootstrap from their value."""
+    from pipeline.config import EnvConfig
+    from pipeline.envs import make_env
+
+    def make():
+        return make_env(
+            "MountainCar-v0",
+            EnvConfig(image_size=16, action_repeat=1, max_episode_steps=50, include_state=True),
+        )
+
+    _, curve = train_ppo(
+        make, PPOConfig(num_envs=2, rollout_steps=64), 512, seed=0, obs_fn=lambda o: o["state"]
+    )
+    assert len(curve) >= 8 and all(
+        r == -50.0 for _, r in curve
+    )  # every episode truncated at 50 steps

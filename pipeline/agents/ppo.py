@@ -103,7 +103,9 @@ def train_ppo(
     obs_fn: Callable[[object], np.ndarray] = lambda obs: obs,
 ) -> tuple[ActorCritic, list[tuple[int, float]]]:
     """Train for `total_steps` env steps; return the agent and (step, episode return) pairs of
-    every finished episode (the env's own return, from RecordEpisodeStatistics)."""
+    every finished episode (the return the wrapped env pays, from RecordEpisodeStatistics).
+    `obs_fn` maps a batch of observations to the policy input (B, D), e.g. `lambda o: o["state"]`
+    for the pipeline's {pixels, state} contract."""
     torch.manual_seed(seed)
     envs = gym.vector.SyncVectorEnv(
         [lambda: gym.wrappers.RecordEpisodeStatistics(make_env()) for _ in range(cfg.num_envs)],
@@ -142,7 +144,13 @@ def train_ppo(
             reward = np.asarray(reward, dtype=np.float32)
             if truncated.any() and "final_obs" in info:
                 for i in np.nonzero(truncated & ~terminated)[0]:
-                    final = torch.as_tensor(obs_fn(info["final_obs"][i][None]), dtype=torch.float32)
+                    final_obs = info["final_obs"][i]  # one env's observation: batch it for obs_fn
+                    one = (
+                        {k: v[None] for k, v in final_obs.items()}
+                        if isinstance(final_obs, dict)
+                        else final_obs[None]
+                    )
+                    final = torch.as_tensor(obs_fn(one), dtype=torch.float32)
                     with torch.no_grad():
                         reward[i] += cfg.gamma * agent.value(final).item()
             buf_rew[t] = torch.as_tensor(reward)
