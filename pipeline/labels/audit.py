@@ -20,7 +20,7 @@ from PIL import Image
 from pipeline.io import atomic_write_bytes
 from pipeline.labels.parsers import ParseResult
 from pipeline.labels.schema import label_schema
-from pipeline.labels.status import ParseStatus
+from pipeline.labels.status import LABELLED_STATUSES, ParseStatus
 from pipeline.labels.tasks import parse_answer, render_prompt
 from pipeline.masks.base import decode_mask
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
@@ -29,7 +29,6 @@ from pipeline.teachers.scripted import ScriptedTeacher
 EXAMPLES_PER_KIND = 6
 MASK_EXAMPLES = 6  # frames shown with their masks, spread over the data  # thumbnails shown per (task, status) failure kind and per disagreement task
 RAW_TEXT_CHARS = 400
-VALUE_STATUSES = [str(s) for s in ParseStatus if s.has_value]
 # A continuous action agrees with the reference when the mean per-dimension gap is under a
 # quarter of the action range (the scripted judge uses the same rule).
 ACTION_AGREEMENT_TOLERANCE = 0.25
@@ -140,7 +139,7 @@ def build_audit(
         for (task,), group in queried.group_by("task", maintain_order=True)
     }
 
-    valid = queried.filter(pl.col("parse_status").is_in(VALUE_STATUSES))
+    valid = queried.filter(pl.col("parse_status").is_in(LABELLED_STATUSES))
     distributions: dict[str, Any] = {}
     if "milestone" in set(valid["task"]):
         counts = valid.filter(pl.col("task") == "milestone").group_by("milestone").len()
@@ -190,7 +189,7 @@ def build_audit(
         stats["rate"] = stats["agree"] / stats["n"]
 
     failures = []
-    failed = queried.filter(~pl.col("parse_status").is_in(VALUE_STATUSES))
+    failed = queried.filter(~pl.col("parse_status").is_in(LABELLED_STATUSES))
     for (_task, _status), group in failed.group_by("task", "parse_status", maintain_order=True):
         failures += group.head(EXAMPLES_PER_KIND).to_dicts()
 

@@ -27,7 +27,7 @@ from pipeline.config import LabelConfig
 from pipeline.io import atomic_write_bytes
 from pipeline.labels.cache import CachedAnswer, LabelCache, cache_key, store_replies
 from pipeline.labels.parsers import PARSER_VERSION
-from pipeline.labels.status import TRANSPORT_FAILURES, ParseStatus
+from pipeline.labels.status import LABELLED_STATUSES, TRANSPORT_FAILURES, ParseStatus
 from pipeline.labels.tasks import Prompt, TaskName, parse_answer, render_prompt
 from pipeline.rollouts.format import TEACHER_CACHE_DIR
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
@@ -87,9 +87,7 @@ class _Pending:
     sample_key: str
 
 
-def _value_columns(
-    task: TaskName, status: ParseStatus, value: Any, discrete: bool
-) -> dict[str, Any]:
+def _value_columns(task: TaskName, value: Any, discrete: bool) -> dict[str, Any]:
     if value is None:
         return {}
     if task == "action":
@@ -139,7 +137,7 @@ def _row(
         "finish_reason": finish,
         "latency_s": latency,
         "attempts": attempts,
-        **_value_columns(prompt.task, status, value, space["type"] == "discrete"),
+        **_value_columns(prompt.task, value, space["type"] == "discrete"),
     }
 
 
@@ -197,7 +195,7 @@ def label_rollouts(
         store_replies(cache, teacher, [p.prompt for p in unique], replies)
         batch.clear()
         done = summary.queried
-        failed = sum(n for s, n in summary.statuses.items() if s not in ("ok", "regex_fallback"))
+        failed = sum(n for s, n in summary.statuses.items() if s not in LABELLED_STATUSES)
         bar.set_postfix(
             answers_per_s=f"{done / (time.perf_counter() - started):.1f}",
             parse_fail=f"{failed / max(1, summary.teacher_calls + summary.cache_hits):.0%}",

@@ -34,5 +34,8 @@ class ParseStatus(StrEnum):
         return self in (ParseStatus.OK, ParseStatus.REGEX_FALLBACK)
 
 
+# Statuses whose rows carry a label value: everything else is unlabelled for training.
+LABELLED_STATUSES = [str(s) for s in ParseStatus if s.has_value]
+
 # Statuses that mean the teacher never answered: not cached, so a rerun asks again.
 TRANSPORT_FAILURES = frozenset({ParseStatus.HTTP_ERROR, ParseStatus.TIMEOUT})

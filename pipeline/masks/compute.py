@@ -18,7 +18,7 @@ import polars as pl
 from tqdm import tqdm
 
 from pipeline.io import atomic_write_bytes
-from pipeline.labels.status import ParseStatus
+from pipeline.labels.status import LABELLED_STATUSES
 from pipeline.masks.base import MaskBackend, MaskRequest, combine, decode_mask, encode_mask
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.segments import SegmentStore
@@ -40,7 +40,6 @@ _CACHE_SCHEMA = {
     "phrases": pl.List(pl.String),
     "masks": pl.List(pl.Binary),
 }
-USABLE = [str(s) for s in ParseStatus if s.has_value]
 
 
 def _mask_columns(pngs: list[bytes], masks: np.ndarray | None = None) -> dict[str, Any]:
@@ -78,7 +77,7 @@ def compute_masks(
     env_id = manifest["env_id"]
     objects = (
         pl.read_parquet(labels_path)
-        .filter((pl.col("task") == "objects") & pl.col("parse_status").is_in(USABLE))
+        .filter((pl.col("task") == "objects") & pl.col("parse_status").is_in(LABELLED_STATUSES))
         .select("sample_key", "objects")
     )
     phrases_of = {key: tuple(value) for key, value in objects.iter_rows()}

@@ -161,6 +161,7 @@ class TeacherBehaviour:
         from pipeline.labels.cache import ask_through_cache
         from pipeline.labels.tasks import parse_answer, render_prompt
         from pipeline.rollouts.writer import encode_png
+        from pipeline.teachers.base import Reply
 
         # the same frame bytes and prompt the label stage renders, hence the same cache key
         prompt = render_prompt(
@@ -168,7 +169,7 @@ class TeacherBehaviour:
         )
         answer, hit = ask_through_cache(self.cache, self.teacher, prompt)
         self.calls += not hit
-        text = answer.raw_text if hasattr(answer, "raw_text") else answer.text
+        text = answer.text if isinstance(answer, Reply) else answer.raw_text
         parsed = parse_answer("action", text, self.env_id, self.spec)
         if parsed.value is None:
             return

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 from PIL import Image
 
+from pipeline.labels.status import LABELLED_STATUSES
 from pipeline.rollouts.reader import iter_rollouts
 
 
@@ -103,7 +104,7 @@ class PrototypeCache:
             .filter(
                 (pl.col("task") == "milestone")
                 & pl.col("queried")
-                & pl.col("parse_status").is_in(["ok", "regex_fallback"])
+                & pl.col("parse_status").is_in(LABELLED_STATUSES)
             )
             .select("sample_key", "potential")
         )
