@@ -12,11 +12,14 @@ the allowed range. Every field is documented beside it, with the paper's value w
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 class ConfigError(ValueError):
@@ -283,6 +286,106 @@ class DatasetConfig(_Section):
     )
 
 
+class PPOParams(_Section):
+    """PPO hyper-parameters (`ppo`; CleanRL's ppo.py defaults for classic control)."""
+
+    num_envs: int = Field(ge=1, le=256, description="Vectorised envs stepped together.")
+    rollout_steps: int = Field(ge=1, description="Steps per env between updates (CleanRL: 128).")
+    gamma: float = Field(gt=0, le=1, description="Discount factor; also gamma of the PBRS term.")
+    gae_lambda: float = Field(ge=0, le=1, description="GAE lambda (0.95).")
+    update_epochs: int = Field(ge=1, description="Passes over each rollout (4).")
+    minibatches: int = Field(ge=1, description="Minibatches per pass (4).")
+    clip_coef: float = Field(gt=0, description="Surrogate clipping epsilon (0.2).")
+    ent_coef: float = Field(ge=0, description="Entropy bonus weight (0.01).")
+    vf_coef: float = Field(ge=0, description="Value loss weight (0.5).")
+    max_grad_norm: float = Field(gt=0, description="Global gradient-norm clip (0.5).")
+    learning_rate: float = Field(gt=0, description="Adam learning rate (2.5e-4).")
+    anneal_lr: bool = Field(description="Anneal the learning rate linearly to 0.")
+    hidden: int = Field(ge=1, description="Units of each of the two tanh layers (64).")
+
+    @model_validator(mode="after")
+    def _minibatches_fit(self) -> PPOParams:
+        if (self.num_envs * self.rollout_steps) % self.minibatches:
+            raise ValueError(
+                f"num_envs * rollout_steps ({self.num_envs * self.rollout_steps}) must divide "
+                f"into {self.minibatches} minibatches"
+            )
+        return self
+
+
+class OpenClipEmbedderConfig(_Section):
+    """open_clip image features as prototype embeddings (real weights: tag or file)."""
+
+    model: str = Field(description="open_clip model name, e.g. ViT-B-32.")
+    pretrained: str | None = Field(description="Pretrained tag (e.g. openai) or a local file.")
+    device: str = Field(default="cpu", description="torch device.")
+
+
+class HybridPPOParams(PPOParams):
+    """Hybrid VLM-PPO (`hybrid_ppo`: the PPO fields, usually merged from `ppo` with `<<: *ppo`,
+    plus the shaping of seed 000 sec. 3.2-3.4)."""
+
+    alpha: float = Field(ge=0, description="PBRS scale alpha of eq. 2 (not given in the paper).")
+    bandwidth: float = Field(
+        gt=0, description="RBF sigma over prototype embedding distances (3.2's smoothing)."
+    )
+    confirm_steps: int = Field(
+        ge=1, description="Consecutive steps a milestone must be seen before the lock rises to it."
+    )
+    embedder: Literal["grey", "open_clip"] = Field(
+        description="Prototype embedding: grey (offline, downsampled grey frame) or open_clip."
+    )
+    grey_size: int = Field(default=16, ge=2, le=128, description="Side of the grey embedding.")
+    open_clip: OpenClipEmbedderConfig | None = Field(
+        default=None, description="Settings of embedder open_clip."
+    )
+
+    @model_validator(mode="after")
+    def _embedder_has_settings(self) -> HybridPPOParams:
+        if self.embedder == "open_clip" and self.open_clip is None:
+            raise ValueError("embedder 'open_clip' needs an `open_clip:` section")
+        return self
+
+
+TrainMethod = Literal["ppo", "hybrid_ppo"]
+RewardTerm = Literal["env", "kinematic", "potential"]
+# The params section each method reads its hyper-parameters from.
+METHOD_SECTIONS: dict[str, str] = {"ppo": "ppo", "hybrid_ppo": "hybrid_ppo"}
+
+
+class TrainRun(_Section):
+    """One agent to train (`train.<run name>`): stages train@<name> and evaluate@<name>."""
+
+    env: str = Field(description="Env id (must be listed in `envs`: the run reads its labels).")
+    method: TrainMethod = Field(
+        description="ppo (native reward, state) | hybrid_ppo (eq. 2 reward; state policy, frames "
+        "feed Phi only)."
+    )
+    steps: int = Field(ge=1, description="Env steps of training (agent steps).")
+    seed: int = Field(ge=0, description="Seed of the networks, the envs and the sampling.")
+    reward_terms: list[RewardTerm] | None = Field(
+        default=None,
+        description="hybrid_ppo: the terms of eq. 2 that are on (default all: env, kinematic, "
+        "potential); e.g. [env, kinematic] is the kinematic-only ablation.",
+    )
+
+    @model_validator(mode="after")
+    def _terms_only_for_hybrid(self) -> TrainRun:
+        if self.reward_terms is not None:
+            if self.method != "hybrid_ppo":
+                raise ValueError(f"reward_terms applies to method hybrid_ppo, not {self.method!r}")
+            if not self.reward_terms:
+                raise ValueError("reward_terms is empty: the agent would get no reward")
+        return self
+
+
+class EvaluateConfig(_Section):
+    """The evaluate stage (`evaluate`): the agent alone, deterministic actions, as deployed."""
+
+    episodes: int = Field(ge=1, description="Evaluation episodes per agent.")
+    seed: int = Field(ge=0, description="Seed of the first evaluation episode (then +1 each).")
+
+
 class Params(_Section):
     """The whole params.yaml."""
 
@@ -292,6 +395,12 @@ class Params(_Section):
     label: LabelConfig | None = Field(default=None, description="The label stage.")
     masks: MasksConfig | None = Field(default=None, description="The masks stage.")
     dataset: DatasetConfig | None = Field(default=None, description="The dataset stage.")
+    train: dict[str, TrainRun] | None = Field(
+        default=None, description="Agents to train, keyed by run name (train@<name>)."
+    )
+    ppo: PPOParams | None = Field(default=None, description="PPO hyper-parameters.")
+    hybrid_ppo: HybridPPOParams | None = Field(default=None, description="Hybrid VLM-PPO.")
+    evaluate: EvaluateConfig | None = Field(default=None, description="The evaluate stage.")
 
     @model_validator(mode="after")
     def _envs_are_known_and_configured(self) -> Params:
@@ -314,6 +423,21 @@ class Params(_Section):
                         f"envs lists {env_id!r} but `{section}` has no entry for it; add "
                         f"`{section}.{env_id}` to params.yaml"
                     )
+        for name, run in (self.train or {}).items():
+            if not _RUN_NAME.fullmatch(name):
+                raise ValueError(
+                    f"train.{name}: a run name is a directory name: letters, digits, '-', '_' only"
+                )
+            if run.env not in self.envs:
+                raise ValueError(
+                    f"train.{name}: env {run.env!r} is not listed in `envs` (its rollouts and "
+                    f"labels must be built); add it there"
+                )
+            section = METHOD_SECTIONS[run.method]
+            if getattr(self, section) is None:
+                raise ValueError(
+                    f"train.{name}: method {run.method!r} needs a `{section}:` section"
+                )
         return self
 
 

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.config import CollectConfig, EnvConfig, LabelConfig, Params, parse_params
+from pipeline.config import (
+    CollectConfig,
+    EnvConfig,
+    LabelConfig,
+    Params,
+    PPOParams,
+    parse_params,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,6 +28,28 @@ TINY_LABEL = {
     "batch_size": 8,
     "max_transport_failure_rate": 0.05,
 }
+
+
+# CleanRL's ppo.py defaults (classic control)
+PPO_DEFAULTS = {
+    "num_envs": 4,
+    "rollout_steps": 128,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "update_epochs": 4,
+    "minibatches": 4,
+    "clip_coef": 0.2,
+    "ent_coef": 0.01,
+    "vf_coef": 0.5,
+    "max_grad_norm": 0.5,
+    "learning_rate": 2.5e-4,
+    "anneal_lr": True,
+    "hidden": 64,
+}
+
+
+def ppo_params(**overrides: Any) -> PPOParams:
+    return PPOParams(**{**PPO_DEFAULTS, **overrides})
 
 
 def tiny_params_dict(envs: tuple[str, ...] = ("MountainCar-v0",), **collect_overrides: Any) -> dict:

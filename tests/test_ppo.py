@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.agents.ppo import PPOConfig, gae, train_ppo
+from pipeline.agents.ppo import gae, train_ppo
+from tests.conftest import ppo_params
 
 
 def test_gae_against_hand_computation():
@@ -25,21 +26,21 @@ def test_ppo_learns_cartpole_and_is_deterministic():
     def make():
         return gym.make("CartPole-v1")
 
-    agent, curve = train_ppo(make, PPOConfig(num_envs=4), total_steps=30_000, seed=0)
+    agent, curve = train_ppo(make, ppo_params(num_envs=4), total_steps=30_000, seed=0)
     early = np.mean([r for _, r in curve[:20]])
     late = np.mean([r for _, r in curve[-10:]])
     assert late > 80 and late > 3 * early, (early, late)  # random play scores ~22
     with torch.no_grad():
         greedy = agent.act(torch.zeros(1, 4), eval_mode=True)
     assert greedy.shape == (1,)
-    _, again = train_ppo(make, PPOConfig(num_envs=4), total_steps=4096, seed=0)
-    _, same = train_ppo(make, PPOConfig(num_envs=4), total_steps=4096, seed=0)
+    _, again = train_ppo(make, ppo_params(num_envs=4), total_steps=4096, seed=0)
+    _, same = train_ppo(make, ppo_params(num_envs=4), total_steps=4096, seed=0)
     assert again == same
 
 
 def test_rejects_continuous_actions():
     with pytest.raises(ValueError, match="for Discrete action spaces"):
-        train_ppo(lambda: gym.make("MountainCarContinuous-v0"), PPOConfig(num_envs=1), 128, seed=0)
+        train_ppo(lambda: gym.make("MountainCarContinuous-v0"), ppo_params(num_envs=1), 128, seed=0)
 
 
 def test_ppo_on_the_pipeline_observation_contract():
@@ -55,7 +56,7 @@ def test_ppo_on_the_pipeline_observation_contract():
         )
 
     _, curve = train_ppo(
-        make, PPOConfig(num_envs=2, rollout_steps=64), 512, seed=0, obs_fn=lambda o: o["state"]
+        make, ppo_params(num_envs=2, rollout_steps=64), 512, seed=0, obs_fn=lambda o: o["state"]
     )
     assert len(curve) >= 8 and all(
         r == -50.0 for _, r in curve

@@ -8,31 +8,23 @@ reward comes from pipeline.shaping, applied by an env wrapper, so this file know
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+from safetensors.torch import load_file, save
 from torch import nn
 from torch.distributions import Categorical
+from tqdm import tqdm
 
+from pipeline.config import PPOParams
+from pipeline.io import atomic_write_bytes, atomic_write_json
 
-@dataclass(frozen=True)
-class PPOConfig:
-    num_envs: int = 8
-    rollout_steps: int = 128  # per env per update
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    update_epochs: int = 4
-    minibatches: int = 4
-    clip_coef: float = 0.2
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    learning_rate: float = 2.5e-4
-    anneal_lr: bool = True
-    hidden: int = 64
+WEIGHTS_NAME, AGENT_JSON = "agent.safetensors", "agent.json"
 
 
 def _layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
@@ -43,8 +35,30 @@ def _layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
 
 
 class ActorCritic(nn.Module):
-    def __init__(self, obs_dim: int, n_actions: int, hidden: int) -> None:
+    """Separate tanh MLPs for the policy and the value. Observations are rescaled to [-1, 1] by
+    `obs_low` / `obs_high` when given (MountainCar's velocity spans +-0.07, its position 1.8);
+    the bounds are buffers, so a checkpoint carries them."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        n_actions: int,
+        hidden: int,
+        obs_low: np.ndarray | None = None,
+        obs_high: np.ndarray | None = None,
+    ) -> None:
         super().__init__()
+        low = torch.as_tensor(
+            obs_low if obs_low is not None else -np.ones(obs_dim), dtype=torch.float32
+        )
+        high = torch.as_tensor(
+            obs_high if obs_high is not None else np.ones(obs_dim), dtype=torch.float32
+        )
+        if low.shape != (obs_dim,) or high.shape != (obs_dim,) or not bool((high > low).all()):
+            raise ValueError(f"obs bounds must be ({obs_dim},) with high > low; got {low}, {high}")
+        self.register_buffer("obs_center", (high + low) / 2)
+        self.register_buffer("obs_half_range", (high - low) / 2)
+        self.obs_dim, self.n_actions, self.hidden = obs_dim, n_actions, hidden
         self.critic = nn.Sequential(
             _layer(obs_dim, hidden),
             nn.Tanh(),
@@ -60,17 +74,20 @@ class ActorCritic(nn.Module):
             _layer(hidden, n_actions, 0.01),
         )
 
+    def _scale(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs - self.obs_center) / self.obs_half_range
+
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)  # (B,)
+        return self.critic(self._scale(obs)).squeeze(-1)  # (B,)
 
     def act(self, obs: torch.Tensor, eval_mode: bool = False) -> torch.Tensor:
-        logits = self.actor(obs)
+        logits = self.actor(self._scale(obs))
         return logits.argmax(-1) if eval_mode else Categorical(logits=logits).sample()
 
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dist = Categorical(logits=self.actor(obs))
+        dist = Categorical(logits=self.actor(self._scale(obs)))
         return dist.log_prob(actions), dist.entropy(), self.value(obs)
 
 
@@ -95,20 +112,37 @@ def gae(
     return advantages
 
 
+def _records_episodes(env: gym.Env) -> bool:
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.RecordEpisodeStatistics):
+            return True
+        env = env.env
+    return False
+
+
+def _with_episode_stats(make_env: Callable[[], gym.Env]) -> gym.Env:
+    env = make_env()
+    return env if _records_episodes(env) else gym.wrappers.RecordEpisodeStatistics(env)
+
+
 def train_ppo(
     make_env: Callable[[], gym.Env],
-    cfg: PPOConfig,
+    cfg: PPOParams,
     total_steps: int,
     seed: int,
     obs_fn: Callable[[object], np.ndarray] = lambda obs: obs,
+    progress: bool = False,
+    obs_bounds: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[ActorCritic, list[tuple[int, float]]]:
     """Train for `total_steps` env steps; return the agent and (step, episode return) pairs of
-    every finished episode (the return the wrapped env pays, from RecordEpisodeStatistics).
-    `obs_fn` maps a batch of observations to the policy input (B, D), e.g. `lambda o: o["state"]`
-    for the pipeline's {pixels, state} contract."""
+    every finished episode, from the env's RecordEpisodeStatistics. If `make_env` already puts
+    one in its wrapper chain, that one is read: put it below a reward-shaping wrapper to record
+    the native return rather than the shaped one. `obs_fn` maps a batch of observations to the
+    policy input (B, D), e.g. `lambda o: o["state"]` for the pipeline's {pixels, state} contract;
+    `obs_bounds` (low, high) rescale that input to [-1, 1] inside the agent."""
     torch.manual_seed(seed)
     envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.wrappers.RecordEpisodeStatistics(make_env()) for _ in range(cfg.num_envs)],
+        [lambda: _with_episode_stats(make_env) for _ in range(cfg.num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
     if not isinstance(envs.single_action_space, gym.spaces.Discrete):
@@ -119,7 +153,8 @@ def train_ppo(
         )
     obs, _ = envs.reset(seed=seed)
     obs_t = torch.as_tensor(obs_fn(obs), dtype=torch.float32)  # (N, obs_dim)
-    agent = ActorCritic(obs_t.shape[1], envs.single_action_space.n, cfg.hidden)
+    low, high = obs_bounds if obs_bounds is not None else (None, None)
+    agent = ActorCritic(obs_t.shape[1], int(envs.single_action_space.n), cfg.hidden, low, high)
     optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
     n, t_steps = cfg.num_envs, cfg.rollout_steps
     batch = n * t_steps
@@ -129,6 +164,7 @@ def train_ppo(
     buf_act = torch.zeros((t_steps, n), dtype=torch.long)
     buf_logp, buf_rew, buf_done, buf_val = (torch.zeros((t_steps, n)) for _ in range(4))
     step = 0
+    bar = tqdm(total=updates * batch, desc="ppo", unit="step", disable=not progress)
     for update in range(updates):
         if cfg.anneal_lr:
             optimizer.param_groups[0]["lr"] = cfg.learning_rate * (1.0 - update / updates)
@@ -160,6 +196,9 @@ def train_ppo(
                 for i in np.nonzero(finished["_episode"])[0]:
                     curve.append((step, float(finished["episode"]["r"][i])))
             obs_t = torch.as_tensor(obs_fn(obs), dtype=torch.float32)
+        bar.update(batch)
+        if curve:
+            bar.set_postfix(last_return=f"{curve[-1][1]:.1f}")
         with torch.no_grad():
             advantages = gae(
                 buf_rew, buf_val, buf_done, agent.value(obs_t), cfg.gamma, cfg.gae_lambda
@@ -188,5 +227,29 @@ def train_ppo(
                 loss.backward()
                 nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
                 optimizer.step()
+    bar.close()
     envs.close()
     return agent, curve
+
+
+def save_actor_critic(agent: ActorCritic, directory: str | Path, meta: dict[str, Any]) -> None:
+    """Weights (safetensors) + the shapes to rebuild the network and `meta`, written atomically."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.contiguous() for k, v in agent.state_dict().items()}
+    atomic_write_bytes(directory / WEIGHTS_NAME, save(tensors))
+    shapes = {"obs_dim": agent.obs_dim, "n_actions": agent.n_actions, "hidden": agent.hidden}
+    atomic_write_json(
+        directory / AGENT_JSON, {"architecture": "ppo_actor_critic", **shapes, **meta}
+    )
+
+
+def load_actor_critic(directory: str | Path) -> tuple[ActorCritic, dict[str, Any]]:
+    directory = Path(directory)
+    meta = json.loads((directory / AGENT_JSON).read_text())
+    if meta.get("architecture") != "ppo_actor_critic":
+        raise ValueError(f"{directory / AGENT_JSON} is not a PPO actor-critic checkpoint")
+    agent = ActorCritic(meta["obs_dim"], meta["n_actions"], meta["hidden"])
+    agent.load_state_dict(load_file(directory / WEIGHTS_NAME))
+    agent.eval()
+    return agent, meta

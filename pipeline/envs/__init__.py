@@ -20,8 +20,10 @@ __all__ = [
 ]
 
 
-def make_env(env_id: str, cfg: EnvConfig) -> gym.Env:
-    """Build `env_id` with the settings of `cfg`: native env -> ActionRepeat -> contract."""
+def make_env(env_id: str, cfg: EnvConfig, *, pixels: bool = True) -> gym.Env:
+    """Build `env_id` with the settings of `cfg`: native env -> ActionRepeat -> contract.
+    `pixels=False` leaves the frame out of the observation (and does not render it): for agents
+    that read the state alone; `cfg.include_state` must then be true."""
     info = env_info(env_id)
     if info.family == "dmc":
         from pipeline.envs.dmc import DMCEnv, dmc_context, dmc_frame, dmc_state
@@ -52,6 +54,7 @@ def make_env(env_id: str, cfg: EnvConfig) -> gym.Env:
         env,
         image_size=cfg.image_size,
         include_state=cfg.include_state,
+        pixels=pixels,
         state_dim=state_dim,
         frame_fn=frame_fn,
         state_fn=state_fn,

@@ -15,11 +15,16 @@ class EnvInfo:
     family: Literal["classic", "carracing", "dmc"]
     paper_action_repeat: int  # the value params.yaml ships; see `source`
     source: str
+    # Whether `terminated` means the task was solved (MountainCar: the flag is reached), so that
+    # evaluation can report a success rate; None where the env defines no success.
+    success_on_termination: bool | None = None
 
 
 _ENVS = [
-    EnvInfo("MountainCar-v0", "classic", 1, "hybrid VLM-PPO sec. 4: native MountainCar, no repeat"),
-    EnvInfo("MountainCarContinuous-v0", "classic", 1, "continuous MountainCar, no repeat"),
+    EnvInfo(
+        "MountainCar-v0", "classic", 1, "hybrid VLM-PPO sec. 4: native MountainCar, no repeat", True
+    ),
+    EnvInfo("MountainCarContinuous-v0", "classic", 1, "continuous MountainCar, no repeat", True),
     EnvInfo("CarRacing-v3", "carracing", 4, "ERPv C.2/E.1 (84x84 frames); repeat 4 as table 6"),
     # ERPv C.2: DMControl follows RAD (Laskin et al. 2020b), whose action repeats these are.
     EnvInfo("cartpole-swingup", "dmc", 8, "ERPv table 2 / RAD: action repeat 8"),

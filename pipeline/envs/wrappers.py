@@ -66,23 +66,28 @@ class ObservationContract(gym.Wrapper):
         image_size: int,
         include_state: bool,
         state_dim: int,
+        pixels: bool = True,
         frame_fn: FrameFn,
         state_fn: StateFn,
         context_fn: ContextFn,
     ) -> None:
         super().__init__(env)
         self.image_size = image_size
-        self.include_state = include_state
+        if not (pixels or include_state):
+            raise ValueError("an observation needs pixels or state (both were turned off)")
+        self.include_state, self.pixels = include_state, pixels
         self._frame_fn, self._state_fn, self._context_fn = frame_fn, state_fn, context_fn
-        obs_spaces: dict[str, spaces.Space] = {
-            PIXELS: spaces.Box(0, 255, (image_size, image_size, 3), np.uint8)
-        }
+        obs_spaces: dict[str, spaces.Space] = {}
+        if pixels:
+            obs_spaces[PIXELS] = spaces.Box(0, 255, (image_size, image_size, 3), np.uint8)
         if include_state:
             obs_spaces[STATE] = spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)
         self.observation_space = spaces.Dict(obs_spaces)
 
     def _convert(self, native_obs: Any, info: dict[str, Any]) -> tuple[dict, dict]:
-        obs = {PIXELS: resize_frame(self._frame_fn(self.env, native_obs), self.image_size)}
+        obs = {}
+        if self.pixels:  # rendering is most of a step's cost: state-only agents skip it
+            obs[PIXELS] = resize_frame(self._frame_fn(self.env, native_obs), self.image_size)
         if self.include_state:
             obs[STATE] = np.asarray(self._state_fn(self.env, native_obs), dtype=np.float32)
         info = dict(info)

@@ -14,9 +14,15 @@ from pipeline.shaping.reward import HybridReward, kinematic_reward
 
 class HybridRewardWrapper(gym.Wrapper):
     def __init__(
-        self, env: gym.Env, potential: HysteresisPotential, embedder: Embedder, reward: HybridReward
+        self,
+        env: gym.Env,
+        potential: HysteresisPotential | None,
+        embedder: Embedder | None,
+        reward: HybridReward,
     ) -> None:
         super().__init__(env)
+        if reward.use_potential and (potential is None or embedder is None):
+            raise ValueError("the potential term is on: a potential and an embedder are needed")
         self.potential, self.embedder, self.reward = potential, embedder, reward
         self._phi = 0.0
 
@@ -25,7 +31,8 @@ class HybridRewardWrapper(gym.Wrapper):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
-        self.potential.reset()  # the hysteresis lock lives within an episode
+        if self.potential is not None:
+            self.potential.reset()  # the hysteresis lock lives within an episode
         self._phi = self._phi_of(obs) if self.reward.use_potential else 0.0
         return obs, info
 

@@ -1,0 +1,133 @@
+"""Stage two's `evaluate`: the trained agent alone, as at deployment (no teacher, no prototype
+cache, no shaping): deterministic actions over N episodes on the env's native reward.
+Also the comparison figure of every run's learning curve per env."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipeline.config import EnvConfig
+from pipeline.envs import PIXELS, STATE, env_info, make_env
+from pipeline.io import atomic_write_bytes
+
+AGENT_JSON = "agent.json"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A deterministic policy over the pipeline's observation dict, and what it reads."""
+
+    act: Callable[[dict[str, np.ndarray]], Any]
+    obs: str  # "state" or "pixels": the env is built to render frames only when needed
+    meta: dict[str, Any]
+
+
+def load_policy(agent_dir: str | Path) -> Policy:
+    """Rebuild the agent a train stage saved; dispatch on its `architecture`."""
+    agent_dir = Path(agent_dir)
+    meta_path = agent_dir / AGENT_JSON
+    if not meta_path.exists():
+        raise FileNotFoundError(f"{meta_path} does not exist: train the agent first (dvc repro)")
+    architecture = json.loads(meta_path.read_text()).get("architecture")
+    if architecture == "ppo_actor_critic":
+        from pipeline.agents.ppo import load_actor_critic
+
+        agent, meta = load_actor_critic(agent_dir)
+
+        def act(obs: dict[str, np.ndarray]) -> int:
+            with torch.no_grad():
+                state = torch.as_tensor(obs[STATE], dtype=torch.float32)[None]
+                return int(agent.act(state, eval_mode=True).item())
+
+        return Policy(act, STATE, meta)
+    raise ValueError(f"{meta_path}: unknown agent architecture {architecture!r}")
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    episodes: int
+    return_mean: float
+    return_std: float
+    length_mean: float
+    success_rate: float | None  # None where the env defines no success
+    returns: list[float]
+    lengths: list[int]
+
+
+def evaluate_policy(
+    policy: Policy, env_id: str, env_cfg: EnvConfig, episodes: int, seed: int
+) -> EvalResult:
+    """Run `episodes` episodes with seeds seed, seed+1, ...; native return and length of each."""
+    env = make_env(env_id, env_cfg, pixels=policy.obs == PIXELS)
+    success_defined = env_info(env_id).success_on_termination
+    returns, lengths, successes = [], [], []
+    try:
+        for i in range(episodes):
+            obs, _ = env.reset(seed=seed + i)
+            total, length, done = 0.0, 0, False
+            while not done:
+                obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
+                total += float(reward)
+                length += 1
+                done = terminated or truncated
+            returns.append(total)
+            lengths.append(length)
+            successes.append(bool(terminated))
+    finally:
+        env.close()
+    return EvalResult(
+        episodes=episodes,
+        return_mean=float(np.mean(returns)),
+        return_std=float(np.std(returns)),
+        length_mean=float(np.mean(lengths)),
+        success_rate=float(np.mean(successes)) if success_defined else None,
+        returns=returns,
+        lengths=lengths,
+    )
+
+
+def eval_metrics(result: EvalResult, meta: dict[str, Any]) -> dict[str, Any]:
+    """The metrics JSON of one run (`dvc metrics show` reads the numbers)."""
+    out = {k: v for k, v in asdict(result).items() if k not in ("returns", "lengths")}
+    out = {k: v for k, v in out.items() if v is not None}
+    return {**out, "env": meta["env"], "method": meta["method"], "train_steps": meta["steps"]}
+
+
+def plot_curves(
+    curves: dict[str, list[tuple[int, float]]], title: str, path: str | Path, window: int = 10
+) -> None:
+    """Learning curves of several runs in one PNG: each episode's return (faint) and its moving
+    mean over `window` episodes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    for i, (name, curve) in enumerate(sorted(curves.items())):
+        if not curve:
+            continue
+        steps, rets = np.asarray(curve, dtype=np.float64).T
+        color = f"C{i}"
+        ax.plot(steps, rets, color=color, alpha=0.2, linewidth=0.8)
+        k = min(window, len(rets))
+        smooth = np.convolve(rets, np.ones(k) / k, mode="valid")
+        ax.plot(steps[k - 1 :], smooth, color=color, label=name)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episode return (native)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())

@@ -1,0 +1,51 @@
+"""DVC stage `train@<run>`: train the agent of params.yaml's `train.<run>` from the env's cached
+labels; write its checkpoint and learning curve. Never imports a teacher.
+
+    python -m stages.train --params params.yaml --run MountainCar-v0-hybrid_ppo \\
+        --rollouts data/rollouts/MountainCar-v0 --labels data/labels/MountainCar-v0.parquet \\
+        --out models/MountainCar-v0-hybrid_ppo --curve plots/train/MountainCar-v0-hybrid_ppo.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from pipeline.config import ConfigError, load_params
+from pipeline.training import TrainError, TrainInputs, train_run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--run", required=True, help="run name: a key of `train` in params.yaml")
+    parser.add_argument("--rollouts", required=True, type=Path, help="the env's rollouts")
+    parser.add_argument("--labels", required=True, type=Path, help="the env's label table")
+    parser.add_argument("--out", required=True, help="checkpoint directory to write")
+    parser.add_argument("--curve", required=True, help="learning curve CSV to write")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        params = load_params(args.params)
+        curve = train_run(
+            args.run, params, TrainInputs(args.rollouts, args.labels), args.out, args.curve
+        )
+    except (ConfigError, TrainError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    tail = [r for _, r in curve[-10:]]
+    last = (
+        f"mean return of the last {len(tail)} episodes {sum(tail) / len(tail):.1f}"
+        if tail
+        else "no episode finished"
+    )
+    print(f"{args.out}: {len(curve)} training episodes; {last}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

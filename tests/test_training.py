@@ -1,0 +1,183 @@
+"""train / evaluate / compare for the PPO family (hybrid VLM-PPO), on tiny MountainCar data."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.config import ConfigError, parse_params
+from pipeline.evaluation import evaluate_policy, load_policy
+from pipeline.rollouts.collect import collect
+from pipeline.training import TrainInputs, read_curve, train_run
+from tests.conftest import PPO_DEFAULTS, REPO, collect_cfg, env_cfg, label_cfg, tiny_params_dict
+
+HYBRID = {"alpha": 10.0, "bandwidth": 0.5, "confirm_steps": 2, "embedder": "grey", "grey_size": 8}
+
+
+def train_params(**runs) -> dict:
+    raw = tiny_params_dict()
+    raw["env"]["MountainCar-v0"]["max_episode_steps"] = 50  # short episodes: some end in training
+    raw["train"] = runs
+    raw["ppo"] = {**PPO_DEFAULTS, "num_envs": 2, "rollout_steps": 64}
+    raw["hybrid_ppo"] = {**raw["ppo"], **HYBRID}
+    raw["evaluate"] = {"episodes": 2, "seed": 100}
+    return raw
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    """MountainCar rollouts and a label table, built with the scripted teacher (in this process:
+    the training subprocess below must not import it)."""
+    from pipeline.labels.label import label_rollouts
+    from pipeline.teachers.scripted import ScriptedTeacher
+
+    root = tmp_path_factory.mktemp("mc")
+    collect(
+        "MountainCar-v0",
+        env_cfg(max_episode_steps=40),
+        collect_cfg(episodes=2),
+        root / "rollouts",
+        progress=False,
+    )
+    label_rollouts(
+        root / "rollouts",
+        label_cfg(tasks={"milestone": 4}),
+        ScriptedTeacher(0.8, 0),
+        root / "cache",
+        root / "labels.parquet",
+        progress=False,
+    )
+    return TrainInputs(root / "rollouts", root / "labels.parquet")
+
+
+def test_hybrid_run_writes_a_checkpoint_that_acts_like_the_trained_agent(labelled, tmp_path):
+    run = {"env": "MountainCar-v0", "method": "hybrid_ppo", "steps": 256, "seed": 0}
+    params = parse_params(train_params(hyb=run))
+    curve = train_run("hyb", params, labelled, tmp_path / "agent", tmp_path / "curve.csv")
+    assert read_curve(tmp_path / "curve.csv") == [(s, pytest.approx(r, abs=1e-4)) for s, r in curve]
+    # 256 env steps = 128 in each of the 2 envs: two 50-step episodes end in each
+    assert len(curve) == 2 * 2 and [s for s, _ in curve] == [100, 100, 200, 200]
+    # the curve is the native return (-1 per step), not the shaped one the agent was trained on
+    assert all(r == -50.0 for _, r in curve)
+    meta = json.loads((tmp_path / "agent" / "agent.json").read_text())
+    assert meta["method"] == "hybrid_ppo" and meta["reward_terms"] == [
+        "env",
+        "kinematic",
+        "potential",
+    ]
+    assert set(meta["data"]) == {"rollouts_manifest_sha256", "labels_sha256"}
+
+    policy = load_policy(tmp_path / "agent")
+    from pipeline.agents.ppo import load_actor_critic
+
+    agent, _ = load_actor_critic(tmp_path / "agent")
+    states = (
+        np.random.default_rng(0).uniform([-1.2, -0.07], [0.6, 0.07], (32, 2)).astype(np.float32)
+    )
+    expected = agent.act(torch.as_tensor(states), eval_mode=True).tolist()
+    assert [policy.act({"state": s}) for s in states] == expected
+    # the obs bounds travelled with the checkpoint (MountainCar's native space)
+    assert agent.obs_half_range.tolist() == pytest.approx([0.9, 0.07])
+
+
+def test_evaluate_reports_success_and_lengths(labelled, tmp_path):
+    run = {"env": "MountainCar-v0", "method": "ppo", "steps": 128, "seed": 0}
+    params = parse_params(train_params(base=run))
+    train_run("base", params, labelled, tmp_path / "agent", tmp_path / "curve.csv")
+    result = evaluate_policy(
+        load_policy(tmp_path / "agent"), "MountainCar-v0", params.env["MountainCar-v0"], 2, 100
+    )
+    assert result.lengths == [50, 50] and result.returns == [-50.0, -50.0]
+    assert result.success_rate == 0.0  # an untrained agent does not reach the flag in 50 steps
+
+
+def test_kinematic_only_ablation_reads_no_frames(labelled, tmp_path):
+    run = {
+        "env": "MountainCar-v0",
+        "method": "hybrid_ppo",
+        "steps": 128,
+        "seed": 0,
+        "reward_terms": ["env", "kinematic"],
+    }
+    params = parse_params(train_params(kin=run))
+    from pipeline.training import ppo_env_factory
+
+    env = ppo_env_factory(params.train["kin"], params, None)()  # no data needed without Phi
+    obs, _ = env.reset(seed=0)
+    assert set(obs) == {"state"}
+    _, reward, *_ = env.step(2)
+    position = env.unwrapped.state[0]
+    assert reward == pytest.approx(-1.0 + max(0.0, 2.0 * (position + 0.4)))
+
+
+@pytest.mark.parametrize(
+    ("run", "extra", "message"),
+    [
+        (
+            {"env": "CarRacing-v3", "method": "ppo", "steps": 1, "seed": 0},
+            {},
+            "not listed in `envs`",
+        ),
+        (
+            {
+                "env": "MountainCar-v0",
+                "method": "ppo",
+                "steps": 1,
+                "seed": 0,
+                "reward_terms": ["env"],
+            },
+            {},
+            "reward_terms applies to method hybrid_ppo",
+        ),
+        (
+            {"env": "MountainCar-v0", "method": "hybrid_ppo", "steps": 1, "seed": 0},
+            {"hybrid_ppo": None},
+            "needs a `hybrid_ppo:` section",
+        ),
+        ({"env": "MountainCar-v0", "method": "sarsa", "steps": 1, "seed": 0}, {}, "method"),
+    ],
+)
+def test_bad_train_runs_are_named(run, extra, message):
+    raw = train_params(bad=run)
+    raw.update(extra)
+    if raw.get("hybrid_ppo", 1) is None:
+        del raw["hybrid_ppo"]
+    with pytest.raises(ConfigError, match=message):
+        parse_params(raw)
+
+
+def test_bad_run_name_is_refused():
+    raw = train_params(
+        **{"../escape": {"env": "MountainCar-v0", "method": "ppo", "steps": 1, "seed": 0}}
+    )
+    with pytest.raises(ConfigError, match="a run name is a directory name"):
+        parse_params(raw)
+
+
+def test_train_stage_never_imports_a_teacher(labelled, tmp_path):
+    """The design's contract: agents learn from cached labels only. The stage runs in a fresh
+    interpreter (a hybrid run, which reads the label table), then lists what it imported."""
+    import yaml
+
+    run = {"env": "MountainCar-v0", "method": "hybrid_ppo", "steps": 128, "seed": 0}
+    params_path = tmp_path / "params.yaml"
+    params_path.write_text(yaml.safe_dump(train_params(hyb=run)))
+    code = f"""
+import sys
+from stages.train import main
+rc = main(["--params", {str(params_path)!r}, "--run", "hyb", "--rollouts", {str(labelled.rollouts)!r},
+           "--labels", {str(labelled.labels)!r}, "--out", {str(tmp_path / "agent")!r},
+           "--curve", {str(tmp_path / "c.csv")!r}])
+assert rc == 0, rc
+print("\\n".join(sorted(sys.modules)))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    modules = out.stdout.split()
+    assert "pipeline.shaping.prototypes" in modules  # it did read the labels
+    assert not [m for m in modules if m.startswith("pipeline.teachers")]
+    assert "transformers" not in modules and "openai" not in modules
