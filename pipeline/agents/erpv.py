@@ -1,0 +1,380 @@
+"""ERPv (seed 002): SAC + DeepMDP guided by partially reliable VLM actions read from the replay
+buffer's cached labels (the agent never calls a VLM).
+
+- VPG, Value-aware Policy Guidance (sec. 3.3, eq. 3-4): a frozen, pre-trained VLM critic C_V
+  scores the VLM action, Q_v = C_V(s, a_v); the agent's critic scores its own sampled action,
+  Q_r = C_R(s, a_r); both are min-max scaled over the batch; the gate Q_f = max(0, Q_v - Q_r)
+  weights an imitation term L_V added to the actor loss with weight lambda_1.
+- VER, VLM-guided Entropy Regularisation (sec. 3.4, eq. 5-7, appendix B eq. 14): the action
+  confidence G = 1 / L_T(s_{t+1}, T(s_t, a_v)) from the agent's transition model; the temperature
+  is pulled towards alpha_bar = sigmoid(G) with weight lambda_2.
+- Both apply to the rows of a batch that carry a label (`has_label`); other rows train plain SAC.
+- C_V is pre-trained offline (`pretrain_vlm_critic`, appendix D.1) by TD on RAE rollouts, then
+  frozen: target r + gamma (1 - done) C_V~(s', a_v(s')), a_v(s') the cached label at the next
+  state, i.e. Q of the VLM policy, evaluated without calling the VLM.
+
+Which transition model G uses. Algorithm 1 updates T(.) every step "referred to DeepMDP", and C.3
+says "we freeze the transition network (including V(.) and T_D(.)) when calculating the output of
+the VER": the transition model is the agent's own, trained online with the critic (pipeline.agents
+.sac), and "frozen" means no gradient flows from eq. 7 into it. So nothing but C_V is pre-trained.
+
+Paper ambiguities, resolved here:
+- eq. 3 writes Q_f outside the batch mean; Q_f is per sample (step 4 of sec. 3.3), so
+  L_V = mean_i Q_f,i ||a_v,i - a_r,i||^2, the squared L2 distance over action dimensions, and Q_f
+  is a gate (no gradient flows through it), as "constraint factor" says.
+- min-max scaling is applied to Q_v and Q_r separately, each over the labelled rows of the batch.
+- eq. 14: G = 1 / L_T with eq. 12's L_T per row (mean over latent features). With a learned sigma
+  L_T can be <= 0 (log sigma < 0); the denominator is floored at `confidence_eps`, so G saturates
+  at 1 / eps and alpha_bar at 1. With figure 11's deterministic T (the default) L_T is the mean
+  squared error and G > 0.
+- sec. 3.4 says a lower G should raise the entropy, yet alpha_bar = sigmoid(G) grows with G (and
+  is always > 0.5 since G > 0). The equations are implemented as printed; `ver/alpha_target` is
+  logged so that the effect is visible.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+from torch import nn
+from tqdm import tqdm
+
+from pipeline.agents.networks import Critic, make_encoder, transition_nll
+from pipeline.agents.replay import OfflineTransitions, ReplayBuffer
+from pipeline.agents.sac import (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    ActionScale,
+    NetworkConfig,
+    SACAgent,
+    SACConfig,
+    box_bounds,
+    encoder_input_shape,
+    sac_alpha_loss,
+    soft_update,
+)
+from pipeline.io import atomic_write_bytes, atomic_write_json
+
+VLM_CRITIC_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ERPvConfig:
+    lambda_1: float = 10.0  # VPG weight in eq. 4; sec. 4.1: 10.0
+    lambda_2: float = 10.0  # VER weight in eq. 7; sec. 4.1: 10.0
+    confidence_eps: float = 1e-6  # floor of eq. 14's denominator (L_T), keeps G finite
+
+    def __post_init__(self) -> None:
+        for name in ("lambda_1", "lambda_2"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.confidence_eps > 0:
+            raise ValueError(f"confidence_eps must be > 0, got {self.confidence_eps}")
+
+
+def minmax_scale(q: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Min-max normalisation over the batch (sec. 3.3 step 3, Patro & Sahu 2015):
+    q' = (q - min q) / (max q - min q), in [0, 1]. A constant batch (span <= eps) maps to 0: no
+    spread, no evidence that any action is better."""
+    lo, hi = q.min(), q.max()
+    return (q - lo) / (hi - lo).clamp_min(eps)
+
+
+def vpg_loss(
+    q_v: torch.Tensor, q_r: torch.Tensor, a_v: torch.Tensor, a_r: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ERPv eq. 3 over labelled rows: (L_V, Q_f). q_v, q_r (N,); a_v, a_r (N, A) in [-1, 1].
+    Q_f = max(0, scale(Q_v) - scale(Q_r)) (steps 3-4), a gate without gradient."""
+    q_f = (minmax_scale(q_v) - minmax_scale(q_r)).clamp_min(0.0).detach()  # (N,)
+    return (q_f * (a_v - a_r).pow(2).sum(-1)).mean(), q_f
+
+
+def action_confidence(
+    next_h: torch.Tensor, mu_v: torch.Tensor, sigma_v: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """ERPv eq. 14 (eq. 6 with the real s_{t+1}): G = 1 / L_T(s_{t+1}, mu~, sigma~), (N,), where
+    (mu~, sigma~) = T(s_t, a_v); L_T is eq. 12 per row, floored at eps."""
+    return 1.0 / transition_nll(next_h, mu_v, sigma_v).clamp_min(eps)
+
+
+def erpv_alpha_loss(
+    alpha: torch.Tensor,
+    log_pi: torch.Tensor,
+    target_entropy: float,
+    g: torch.Tensor,
+    lambda_2: float,
+) -> torch.Tensor:
+    """ERPv eq. 7: L_alpha (eq. 11) + lambda_2 E[(alpha - alpha_bar)^2], alpha_bar = sigmoid(G)."""
+    return sac_alpha_loss(alpha, log_pi, target_entropy) + lambda_2 * ver_regulariser(alpha, g)
+
+
+def ver_regulariser(alpha: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """eq. 7's second term without its weight: mean over rows of (alpha - sigmoid(G))^2."""
+    return (alpha - torch.sigmoid(g).detach()).pow(2).mean()
+
+
+class VLMCritic(nn.Module):
+    """C_V (C.3: a visual encoder and two Q heads, the structure of C_R; clipped double Q).
+    `forward(obs, action)` takes the stacked observation and an action in [-1, 1]^A."""
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_low: np.ndarray,
+        action_high: np.ndarray,
+        network: NetworkConfig,
+        data_hashes: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.obs_shape = tuple(int(d) for d in obs_shape)
+        self.network = network
+        self.input_shape = encoder_input_shape(network, self.obs_shape)
+        self.action_low = np.asarray(action_low, np.float32).ravel()
+        self.action_high = np.asarray(action_high, np.float32).ravel()
+        self.data_hashes = dict(data_hashes or {})
+        self.encoder = make_encoder(
+            network.obs, self.input_shape, feature_dim=network.feature_dim,
+            num_layers=network.encoder_layers, num_filters=network.encoder_filters,
+        )  # fmt: skip
+        self.critic = Critic(network.feature_dim, len(self.action_low), network.hidden_dim)
+
+    def heads(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.critic(self.encoder(obs), action)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return torch.min(*self.heads(obs, action))  # (B,)
+
+    def freeze(self) -> VLMCritic:
+        """C_V "remains fixed during training" (sec. 3.3): no gradients, eval mode."""
+        self.requires_grad_(False)
+        return self.eval()
+
+    def save(self, path: str | Path, data_hashes: dict[str, str] | None = None) -> None:
+        """`path/model.safetensors` + `path/config.json`; `data_hashes` (e.g. the dataset's
+        sha256) are recorded beside the config and come back as `.data_hashes`."""
+        if data_hashes is not None:
+            self.data_hashes = dict(data_hashes)
+        tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        path = Path(path)
+        atomic_write_bytes(path / WEIGHTS_NAME, save_safetensors(tensors))
+        atomic_write_json(
+            path / CONFIG_NAME,
+            {
+                "format_version": VLM_CRITIC_FORMAT_VERSION,
+                "model": "vlm_critic",
+                "network": asdict(self.network),
+                "obs_shape": list(self.obs_shape),
+                "action_low": self.action_low.tolist(),
+                "action_high": self.action_high.tolist(),
+                "data_hashes": self.data_hashes,
+            },
+        )
+
+    @classmethod
+    def load(cls, path: str | Path, device: torch.device | str = "cpu") -> VLMCritic:
+        """A frozen C_V from `save`."""
+        path = Path(path)
+        for name in (WEIGHTS_NAME, CONFIG_NAME):
+            if not (path / name).exists():
+                raise FileNotFoundError(f"{path / name} not found: not a VLM critic checkpoint")
+        config = json.loads((path / CONFIG_NAME).read_text())
+        if (
+            config.get("model") != "vlm_critic"
+            or config.get("format_version") != VLM_CRITIC_FORMAT_VERSION
+        ):
+            raise ValueError(
+                f"{path / CONFIG_NAME}: not a VLM critic of format {VLM_CRITIC_FORMAT_VERSION}"
+            )
+        network = SACConfig.from_dict({"network": config["network"]}).network
+        critic = cls(
+            tuple(config["obs_shape"]), np.asarray(config["action_low"]),
+            np.asarray(config["action_high"]), network, config["data_hashes"],
+        )  # fmt: skip
+        critic.load_state_dict(load_safetensors((path / WEIGHTS_NAME).read_bytes()), strict=True)
+        return critic.to(device).freeze()
+
+
+def pretrain_vlm_critic(
+    transitions: OfflineTransitions,
+    action_space: gym.spaces.Box,
+    cfg: SACConfig,
+    steps: int,
+    seed: int,
+    *,
+    device: torch.device | str = "cpu",
+    log_every: int = 1000,
+    progress: bool = True,
+) -> tuple[VLMCritic, list[dict[str, float]]]:
+    """Pre-train C_V offline on labelled (RAE) transitions by TD (sec. 3.3, appendix D.1) and
+    return it frozen, with metric rows (step, td_loss, q) every `log_every` steps.
+
+    Target: r + gamma (1 - done) min C_V~(s', a_v(s')), with a_v(s') the cached label of the next
+    state: C_V is the Q function of the VLM policy, for any action taken in s (RAE mixes the
+    explorer's actions in). Uses the transitions whose next state has a label, or that terminate
+    (no bootstrap needed). Networks, batch size, gamma, critic lr and Polyak rates come from `cfg`.
+    """
+    low, high = box_bounds(action_space)
+    if transitions.action_dim != len(low):
+        raise ValueError(
+            f"transitions have {transitions.action_dim}-D actions, the action space {len(low)}-D"
+        )
+    usable = transitions.has_next_label | transitions.terminated
+    if not usable.any():
+        raise ValueError(
+            f"none of the {len(transitions)} transitions has a labelled next state (or ends the "
+            f"episode): nothing to bootstrap C_V from"
+        )
+    net = cfg.network
+    obs_shape = transitions.obs.shape[1:]
+    buffer = ReplayBuffer(
+        net.obs, obs_shape, transitions.action_dim, capacity=2,
+        frame_stack=net.frame_stack, offline=transitions.select(usable),
+    )  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        critic = VLMCritic(obs_shape, low, high, net).to(device)
+    target = copy.deepcopy(critic)
+    target.requires_grad_(False)
+    scale = ActionScale(low, high, device)
+    optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, betas=cfg.adam_betas)
+    rng = np.random.default_rng(seed)
+    logs: list[dict[str, float]] = []
+    window: list[tuple[float, float]] = []
+    for step in tqdm(range(steps), desc="pretrain C_V", unit="step", disable=not progress):
+        b = buffer.sample(cfg.batch_size, 1.0, rng, device)
+        with torch.no_grad():
+            next_a_v = scale.normalise(b["next_a_v"]).clamp(-1.0, 1.0)
+            # zero where the episode terminated: no label needed there
+            td_target = b["reward"] + cfg.gamma * (1.0 - b["done"]) * target(
+                b["next_obs"], next_a_v
+            )
+        q1, q2 = critic.heads(b["obs"], scale.normalise(b["action"]))
+        loss = F.mse_loss(q1, td_target) + F.mse_loss(q2, td_target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if (step + 1) % cfg.target_update_freq == 0:
+            soft_update(target.critic, critic.critic, cfg.critic_tau)
+            soft_update(target.encoder, critic.encoder, cfg.encoder_tau)
+        window.append((loss.item(), q1.mean().item()))
+        if (step + 1) % log_every == 0 or step + 1 == steps:
+            td, q = np.mean(window, axis=0)
+            logs.append({"step": float(step + 1), "td_loss": float(td), "q": float(q)})
+            window = []
+    return critic.freeze(), logs
+
+
+class ERPvAgent(SACAgent):
+    """SACAgent + VPG (eq. 3-4) + VER (eq. 5-7), with a frozen pre-trained `vlm_critic` (C_V).
+    Checkpoints (`save`) hold the SAC networks and the ERPv settings, not C_V (saved by its own
+    stage); `SACAgent.load` restores them for acting."""
+
+    algorithm = "erpv"
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_space: gym.spaces.Box,
+        cfg: SACConfig | None,
+        vlm_critic: VLMCritic,
+        erpv: ERPvConfig | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        super().__init__(obs_shape, action_space, cfg, device=device, seed=seed)
+        self.erpv = erpv or ERPvConfig()
+        if (
+            vlm_critic.input_shape != self.input_shape
+            or vlm_critic.network.obs != self.cfg.network.obs
+        ):
+            raise ValueError(
+                f"the VLM critic reads {vlm_critic.network.obs} input {vlm_critic.input_shape}, "
+                f"the agent {self.cfg.network.obs} input {self.input_shape}"
+            )
+        if not (
+            np.allclose(vlm_critic.action_low, self.scale.low_np)
+            and np.allclose(vlm_critic.action_high, self.scale.high_np)
+        ):
+            raise ValueError(
+                f"the VLM critic was trained for actions in [{vlm_critic.action_low}, "
+                f"{vlm_critic.action_high}], the agent acts in [{self.scale.low_np}, {self.scale.high_np}]"
+            )
+        self.vlm_critic = vlm_critic.to(self.device).freeze()
+
+    @classmethod
+    def for_env(  # type: ignore[override]
+        cls,
+        env: gym.Env,
+        cfg: SACConfig | None,
+        vlm_critic: VLMCritic,
+        erpv: ERPvConfig | None = None,
+        **kwargs: Any,
+    ) -> ERPvAgent:
+        cfg = cfg or SACConfig()
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Dict) or cfg.network.obs not in space.spaces:
+            raise ValueError(f"the agent reads obs[{cfg.network.obs!r}], the env observes {space}")
+        return cls(space[cfg.network.obs].shape, env.action_space, cfg, vlm_critic, erpv, **kwargs)
+
+    def _labelled_a_v(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        mask = batch["has_label"]
+        if not bool(mask.any()):
+            return None
+        return mask, self.scale.normalise(batch["a_v"][mask]).clamp(-1.0, 1.0)
+
+    def policy_guidance(
+        self,
+        h: torch.Tensor,
+        pi: torch.Tensor,
+        q_pi: torch.Tensor,
+        batch: dict[str, torch.Tensor],
+    ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        labelled = self._labelled_a_v(batch)
+        if labelled is None:
+            return None, {}
+        mask, a_v = labelled
+        with torch.no_grad():
+            q_v = self.vlm_critic(batch["obs"][mask], a_v)  # Q_v = C_V(o, a_v), (N,)
+        q_r = q_pi[mask].detach()  # Q_r = C_R(o, a_r), a_r ~ pi, (N,)
+        l_v, q_f = vpg_loss(q_v, q_r, a_v, pi[mask])  # eq. 3
+        metrics = {
+            "vpg/loss": l_v.detach(),
+            "vpg/q_f": q_f.mean(),
+            "vpg/gate_open": (q_f > 0).float().mean(),
+            "labelled_fraction": mask.float().mean(),
+        }
+        return self.erpv.lambda_1 * l_v, metrics  # eq. 4: L_pi + lambda_1 L_V
+
+    def entropy_regulariser(
+        self, h: torch.Tensor, next_h: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        labelled = self._labelled_a_v(batch)
+        if labelled is None:
+            return None, {}
+        mask, a_v = labelled
+        with torch.no_grad():  # C.3: T (encoder and T_D) frozen for VER
+            mu_v, sigma_v = self.transition(h[mask].detach(), a_v)  # P(s~_{t+1} | s_t, a_v)
+            g = action_confidence(next_h[mask], mu_v, sigma_v, self.erpv.confidence_eps)  # eq. 14
+        regulariser = ver_regulariser(self.alpha, g)
+        metrics = {
+            "ver/G": g.mean(),
+            "ver/alpha_target": torch.sigmoid(g).mean(),
+            "ver/loss": regulariser.detach(),
+        }
+        return self.erpv.lambda_2 * regulariser, metrics  # eq. 7
+
+    def config_json(self) -> dict[str, Any]:
+        return {**super().config_json(), "erpv": asdict(self.erpv)}

@@ -1,0 +1,535 @@
+"""SAC + DeepMDP on pixels or states: the base agent of ERPv (seed 002, sec. 3.1, appendix B
+eq. 8-13, C.3, table 6), after SAC-AE (Yarats et al. 2019) and the DeepMDP agent of the DBC code
+base (Zhang et al. 2021) whose networks ERPv's figures 8-11 print.
+
+- Clipped double Q with target networks (Polyak averaging; the encoder has its own rate, SAC-AE).
+- Learned temperature alpha with target entropy -|A| (eq. 11).
+- One visual encoder V(.), owned by the critic; the actor reads its features detached (SAC-AE):
+  only the critic's TD loss and the DeepMDP auxiliary losses shape it. C.3: "the above visual
+  encoders share parameters during visual RL training".
+- DeepMDP auxiliary task trained with the critic (Algorithm 1): transition model T_D predicts the
+  next latent (eq. 12-13), a reward head predicts r from the predicted latent.
+
+Actions: the networks work in [-1, 1]^A; the agent maps to and from the env's Box bounds, and the
+replay buffer stores env units (the dataset's units).
+
+ERPv's guidance (pipeline.agents.erpv) plugs into two hooks: `policy_guidance` (eq. 4) and
+`entropy_regulariser` (eq. 7); here both add nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+from torch import nn
+from tqdm import tqdm
+
+from pipeline.agents.networks import (
+    Actor,
+    Critic,
+    RewardModel,
+    TransitionModel,
+    make_encoder,
+    transition_nll,
+)
+from pipeline.agents.replay import FrameStacker, ReplayBuffer
+from pipeline.io import atomic_write_bytes, atomic_write_json
+
+CHECKPOINT_FORMAT_VERSION = 1
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """What the networks read and how big they are (ERPv C.3, figures 8-11)."""
+
+    obs: Literal["pixels", "state"] = "pixels"  # which entry of the env's {pixels, state} dict
+    frame_stack: int = 3  # C.5 / table 6: 3 frames; states are not stacked
+    feature_dim: int = 50  # latent s_t = V(o_t); figure 8: 50
+    hidden_dim: int = 1024  # actor and Q heads; figures 9-10: 1024
+    encoder_layers: int = 4  # SAC-AE / RAD (ERPv's DMControl setup): 4 convs
+    encoder_filters: int = 32  # SAC-AE / RAD: 32
+    transition_hidden_dim: int = 512  # T_D and the reward head; figure 11: 512
+    transition_learn_sigma: bool = (
+        False  # figure 11: deterministic (sigma = 1); True: eq. 12 in full
+    )
+    log_std_min: float = -10.0  # actor log-std bounds, SAC-AE
+    log_std_max: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.obs not in ("pixels", "state"):
+            raise ValueError(f"obs must be 'pixels' or 'state', got {self.obs!r}")
+        for name in ("frame_stack", "feature_dim", "hidden_dim", "encoder_layers",
+                     "encoder_filters", "transition_hidden_dim"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class SACConfig:
+    """Algorithm settings: ERPv table 6 where it gives a value, SAC-AE otherwise."""
+
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    batch_size: int = 128  # table 6: 128
+    gamma: float = 0.99  # SAC-AE (ERPv gives none)
+    actor_lr: float = 1e-3  # table 6: 1e-3
+    critic_lr: float = 1e-3  # table 6: critic 1e-3, visual encoder 1e-3 (trained with the critic)
+    alpha_lr: float = 1e-4  # table 6: 1e-4
+    model_lr: float = 1e-3  # table 6: transition network 1e-3 (and the reward head)
+    adam_betas: tuple[float, float] = (0.9, 0.999)  # table 6: Adam (0.9, 0.999)
+    critic_tau: float = 0.01  # Polyak rate of the target Q heads, SAC-AE
+    encoder_tau: float = 0.05  # Polyak rate of the target encoder, SAC-AE
+    actor_update_freq: int = 2  # table 6: 2 (critic updates per actor / alpha update)
+    target_update_freq: int = 2  # table 6: critic target update frequency 2
+    init_temperature: float = 0.1  # table 6: alpha_0 = 0.1
+    aux_weight: float = 1.0  # DeepMDP transition + reward loss weight; 0 turns them off (plain SAC)
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "actor_update_freq", "target_update_freq"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("actor_lr", "critic_lr", "alpha_lr", "model_lr", "init_temperature"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("gamma", "critic_tau", "encoder_tau"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.aux_weight < 0:
+            raise ValueError(f"aux_weight must be >= 0, got {self.aux_weight}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SACConfig:
+        """Inverse of dataclasses.asdict; unknown keys are an error that names them."""
+        data = dict(data)
+        network = dict(data.pop("network", {}))
+        for klass, values in ((NetworkConfig, network), (cls, data)):
+            unknown = set(values) - {f.name for f in fields(klass)}
+            if unknown:
+                raise ValueError(f"unknown {klass.__name__} keys: {', '.join(sorted(unknown))}")
+        if "adam_betas" in data:
+            data["adam_betas"] = tuple(data["adam_betas"])
+        return cls(network=NetworkConfig(**network), **data)
+
+
+def encoder_input_shape(network: NetworkConfig, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """One env observation's shape -> the encoder's input: (H, W, 3) -> (3k, H, W); (D,) -> (D,)."""
+    if network.obs == "state":
+        if len(obs_shape) != 1:
+            raise ValueError(f"state observations are (D,) vectors, got shape {obs_shape}")
+        return tuple(obs_shape)
+    if len(obs_shape) != 3 or obs_shape[2] != 3:
+        raise ValueError(f"pixel observations are (H, W, 3) frames, got shape {obs_shape}")
+    return (3 * network.frame_stack, obs_shape[0], obs_shape[1])
+
+
+class ActionScale:
+    """Affine map between a Box's [low, high] and the networks' [-1, 1]."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray, device: torch.device | str) -> None:
+        low, high = np.asarray(low, np.float32).ravel(), np.asarray(high, np.float32).ravel()
+        if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
+            raise ValueError(f"action bounds must be finite with high > low, got {low}, {high}")
+        self.low_np, self.high_np = low, high
+        self.low = torch.as_tensor(low, device=device)
+        self.high = torch.as_tensor(high, device=device)
+
+    def normalise(self, action: torch.Tensor) -> torch.Tensor:
+        return 2.0 * (action - self.low) / (self.high - self.low) - 1.0
+
+    def unnormalise(self, action: torch.Tensor) -> torch.Tensor:
+        return self.low + 0.5 * (action + 1.0) * (self.high - self.low)
+
+
+def box_bounds(action_space: gym.spaces.Space) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+        raise ValueError(
+            f"SAC needs a 1-D continuous (Box) action space; got {action_space} (discrete "
+            f"envs such as MountainCar-v0 are PPO's)"
+        )
+    return action_space.low, action_space.high
+
+
+def sac_alpha_loss(
+    alpha: torch.Tensor, log_pi: torch.Tensor, target_entropy: float
+) -> torch.Tensor:
+    """ERPv eq. 11: E[-alpha (log pi(a|s) + H_bar)], H_bar the target entropy (-|A|)."""
+    return (-alpha * (log_pi.detach() + target_entropy)).mean()
+
+
+def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """Polyak averaging: target <- tau * online + (1 - tau) * target."""
+    with torch.no_grad():
+        for t, o in zip(target.parameters(), online.parameters(), strict=True):
+            t.lerp_(o, tau)
+
+
+class SACAgent:
+    """SAC + DeepMDP. `obs_shape` is one observation as the env gives it ((H, W, 3) frames or
+    (D,) states); `act` takes the stacked input (`FrameStacker`), `update` a `ReplayBuffer` batch."""
+
+    algorithm = "sac"
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_space: gym.spaces.Box,
+        cfg: SACConfig | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        self.cfg = cfg = cfg or SACConfig()
+        net = cfg.network
+        self.device = torch.device(device)
+        self.obs_shape = tuple(int(d) for d in obs_shape)
+        self.input_shape = encoder_input_shape(net, self.obs_shape)
+        self.scale = ActionScale(*box_bounds(action_space), self.device)
+        action_dim = len(self.scale.low_np)
+        self.target_entropy = -float(action_dim)  # eq. 11: H_bar = -|A|
+        with torch.random.fork_rng(devices=[]):  # seeded init without touching the global RNG
+            torch.manual_seed(seed)
+            self.encoder = make_encoder(
+                net.obs, self.input_shape, feature_dim=net.feature_dim,
+                num_layers=net.encoder_layers, num_filters=net.encoder_filters,
+            )  # fmt: skip
+            self.critic = Critic(net.feature_dim, action_dim, net.hidden_dim)
+            self.actor = Actor(
+                net.feature_dim, action_dim, net.hidden_dim, net.log_std_min, net.log_std_max
+            )
+            self.transition = TransitionModel(
+                net.feature_dim, action_dim, net.transition_hidden_dim, net.transition_learn_sigma
+            )
+            self.reward_model = RewardModel(net.feature_dim, net.transition_hidden_dim)
+        self.encoder_target = copy.deepcopy(self.encoder)
+        self.critic_target = copy.deepcopy(self.critic)
+        for module in self._modules().values():
+            module.to(self.device)
+        self.log_alpha = torch.tensor(
+            math.log(cfg.init_temperature), device=self.device, requires_grad=True
+        )
+        betas = cfg.adam_betas
+        self.critic_optimizer = torch.optim.Adam(
+            [*self.encoder.parameters(), *self.critic.parameters()], lr=cfg.critic_lr, betas=betas
+        )
+        self.model_optimizer = torch.optim.Adam(
+            [*self.transition.parameters(), *self.reward_model.parameters()],
+            lr=cfg.model_lr,
+            betas=betas,
+        )
+        self.actor_optimizer = torch.optim.Adam(
+            self.actor.parameters(), lr=cfg.actor_lr, betas=betas
+        )
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=betas)
+        self.update_step = 0
+
+    @classmethod
+    def for_env(cls, env: gym.Env, cfg: SACConfig | None = None, **kwargs: Any) -> SACAgent:
+        """Built from an env of the pipeline's observation contract (pipeline.envs.make_env)."""
+        cfg = cfg or SACConfig()
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Dict) or cfg.network.obs not in space.spaces:
+            raise ValueError(f"the agent reads obs[{cfg.network.obs!r}], the env observes {space}")
+        return cls(space[cfg.network.obs].shape, env.action_space, cfg, **kwargs)
+
+    def _modules(self) -> dict[str, nn.Module]:
+        return {
+            "encoder": self.encoder,
+            "critic": self.critic,
+            "encoder_target": self.encoder_target,
+            "critic_target": self.critic_target,
+            "actor": self.actor,
+            "transition": self.transition,
+            "reward_model": self.reward_model,
+        }
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.log_alpha.exp()
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        """One stacked observation (`FrameStacker` output) -> an action in env units, (A,)."""
+        x = torch.as_tensor(np.asarray(obs), device=self.device)
+        if tuple(x.shape) != self.input_shape:
+            raise ValueError(
+                f"act() expects one observation of shape {self.input_shape}, got {tuple(x.shape)}"
+            )
+        action, _, _ = self.actor(self.encoder(x.unsqueeze(0)), deterministic)
+        return self.scale.unnormalise(action)[0].cpu().numpy()
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One gradient step of the critic (+ DeepMDP losses); every `actor_update_freq` steps the
+        actor and alpha; every `target_update_freq` steps the targets. Returns float metrics."""
+        self.update_step += 1
+        b = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        action = self.scale.normalise(b["action"])  # (B, A)
+        h = self.encoder(b["obs"])  # (B, F)
+        with torch.no_grad():
+            # o_{t+1} through the online encoder: the actor's next action and DeepMDP's target
+            next_h = self.encoder(b["next_obs"])  # (B, F)
+            next_h_target = self.encoder_target(b["next_obs"])  # (B, F)
+        metrics = self.update_critic(h, action, b["reward"], b["done"], next_h, next_h_target)
+        if self.update_step % self.cfg.actor_update_freq == 0:
+            # DrQ-v2: the actor reuses this step's features, detached (SAC-AE: no actor gradient
+            # into the encoder)
+            metrics |= self.update_actor_and_alpha(h.detach(), next_h, b)
+        if self.update_step % self.cfg.target_update_freq == 0:
+            soft_update(self.critic_target, self.critic, self.cfg.critic_tau)
+            soft_update(self.encoder_target, self.encoder, self.cfg.encoder_tau)
+        values = torch.stack([v.detach().float() for v in metrics.values()]).tolist()  # one sync
+        return dict(zip(metrics, values, strict=True))
+
+    def update_critic(
+        self,
+        h: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        next_h: torch.Tensor,
+        next_h_target: torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            next_action, next_log_pi, _ = self.actor(next_h)
+            # ERPv eq. 9: V(s') = E[Q~(s', a') - alpha log pi(a'|s')], Q~ the target critic's min
+            next_v = self.critic_target.q_min(next_h_target, next_action) - self.alpha * next_log_pi
+            target = reward + self.cfg.gamma * (1.0 - done) * next_v  # eq. 8's backup, (B,)
+        q1, q2 = self.critic(h, action)
+        critic_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)  # TD loss on both heads
+        loss = critic_loss
+        metrics = {"critic_loss": critic_loss, "q": q1.mean()}
+        if self.cfg.aux_weight > 0:
+            mu, sigma = self.transition(h, action)  # eq. 13: T_D([a, s_t])
+            transition_loss = transition_nll(next_h, mu, sigma).mean()  # eq. 12, target detached
+            reward_loss = F.mse_loss(self.reward_model(mu), reward)
+            loss = loss + self.cfg.aux_weight * (transition_loss + reward_loss)
+            metrics |= {"transition_loss": transition_loss, "reward_loss": reward_loss}
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        self.model_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_optimizer.step()
+        if self.cfg.aux_weight > 0:
+            self.model_optimizer.step()
+        return metrics
+
+    def update_actor_and_alpha(
+        self, h: torch.Tensor, next_h: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        pi, log_pi, _ = self.actor(h)  # a_r ~ pi(.|s), (B, A), (B,)
+        q_pi = self.critic.q_min(h, pi)  # (B,)
+        actor_loss = (self.alpha.detach() * log_pi - q_pi).mean()  # eq. 10: L_pi
+        guidance, metrics = self.policy_guidance(h, pi, q_pi, batch)
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        (actor_loss if guidance is None else actor_loss + guidance).backward()  # eq. 4
+        self.actor_optimizer.step()
+
+        alpha_loss = sac_alpha_loss(self.alpha, log_pi, self.target_entropy)  # eq. 11
+        regulariser, ver_metrics = self.entropy_regulariser(h, next_h, batch)
+        self.alpha_optimizer.zero_grad(set_to_none=True)
+        (alpha_loss if regulariser is None else alpha_loss + regulariser).backward()  # eq. 7
+        self.alpha_optimizer.step()
+        return {
+            "actor_loss": actor_loss,
+            "alpha_loss": alpha_loss,
+            "alpha": self.alpha.detach(),
+            "entropy": -log_pi.detach().mean(),
+            **metrics,
+            **ver_metrics,
+        }
+
+    def policy_guidance(
+        self,
+        h: torch.Tensor,
+        pi: torch.Tensor,
+        q_pi: torch.Tensor,
+        batch: dict[str, torch.Tensor],
+    ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """Extra actor loss (ERPv: lambda_1 L_V, eq. 4). Plain SAC: none."""
+        return None, {}
+
+    def entropy_regulariser(
+        self, h: torch.Tensor, next_h: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """Extra alpha loss (ERPv: lambda_2 E[(alpha - alpha_bar)^2], eq. 7). Plain SAC: none."""
+        return None, {}
+
+    # --- checkpoints: safetensors weights + JSON config -------------------------------------
+
+    def config_json(self) -> dict[str, Any]:
+        return {
+            "format_version": CHECKPOINT_FORMAT_VERSION,
+            "algorithm": self.algorithm,
+            "sac": asdict(self.cfg),
+            "obs_shape": list(self.obs_shape),
+            "action_low": self.scale.low_np.tolist(),
+            "action_high": self.scale.high_np.tolist(),
+            "update_step": self.update_step,
+        }
+
+    def save(self, path: str | Path) -> None:
+        """Write `path/model.safetensors` (every network, targets and log_alpha) and
+        `path/config.json`. Optimiser states are not kept: a checkpoint is for acting and
+        evaluation, and for warm starts (`load_weights`), not for bit-exact resumption."""
+        tensors = {
+            f"{name}.{key}": value.detach().contiguous().cpu()
+            for name, module in self._modules().items()
+            for key, value in module.state_dict().items()
+        }
+        tensors["log_alpha"] = self.log_alpha.detach().cpu().reshape(1)
+        path = Path(path)
+        atomic_write_bytes(path / WEIGHTS_NAME, save_safetensors(tensors))
+        atomic_write_json(path / CONFIG_NAME, self.config_json())
+
+    def load_weights(self, path: str | Path) -> None:
+        """Load the weights of a checkpoint made by an agent with the same config."""
+        path = Path(path)
+        config = read_checkpoint_config(path)
+        if config["sac"] != asdict(self.cfg) or config["obs_shape"] != list(self.obs_shape):
+            raise ValueError(
+                f"{path}: saved with another config or observation shape than this agent"
+            )
+        tensors = load_safetensors((path / WEIGHTS_NAME).read_bytes())
+        for name, module in self._modules().items():
+            prefix = f"{name}."
+            state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+            module.load_state_dict(state, strict=True)
+        with torch.no_grad():
+            self.log_alpha.copy_(tensors["log_alpha"][0])
+        self.update_step = int(config["update_step"])
+
+    @classmethod
+    def load(cls, path: str | Path, device: torch.device | str = "cpu") -> SACAgent:
+        """Any saved agent (SAC or ERPv) as a SACAgent: the same networks, the same actions.
+        To train an ERPv agent on, build an ERPvAgent and call `load_weights`."""
+        config = read_checkpoint_config(Path(path))
+        space = gym.spaces.Box(
+            np.asarray(config["action_low"], np.float32),
+            np.asarray(config["action_high"], np.float32),
+        )
+        agent = SACAgent(
+            tuple(config["obs_shape"]), space, SACConfig.from_dict(config["sac"]), device=device
+        )
+        agent.load_weights(path)
+        return agent
+
+
+def read_checkpoint_config(path: Path) -> dict[str, Any]:
+    for name in (WEIGHTS_NAME, CONFIG_NAME):
+        if not (path / name).exists():
+            raise FileNotFoundError(f"{path / name} not found: not an agent checkpoint directory")
+    config = json.loads((path / CONFIG_NAME).read_text())
+    if config.get("format_version") != CHECKPOINT_FORMAT_VERSION:
+        raise ValueError(
+            f"{path / CONFIG_NAME}: checkpoint format {config.get('format_version')}, this code "
+            f"reads {CHECKPOINT_FORMAT_VERSION}"
+        )
+    return config
+
+
+def _mean_rows(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Per-key means; a key counts over the rows that have it (actor metrics every 2nd update)."""
+    keys = {k for row in rows for k in row}
+    return {k: float(np.mean([row[k] for row in rows if k in row])) for k in sorted(keys)}
+
+
+def train_off_policy(
+    env: gym.Env,
+    agent: SACAgent,
+    buffer: ReplayBuffer,
+    steps: int,
+    seed: int,
+    *,
+    offline_fraction: float,
+    start_steps: int = 1000,
+    update_every: int = 1,
+    eval_fn: Callable[[SACAgent], dict[str, float]] | None = None,
+    log_every: int = 1000,
+    progress: bool = True,
+) -> tuple[list[tuple[int, float]], list[dict[str, float]]]:
+    """Interact for `steps` agent steps with an env of the pipeline's observation contract,
+    storing every step in `buffer`'s online part, and train `agent` on mixed batches.
+
+    - The first `start_steps` actions are uniform random and no update is made (table 6: 1,000
+      warm-up steps); after that, every `update_every` steps, `update_every` updates (one per
+      step), each on a batch with `offline_fraction` of its rows from the buffer's offline part.
+    - Every `log_every` steps a row of metrics (means over the updates since the last row, plus
+      `eval_fn(agent)` when given) is appended, keyed also by `step`.
+    Returns (step, return) of every finished episode and the metric rows.
+    """
+    kind = agent.cfg.network.obs
+    if buffer.kind != kind:
+        raise ValueError(
+            f"the agent reads {kind!r} observations, the buffer stores {buffer.kind!r}"
+        )
+    if steps < 0 or start_steps < 0 or update_every < 1 or log_every < 1:
+        raise ValueError(
+            f"need steps >= 0, start_steps >= 0, update_every >= 1, log_every >= 1; got "
+            f"{steps}, {start_steps}, {update_every}, {log_every}"
+        )
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    env.action_space.seed(seed)
+    stacker = FrameStacker(kind, agent.cfg.network.frame_stack)
+    obs, _ = env.reset(seed=seed)
+    x = stacker.reset(obs[kind])
+    buffer.begin_episode(obs[kind])
+    episode_return = 0.0
+    curve: list[tuple[int, float]] = []
+    logs: list[dict[str, float]] = []
+    window: list[dict[str, float]] = []
+    bar = tqdm(range(steps), desc="train", unit="step", disable=not progress)
+    for step in bar:
+        action = env.action_space.sample() if step < start_steps else agent.act(x)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        buffer.add(action, float(reward), obs[kind], bool(terminated))  # truncation is not done
+        x = stacker.step(obs[kind])
+        episode_return += float(reward)
+        if terminated or truncated:
+            curve.append((step + 1, episode_return))
+            bar.set_postfix(episode_return=f"{episode_return:.1f}")
+            obs, _ = env.reset()
+            x = stacker.reset(obs[kind])
+            buffer.begin_episode(obs[kind])
+            episode_return = 0.0
+        if step + 1 >= start_steps and (step + 1) % update_every == 0:
+            for _ in range(update_every):
+                batch = buffer.sample(agent.cfg.batch_size, offline_fraction, rng)
+                window.append(agent.update(batch))
+        if (step + 1) % log_every == 0:
+            row = {"step": float(step + 1), **_mean_rows(window)}
+            window = []
+            if eval_fn is not None:
+                row |= eval_fn(agent)
+            logs.append(row)
+    bar.close()
+    return curve, logs
+
+
+def evaluate(env: gym.Env, agent: SACAgent, episodes: int, seed: int) -> list[float]:
+    """Returns of `episodes` episodes with deterministic actions (the policy's mean)."""
+    kind = agent.cfg.network.obs
+    stacker = FrameStacker(kind, agent.cfg.network.frame_stack)
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        x = stacker.reset(obs[kind])
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(agent.act(x, deterministic=True))
+            x = stacker.step(obs[kind])
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return returns
