@@ -176,17 +176,20 @@ class _Part:
         self.n_transitions += 1
         self._evict()
 
-    def _first_frame(self, transition: int) -> int:
-        """Absolute index of the oldest observation that transition `transition` stacks."""
+    def _complete(self, transition: int, overwritten: int) -> bool:
+        """Whether every observation that `transition` stacks is still stored (absolute indices
+        below `overwritten` are gone)."""
         i = self.obs_index[transition % len(self.obs_index)]
-        return max(i - (self.k - 1), self.episode_start[i % len(self.obs)])
+        if i < overwritten:  # o_t itself is gone (and its slot's episode_start is another's)
+            return False
+        return max(i - (self.k - 1), self.episode_start[i % len(self.obs)]) >= overwritten
 
     def _evict(self) -> None:
         # Transitions age in order and so do the frames they need: drop a prefix.
-        overwritten = self.n_obs - len(self.obs)  # observations below this index are gone
+        overwritten = self.n_obs - len(self.obs)
         while self.oldest < self.n_transitions and (
             self.n_transitions - self.oldest > len(self.obs_index)
-            or self._first_frame(self.oldest) < overwritten
+            or not self._complete(self.oldest, overwritten)
         ):
             self.oldest += 1
 
