@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -51,6 +52,9 @@ def steps_to(curve: list[tuple[int, float]], threshold: float, window: int) -> i
 
 
 def _run_one(job: dict) -> dict:
+    import torch
+
+    torch.set_num_threads(1)  # small MLPs: one thread per run, runs in parallel processes
     params = load_params(job["params"])
     run = TrainRun(env=ENV, steps=job["steps"], seed=job["seed"], **VARIANTS[job["variant"]])
     inputs = TrainInputs(Path(job["rollouts"]), Path(job["labels"]))
@@ -193,7 +197,8 @@ def main() -> None:
     ]
     todo = [j for j in jobs if done.get(j["name"], {}).get("steps") != args.steps]
     print(f"{len(jobs) - len(todo)} runs already done, {len(todo)} to run")
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+    # spawn, not fork: a forked child inherits torch's thread pool state and can crawl or hang
+    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for result in pool.map(_run_one, todo):
             done[result["name"]] = result
             atomic_write_json(results_path, done)
