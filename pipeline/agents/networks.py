@@ -53,15 +53,14 @@ class PixelEncoder(nn.Module):
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.obs_shape = tuple(obs_shape)
         self.feature_dim = feature_dim
+        side = [(d - 3) // 2 + 1 - 2 * (num_layers - 1) for d in obs_shape[1:]]  # output H, W
+        if min(side) < 1:
+            raise ValueError(f"frames {obs_shape[1:]} are too small for {num_layers} conv layers")
         convs: list[nn.Module] = [nn.Conv2d(obs_shape[0], num_filters, 3, stride=2), nn.ReLU()]
         for _ in range(num_layers - 1):
             convs += [nn.Conv2d(num_filters, num_filters, 3, stride=1), nn.ReLU()]
         self.convs = nn.Sequential(*convs)
-        with torch.no_grad():
-            flat = self.convs(torch.zeros(1, *obs_shape)).numel()
-        if flat == 0:
-            raise ValueError(f"frames {obs_shape[1:]} are too small for {num_layers} conv layers")
-        self.fc = nn.Linear(flat, feature_dim)
+        self.fc = nn.Linear(num_filters * side[0] * side[1], feature_dim)
         self.ln = nn.LayerNorm(feature_dim)
         self.apply(weight_init)
 

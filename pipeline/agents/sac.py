@@ -396,7 +396,8 @@ class SACAgent:
         """Load the weights of a checkpoint made by an agent with the same config."""
         path = Path(path)
         config = read_checkpoint_config(path)
-        if config["sac"] != asdict(self.cfg) or config["obs_shape"] != list(self.obs_shape):
+        mine = json.loads(json.dumps(asdict(self.cfg)))  # as JSON holds it (tuples are lists)
+        if config["sac"] != mine or config["obs_shape"] != list(self.obs_shape):
             raise ValueError(
                 f"{path}: saved with another config or observation shape than this agent"
             )
@@ -465,7 +466,8 @@ def train_off_policy(
       warm-up steps); after that, every `update_every` steps, `update_every` updates (one per
       step), each on a batch with `offline_fraction` of its rows from the buffer's offline part.
     - Every `log_every` steps a row of metrics (means over the updates since the last row, plus
-      `eval_fn(agent)` when given) is appended, keyed also by `step`.
+      `eval_fn(agent)` when given) is appended, keyed also by `step`. `eval_fn` must play in an
+      env of its own: resetting `env` would cut the training episode short.
     Returns (step, return) of every finished episode and the metric rows.
     """
     kind = agent.cfg.network.obs

@@ -1,0 +1,231 @@
+import math
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Normal
+
+from pipeline.agents.networks import Actor, PixelEncoder, make_encoder
+from pipeline.agents.replay import FrameStacker, ReplayBuffer
+from pipeline.agents.sac import (
+    NetworkConfig,
+    SACAgent,
+    SACConfig,
+    evaluate,
+    sac_alpha_loss,
+    soft_update,
+    train_off_policy,
+)
+from tests.conftest import REPO
+from tests.toy_envs import PointMass
+
+
+def small_cfg(obs: str = "state", **overrides) -> SACConfig:
+    network = NetworkConfig(
+        obs=obs, hidden_dim=64, feature_dim=16, transition_hidden_dim=32,
+        encoder_layers=2, encoder_filters=8,
+    )  # fmt: skip
+    return SACConfig(network=network, **{"batch_size": 64, **overrides})
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # tiny networks: one thread is faster than two and immune to a busy neighbour
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_pixel_encoder_output_shape_and_range():
+    encoder = PixelEncoder((9, 84, 84))  # 3 stacked RGB frames, SAC-AE defaults
+    frames = torch.randint(0, 256, (2, 9, 84, 84), dtype=torch.uint8)
+    h = encoder(frames)
+    assert h.shape == (2, 50) and h.abs().max() <= 1.0  # LayerNorm, then tanh
+    assert make_encoder("state", (5,), feature_dim=7)(torch.zeros(3, 5)).shape == (3, 7)
+    with pytest.raises(ValueError, match="too small"):
+        PixelEncoder((3, 8, 8), num_layers=4)
+    with pytest.raises(ValueError, match="'pixels' or 'state'"):
+        make_encoder("rgb", (3, 8, 8))  # type: ignore[arg-type]
+
+
+def test_actor_log_prob_is_the_squashed_gaussian_density():
+    torch.manual_seed(0)
+    actor = Actor(feature_dim=4, action_dim=2, hidden_dim=8)
+    h = torch.randn(5, 4)
+    torch.manual_seed(1)
+    action, log_prob, mean = actor(h)
+    torch.manual_seed(1)
+    mu, log_std = actor.trunk(h).chunk(2, dim=-1)
+    log_std = -10 + 0.5 * 12 * (torch.tanh(log_std) + 1)
+    pre_tanh = mu + torch.randn_like(mu) * log_std.exp()
+    expected = Normal(mu, log_std.exp()).log_prob(pre_tanh).sum(-1)
+    expected -= torch.log(1 - torch.tanh(pre_tanh).pow(2) + 1e-6).sum(-1)
+    torch.testing.assert_close(action, torch.tanh(pre_tanh))
+    torch.testing.assert_close(log_prob, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(mean, torch.tanh(mu))
+    deterministic, _, _ = actor(h, deterministic=True)
+    torch.testing.assert_close(deterministic, mean)
+
+
+def test_alpha_loss_and_polyak_by_hand():
+    # eq. 11: E[-alpha (log pi + H_bar)]; alpha 0.5, log pi (-1, -3), H_bar = -|A| = -1
+    loss = sac_alpha_loss(torch.tensor(0.5), torch.tensor([-1.0, -3.0]), -1.0)
+    assert loss.item() == pytest.approx((0.5 * 2 + 0.5 * 4) / 2)
+    target, online = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+    for p, v in (
+        (target.weight, 1.0),
+        (target.bias, 0.0),
+        (online.weight, 3.0),
+        (online.bias, 2.0),
+    ):
+        torch.nn.init.constant_(p, v)
+    soft_update(target, online, 0.25)
+    assert target.weight.item() == pytest.approx(1.5) and target.bias.item() == pytest.approx(0.5)
+
+
+def test_sac_learns_point_mass_quickly():
+    env = PointMass()
+    agent = SACAgent.for_env(env, small_cfg(), seed=0)
+    buffer = ReplayBuffer("state", (1,), 1, 10_000)
+    curve, logs = train_off_policy(
+        env, agent, buffer, 1000, seed=0, offline_fraction=0.0, start_steps=200,
+        log_every=200, progress=False,
+    )  # fmt: skip
+    assert [step for step, _ in curve[:3]] == [20, 40, 60] and len(curve) == 50
+    assert [row["step"] for row in logs] == [200, 400, 600, 800, 1000]
+    assert {"critic_loss", "actor_loss", "alpha", "transition_loss", "reward_loss"} <= set(logs[-1])
+    rng = np.random.default_rng(0)
+
+    class Random:
+        cfg = agent.cfg
+
+        def act(self, obs, deterministic):
+            return rng.uniform(-1, 1, 1)
+
+    random_return = np.mean(evaluate(PointMass(), Random(), 10, seed=100))  # type: ignore[arg-type]
+    learned = np.mean(evaluate(PointMass(), agent, 10, seed=100))
+    assert random_return < -8 and learned > -4, (random_return, learned)  # optimum about -1
+    assert logs[-1]["transition_loss"] < logs[1]["transition_loss"]  # DeepMDP's model learns too
+
+
+def test_same_seed_same_run():
+    def run():
+        env = PointMass()
+        agent = SACAgent.for_env(env, small_cfg(batch_size=16), seed=3)
+        buffer = ReplayBuffer("state", (1,), 1, 1000)
+        return train_off_policy(
+            env, agent, buffer, 120, seed=3, offline_fraction=0.0, start_steps=40,
+            log_every=40, progress=False,
+        )  # fmt: skip
+
+    assert run() == run()
+
+
+@pytest.mark.parametrize("obs", ["state", "pixels"])
+def test_saved_and_reloaded_agent_acts_the_same(tmp_path, obs):
+    obs_shape = (3,) if obs == "state" else (16, 16, 3)
+    space = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
+    agent = SACAgent(obs_shape, space, small_cfg(obs), seed=1)
+    # a few updates so that nothing is at its initial value
+    buffer = ReplayBuffer(obs, obs_shape, 2, 100, frame_stack=3)
+    rng = np.random.default_rng(0)
+    first = rng.integers(0, 255, obs_shape).astype(np.uint8 if obs == "pixels" else np.float32)
+    buffer.begin_episode(first)
+    for _ in range(10):
+        nxt = rng.integers(0, 255, obs_shape).astype(first.dtype)
+        buffer.add(space.sample(), 1.0, nxt, False)
+    for _ in range(4):
+        agent.update(buffer.sample(8, 0.0, rng))
+    agent.save(tmp_path / "agent")
+    loaded = SACAgent.load(tmp_path / "agent")
+    stacker = FrameStacker(obs, 3)
+    x = stacker.reset(first)
+    for _ in range(3):
+        a, b = agent.act(x, deterministic=True), loaded.act(x, deterministic=True)
+        np.testing.assert_array_equal(a, b)
+        assert space.contains(a.astype(np.float32))
+        x = stacker.step(rng.integers(0, 255, obs_shape).astype(first.dtype))
+    assert loaded.alpha.item() == pytest.approx(agent.alpha.item())
+    assert loaded.update_step == 4
+    other = SACAgent(obs_shape, space, small_cfg(obs, gamma=0.9))
+    with pytest.raises(ValueError, match="another config"):
+        other.load_weights(tmp_path / "agent")
+    with pytest.raises(ValueError, match=r"expects one observation of shape"):
+        agent.act(np.zeros((4,), np.float32))
+
+
+def test_rejects_discrete_actions_and_mismatched_observations():
+    with pytest.raises(ValueError, match="continuous"):
+        SACAgent((2,), gym.spaces.Discrete(3), small_cfg())
+    with pytest.raises(ValueError, match="pixel observations are"):
+        SACAgent((5,), gym.spaces.Box(-1, 1, (1,)), small_cfg("pixels"))
+    with pytest.raises(ValueError, match="obs must be"):
+        NetworkConfig(obs="rgb")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown SACConfig keys: lr"):
+        SACConfig.from_dict({"lr": 1.0})
+
+
+def test_train_loop_on_a_pipeline_pixel_env():
+    from pipeline.config import EnvConfig
+    from pipeline.envs import make_env
+
+    env = make_env(
+        "MountainCarContinuous-v0",
+        EnvConfig(image_size=16, action_repeat=1, max_episode_steps=15, include_state=True),
+    )
+    agent = SACAgent.for_env(env, small_cfg("pixels", batch_size=8), seed=0)
+    assert agent.input_shape == (9, 16, 16)
+    buffer = ReplayBuffer("pixels", (16, 16, 3), 1, 100, frame_stack=3)
+    evaluations = []
+    eval_env = make_env(
+        "MountainCarContinuous-v0",
+        EnvConfig(image_size=16, action_repeat=1, max_episode_steps=15, include_state=False),
+    )
+
+    def eval_fn(a):
+        evaluations.append(1)
+        return {"eval_return": float(np.mean(evaluate(eval_env, a, 1, seed=7)))}
+
+    curve, logs = train_off_policy(
+        env, agent, buffer, 45, seed=0, offline_fraction=0.5, start_steps=20, log_every=15,
+        eval_fn=eval_fn, progress=False,
+    )  # fmt: skip
+    assert [s for s, _ in curve] == [15, 30, 45] and len(evaluations) == 3
+    assert "critic_loss" in logs[-1] and "eval_return" in logs[-1]
+    env.close()
+
+
+def test_agents_never_import_a_teacher():
+    code = (
+        "import sys, pipeline.agents.sac, pipeline.agents.erpv, pipeline.agents.replay; "
+        "print(sorted(m for m in sys.modules if m.startswith('pipeline.teachers')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_sac_learns_pendulum():
+    """Pendulum-v1 on states: random play scores about -1200; SAC passes -400 in 5k steps."""
+
+    def make():
+        env = gym.make("Pendulum-v1")
+        return gym.wrappers.TransformObservation(
+            env, lambda o: {"state": o.astype(np.float32)},
+            gym.spaces.Dict({"state": env.observation_space}),
+        )  # fmt: skip
+
+    env = make()
+    cfg = SACConfig(network=NetworkConfig(obs="state", hidden_dim=256, transition_hidden_dim=128))
+    agent = SACAgent.for_env(env, cfg, seed=0)
+    buffer = ReplayBuffer("state", (3,), 1, 100_000)
+    train_off_policy(
+        env, agent, buffer, 5000, seed=0, offline_fraction=0.0, start_steps=500, progress=False
+    )
+    assert np.mean(evaluate(make(), agent, 5, seed=100)) > -400
+    assert math.isfinite(agent.alpha.item())
