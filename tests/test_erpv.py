@@ -1,0 +1,290 @@
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from pipeline.agents.erpv import (
+    ERPvAgent,
+    ERPvConfig,
+    VLMCritic,
+    action_confidence,
+    erpv_alpha_loss,
+    minmax_scale,
+    pretrain_vlm_critic,
+    vpg_loss,
+)
+from pipeline.agents.replay import OfflineTransitions, ReplayBuffer
+from pipeline.agents.sac import NetworkConfig, SACAgent, SACConfig, evaluate, train_off_policy
+from tests.toy_envs import PointMass
+
+SPACE = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def small_cfg(**overrides) -> SACConfig:
+    network = NetworkConfig(obs="state", hidden_dim=64, feature_dim=16, transition_hidden_dim=32)
+    return SACConfig(network=network, **{"batch_size": 64, **overrides})
+
+
+# --- loss terms against hand computations -------------------------------------------------------
+
+
+def test_minmax_scale():
+    torch.testing.assert_close(
+        minmax_scale(torch.tensor([1.0, 3.0, 2.0])), torch.tensor([0.0, 1.0, 0.5])
+    )
+    constant = minmax_scale(torch.tensor([2.0, 2.0, 2.0]))
+    assert torch.isfinite(constant).all() and (constant == 0).all()
+    assert minmax_scale(torch.tensor([5.0])).item() == 0.0
+
+
+def test_vpg_gate_closed_gives_no_guidance():
+    a_v = torch.tensor([[1.0], [-1.0], [0.5]])
+    a_r = torch.zeros(3, 1, requires_grad=True)
+    # scaled Q_v (0, 0.1, 1) <= scaled Q_r (0, 0.5, 1) on every row
+    loss, q_f = vpg_loss(torch.tensor([0.0, 1.0, 10.0]), torch.tensor([0.0, 5.0, 10.0]), a_v, a_r)
+    assert loss.item() == 0.0 and (q_f == 0).all()
+    loss.backward()
+    assert (a_r.grad == 0).all()
+    # scaling is per batch: raw Q_v below Q_r everywhere with the same ranking closes the gate too
+    _, q_f = vpg_loss(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([11.0, 12.0, 13.0]), a_v, a_r)
+    assert (q_f == 0).all()
+
+
+def test_vpg_gate_open_by_hand():
+    q_v = torch.tensor([0.0, 2.0, 4.0])  # scaled 0, 0.5, 1
+    q_r = torch.tensor([10.0, 30.0, 20.0])  # scaled 0, 1, 0.5
+    a_v = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.5, -0.5]])
+    a_r = torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.0, 0.5]], requires_grad=True)
+    loss, q_f = vpg_loss(q_v, q_r, a_v, a_r)
+    torch.testing.assert_close(q_f, torch.tensor([0.0, 0.0, 0.5]))  # max(0, Q_v - Q_r)
+    # eq. 3: mean over rows of Q_f * ||a_v - a_r||^2 = (0 + 0 + 0.5 * (0.25 + 1)) / 3
+    assert loss.item() == pytest.approx(0.5 * 1.25 / 3)
+    loss.backward()
+    expected = torch.tensor([[0.0, 0.0], [0.0, 0.0], [-2 * 0.5 * 0.5 / 3, -2 * 0.5 * -1.0 / 3]])
+    torch.testing.assert_close(a_r.grad, expected)  # only the open row pulls a_r towards a_v
+
+
+def test_action_confidence_and_alpha_target_by_hand():
+    next_h = torch.tensor([[1.0, 0.0]])
+    mu = torch.tensor([[0.0, 0.0]])
+    # deterministic T (sigma 1): L_T = mean((mu - s')^2) = 0.5, G = 2
+    g = action_confidence(next_h, mu, torch.ones(1, 2), eps=1e-6)
+    assert g.item() == pytest.approx(2.0)
+    assert torch.sigmoid(g).item() == pytest.approx(1 / (1 + math.exp(-2)))  # alpha_bar
+    # learned sigma 2: L_T = mean(((mu - s') / 2)^2 + log 2) = (0.25 + 2 log 2) / 2
+    g = action_confidence(next_h, mu, torch.full((1, 2), 2.0), eps=1e-6)
+    assert g.item() == pytest.approx(2 / (0.25 + 2 * math.log(2)))
+    # a confident, exact prediction has L_T < 0: the floor keeps G finite
+    g = action_confidence(next_h, next_h, torch.full((1, 2), 0.01), eps=1e-3)
+    assert g.item() == pytest.approx(1e3)
+
+
+def test_alpha_loss_eq7_by_hand():
+    log_alpha = torch.tensor(math.log(0.5), requires_grad=True)
+    log_pi, target_entropy = torch.tensor([-1.0, -3.0]), -1.0
+    g = torch.tensor([0.0, 2.0])  # alpha_bar = 0.5, sigmoid(2)
+    loss = erpv_alpha_loss(log_alpha.exp(), log_pi, target_entropy, g, lambda_2=10.0)
+    l_alpha = (0.5 * 2 + 0.5 * 4) / 2  # eq. 11: E[-alpha (log pi + H_bar)]
+    reg = ((0.5 - 0.5) ** 2 + (0.5 - 1 / (1 + math.exp(-2))) ** 2) / 2
+    assert loss.item() == pytest.approx(l_alpha + 10.0 * reg)
+    loss.backward()
+    # d/dlog_alpha = alpha * (-(log pi + H_bar)).mean() + 10 * alpha * 2 * mean(alpha - alpha_bar)
+    expected = 0.5 * 3.0 + 10 * 0.5 * 2 * ((0.5 - 0.5) + (0.5 - 1 / (1 + math.exp(-2)))) / 2
+    assert log_alpha.grad.item() == pytest.approx(expected)
+
+
+# --- the agent wires them to labelled rows ------------------------------------------------------
+
+
+def vlm_critic(seed: int = 0, cfg: SACConfig | None = None) -> VLMCritic:
+    torch.manual_seed(seed)
+    return VLMCritic((1,), SPACE.low, SPACE.high, (cfg or small_cfg()).network).freeze()
+
+
+def test_guidance_uses_labelled_rows_only():
+    agent = ERPvAgent(
+        (1,), SPACE, small_cfg(), vlm_critic(), ERPvConfig(lambda_1=3.0, lambda_2=5.0)
+    )
+    calls = []
+
+    def fake_c_v(obs, a_v):  # Q_v = C_V(o, a_v) on the labelled rows
+        calls.append((obs.clone(), a_v.clone()))
+        return obs[:, 0] * 2.0
+
+    agent.vlm_critic.forward = fake_c_v
+    batch = {
+        "obs": torch.tensor([[0.0], [1.0], [2.0], [3.0]]),
+        "a_v": torch.tensor([[0.5], [-0.5], [0.9], [1.0]]),
+        "has_label": torch.tensor([True, True, False, True]),
+    }
+    h = agent.encoder(batch["obs"]).detach()
+    pi = torch.tensor([[0.0], [0.0], [0.0], [0.2]], requires_grad=True)
+    q_pi = torch.tensor([5.0, 1.0, 0.0, 3.0])  # Q_r on rows 0, 1, 3: scaled 1, 0, 0.5
+    loss, metrics = agent.policy_guidance(h, pi, q_pi, batch)
+    (obs_seen, a_v_seen) = calls[0]
+    torch.testing.assert_close(obs_seen, torch.tensor([[0.0], [1.0], [3.0]]))
+    torch.testing.assert_close(a_v_seen, torch.tensor([[0.5], [-0.5], [1.0]]))
+    # Q_v scaled 0, 1/3, 1 -> Q_f = (0, 1/3, 0.5); L_V = (0 + 1/3 * 0.25 + 0.5 * 0.64) / 3
+    expected_l_v = (0.25 / 3 + 0.5 * 0.64) / 3
+    assert loss.item() == pytest.approx(3.0 * expected_l_v)  # eq. 4: lambda_1 L_V
+    assert metrics["vpg/gate_open"].item() == pytest.approx(2 / 3)
+    assert metrics["vpg/q_f"].item() == pytest.approx((1 / 3 + 0.5) / 3)
+    assert metrics["labelled_fraction"].item() == pytest.approx(0.75)
+
+    next_h = agent.encoder(batch["obs"] + 1).detach()
+    reg, ver = agent.entropy_regulariser(h, next_h, batch)
+    with torch.no_grad():
+        rows = batch["has_label"]
+        mu, sigma = agent.transition(h[rows], batch["a_v"][rows])
+        g = 1 / (((mu - next_h[rows]) / sigma).pow(2) + sigma.log()).mean(-1)
+        expected_reg = (0.1 - torch.sigmoid(g)).pow(2).mean()  # alpha_0 = 0.1
+    torch.testing.assert_close(ver["ver/G"], g.mean())
+    assert reg.item() == pytest.approx(5.0 * expected_reg.item(), rel=1e-5)  # eq. 7
+
+    unlabelled = {**batch, "has_label": torch.zeros(4, dtype=torch.bool)}
+    assert agent.policy_guidance(h, pi, q_pi, unlabelled) == (None, {})
+    assert agent.entropy_regulariser(h, next_h, unlabelled) == (None, {})
+
+
+def chain_transitions(
+    episodes: int, a_v: dict[int, float], missing_label_at_3: bool = False, seed: int = 0
+) -> OfflineTransitions:
+    """States 0..5 one-hot; from s the step goes to s + 1 whatever the action; reward = action;
+    the step from 4 terminates. The VLM's label at s is a_v[s] (none at 5); with
+    `missing_label_at_3`, every other episode has no label at state 3."""
+    rng = np.random.default_rng(seed)
+    eye = np.eye(6, dtype=np.float32)
+    cols: dict[str, list] = {k: [] for k in ("obs", "start", "index", "action", "a_v", "has")}
+    labels, has_label = [], []
+    for e in range(episodes):
+        first = len(cols["obs"])
+        for s in range(6):
+            cols["obs"].append(eye[s])
+            cols["start"].append(first)
+            missing = s == 5 or (missing_label_at_3 and s == 3 and e % 2 == 0)
+            labels.append([0.0 if missing else a_v[s]])
+            has_label.append(not missing)
+        for s in range(5):
+            cols["index"].append(first + s)
+            cols["action"].append([rng.uniform(-1, 1)])
+    index = np.asarray(cols["index"])
+    labels, has_label = np.asarray(labels, np.float32), np.asarray(has_label)
+    action = np.asarray(cols["action"], np.float32)
+    return OfflineTransitions(
+        obs=np.stack(cols["obs"]),
+        episode_start=np.asarray(cols["start"]),
+        obs_index=index,
+        action=action,
+        reward=action[:, 0].copy(),
+        terminated=np.tile([False, False, False, False, True], episodes),
+        a_v=labels[index],
+        has_label=has_label[index],
+        next_a_v=labels[index + 1],
+        has_next_label=has_label[index + 1],
+    )
+
+
+def test_pretrained_vlm_critic_reaches_the_td_fixed_point_of_the_vlm_policy():
+    """Q(s, a) = a + gamma Q(s + 1, a_v(s + 1)): the VLM says +1 everywhere but at state 2."""
+    a_v = {0: 1.0, 1: 1.0, 2: -1.0, 3: 1.0, 4: 1.0}
+    gamma = 0.9
+    offset = [0.0] * 5  # Q(s, a) - a
+    for s in (3, 2, 1, 0):
+        offset[s] = gamma * (a_v[s + 1] + offset[s + 1])
+    data = chain_transitions(200, a_v, missing_label_at_3=True)
+    cfg = small_cfg(gamma=gamma, batch_size=128, critic_tau=0.05, target_update_freq=1)
+    critic, logs = pretrain_vlm_critic(
+        data, SPACE, cfg, 1500, seed=0, log_every=500, progress=False
+    )
+    assert logs[-1]["td_loss"] < logs[0]["td_loss"]
+    assert not any(p.requires_grad for p in critic.parameters())
+    obs = torch.eye(6)[:5]
+    with torch.no_grad():
+        q_plus = critic(obs, torch.ones(5, 1)).numpy()
+        q_minus = critic(obs, -torch.ones(5, 1)).numpy()
+    assert (q_plus > q_minus + 1.0).all()  # the better action ranks higher in every state
+    # within 0.1 of the fixed point; transitions into state 3 without a label are left out
+    # (bootstrapping from a_v = 0 there would pull Q(2, .) down by 0.45)
+    np.testing.assert_allclose(q_plus, 1 + np.array(offset), atol=0.1)
+    np.testing.assert_allclose(q_minus, -1 + np.array(offset), atol=0.1)
+
+
+def test_vlm_critic_save_load_and_compatibility_checks(tmp_path):
+    critic = vlm_critic(seed=4)
+    critic.save(tmp_path / "cv", data_hashes={"dataset": "abc123"})
+    loaded = VLMCritic.load(tmp_path / "cv")
+    assert loaded.data_hashes == {"dataset": "abc123"}
+    assert not any(p.requires_grad for p in loaded.parameters()) and not loaded.training
+    obs, act = torch.randn(7, 1), torch.rand(7, 1) * 2 - 1
+    torch.testing.assert_close(loaded(obs, act), critic(obs, act))
+    with pytest.raises(ValueError, match="acts in"):
+        ERPvAgent((1,), gym.spaces.Box(-2.0, 2.0, (1,), np.float32), small_cfg(), critic)
+    with pytest.raises(ValueError, match="reads state input"):
+        ERPvAgent((3,), SPACE, small_cfg(), critic)
+
+
+def point_mass_dataset(episodes: int, seed: int = 0) -> OfflineTransitions:
+    """Random play in PointMass with a half-right VLM: it says 'towards 0' except where x > 0.5."""
+    env, rng = PointMass(), np.random.default_rng(seed)
+    obs, start, index, action, reward, term, labels = [], [], [], [], [], [], []
+    for e in range(episodes):
+        o, _ = env.reset(seed=seed + e)
+        first = len(obs)
+        done = False
+        while True:
+            obs.append(o["state"])
+            start.append(first)
+            x = float(o["state"][0])
+            labels.append([1.0 if x > 0.5 else -float(np.sign(x))])
+            if done:
+                break
+            a = rng.uniform(-1, 1, 1).astype(np.float32)
+            o, r, terminated, truncated, _ = env.step(a)
+            index.append(len(obs) - 1)
+            action.append(a)
+            reward.append(r)
+            term.append(terminated)
+            done = terminated or truncated
+    index, labels = np.asarray(index), np.asarray(labels, np.float32)
+    return OfflineTransitions(
+        obs=np.asarray(obs, np.float32), episode_start=np.asarray(start), obs_index=index,
+        action=np.asarray(action), reward=np.asarray(reward, np.float32),
+        terminated=np.asarray(term), a_v=labels[index], has_label=np.ones(len(index), bool),
+        next_a_v=labels[index + 1], has_next_label=np.ones(len(index), bool),
+    )  # fmt: skip
+
+
+def test_erpv_end_to_end_on_point_mass(tmp_path):
+    """Offline labelled data -> C_V -> ERPv training with mixed batches -> a checkpoint that
+    SACAgent.load acts with; the per-update metrics of ERPv figure 5 are logged."""
+    data = point_mass_dataset(30)
+    cfg = small_cfg()
+    critic, _ = pretrain_vlm_critic(data, SPACE, cfg, 200, seed=0, progress=False)
+    env = PointMass()
+    agent = ERPvAgent.for_env(env, cfg, critic, seed=0)
+    buffer = ReplayBuffer("state", (1,), 1, 5000, offline=data)
+    _, logs = train_off_policy(
+        env, agent, buffer, 300, seed=0, offline_fraction=0.5, start_steps=100, log_every=100,
+        progress=False,
+    )  # fmt: skip
+    last = logs[-1]
+    for key in ("vpg/q_f", "vpg/gate_open", "alpha", "ver/G", "ver/alpha_target", "vpg/loss"):
+        assert key in last and math.isfinite(last[key]), key
+    assert 0.0 <= last["vpg/gate_open"] <= 1.0 and last["labelled_fraction"] == pytest.approx(0.5)
+    # VER pulls alpha towards sigmoid(G) > 0.5 (the paper's eq. 7 as printed), from alpha_0 = 0.1
+    assert last["alpha"] > 0.1
+    agent.save(tmp_path / "agent")
+    loaded = SACAgent.load(tmp_path / "agent")
+    x = np.array([0.3], np.float32)
+    np.testing.assert_array_equal(agent.act(x, True), loaded.act(x, True))
+    assert np.isfinite(evaluate(PointMass(), loaded, 1, seed=0)).all()
