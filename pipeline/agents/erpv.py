@@ -58,6 +58,7 @@ from pipeline.agents.sac import (
     NetworkConfig,
     SACAgent,
     SACConfig,
+    adam,
     box_bounds,
     encoder_input_shape,
     sac_alpha_loss,
@@ -246,7 +247,7 @@ def pretrain_vlm_critic(
     target = copy.deepcopy(critic)
     target.requires_grad_(False)
     scale = ActionScale(low, high, device)
-    optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, betas=cfg.adam_betas)
+    optimizer = adam(critic.parameters(), cfg.critic_lr, cfg.adam_betas)
     rng = np.random.default_rng(seed)
     logs: list[dict[str, float]] = []
     window: list[tuple[float, float]] = []
