@@ -61,6 +61,7 @@ from pipeline.agents.sac import (
     adam,
     box_bounds,
     encoder_input_shape,
+    env_obs_shape,
     sac_alpha_loss,
     soft_update,
 )
@@ -323,10 +324,8 @@ class ERPvAgent(SACAgent):
         **kwargs: Any,
     ) -> ERPvAgent:
         cfg = cfg or SACConfig()
-        space = env.observation_space
-        if not isinstance(space, gym.spaces.Dict) or cfg.network.obs not in space.spaces:
-            raise ValueError(f"the agent reads obs[{cfg.network.obs!r}], the env observes {space}")
-        return cls(space[cfg.network.obs].shape, env.action_space, cfg, vlm_critic, erpv, **kwargs)
+        shape = env_obs_shape(env, cfg.network)
+        return cls(shape, env.action_space, cfg, vlm_critic, erpv, **kwargs)
 
     def _labelled_a_v(
         self, batch: dict[str, torch.Tensor]

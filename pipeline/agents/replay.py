@@ -64,9 +64,9 @@ class OfflineTransitions:
         n, n_obs = len(self.obs_index), len(self.obs)
         if len(self.episode_start) != n_obs:
             raise ValueError(f"episode_start has {len(self.episode_start)} rows, obs {n_obs}")
-        for f in fields(self)[3:]:
-            if len(getattr(self, f.name)) != n:
-                raise ValueError(f"{f.name} has {len(getattr(self, f.name))} rows, obs_index {n}")
+        for name in _PER_TRANSITION:
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} rows, obs_index {n}")
         if n and (self.obs_index.min() < 0 or self.obs_index.max() + 1 >= n_obs):
             raise ValueError("obs_index points outside obs (o_{t+1} must be stored too)")
 
@@ -79,7 +79,12 @@ class OfflineTransitions:
 
     def select(self, mask: np.ndarray) -> OfflineTransitions:
         """The transitions where `mask` holds; the observations stay shared."""
-        return replace(self, **{f.name: getattr(self, f.name)[mask] for f in fields(self)[2:]})
+        return replace(self, **{name: getattr(self, name)[mask] for name in _PER_TRANSITION})
+
+
+_PER_TRANSITION = tuple(
+    f.name for f in fields(OfflineTransitions) if f.name not in ("obs", "episode_start")
+)
 
 
 def stack_frames(frames: np.ndarray) -> np.ndarray:
@@ -427,6 +432,8 @@ def load_offline_transitions(dataset_dir: str | Path, obs: ObsKind) -> OfflineTr
             )
         seen_episodes |= episodes
         steps = ~df["is_last"].to_numpy()
+        if not steps.any():
+            raise ValueError(f"{path}: no steps, only final samples (episodes of length 0)")
         action_dim = len(df["action"].drop_nulls()[0])
         if chunks and action_dim != chunks[0]["action"].shape[1]:
             raise ValueError(

@@ -136,6 +136,14 @@ def encoder_input_shape(network: NetworkConfig, obs_shape: tuple[int, ...]) -> t
     return (3 * network.frame_stack, obs_shape[0], obs_shape[1])
 
 
+def env_obs_shape(env: gym.Env, network: NetworkConfig) -> tuple[int, ...]:
+    """Shape of the entry the agent reads from an env's {pixels, state} observation dict."""
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Dict) or network.obs not in space.spaces:
+        raise ValueError(f"the agent reads obs[{network.obs!r}], the env observes {space}")
+    return space[network.obs].shape
+
+
 class ActionScale:
     """Affine map between a Box's [low, high] and the networks' [-1, 1]."""
 
@@ -253,10 +261,7 @@ class SACAgent:
     def for_env(cls, env: gym.Env, cfg: SACConfig | None = None, **kwargs: Any) -> SACAgent:
         """Built from an env of the pipeline's observation contract (pipeline.envs.make_env)."""
         cfg = cfg or SACConfig()
-        space = env.observation_space
-        if not isinstance(space, gym.spaces.Dict) or cfg.network.obs not in space.spaces:
-            raise ValueError(f"the agent reads obs[{cfg.network.obs!r}], the env observes {space}")
-        return cls(space[cfg.network.obs].shape, env.action_space, cfg, **kwargs)
+        return cls(env_obs_shape(env, cfg.network), env.action_space, cfg, **kwargs)
 
     def _modules(self) -> dict[str, nn.Module]:
         return {
