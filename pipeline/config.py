@@ -347,10 +347,78 @@ class HybridPPOParams(PPOParams):
         return self
 
 
-TrainMethod = Literal["ppo", "hybrid_ppo"]
+class NetworkParams(_Section):
+    """What the SAC / ERPv networks read and how big they are (ERPv C.3, figures 8-11)."""
+
+    obs: Literal["pixels", "state"] = Field(description="Which observation the agent reads.")
+    frame_stack: int = Field(ge=1, le=16, description="Stacked frames (table 6: 3); pixels only.")
+    feature_dim: int = Field(ge=1, description="Latent size after the encoder (figure 8: 50).")
+    hidden_dim: int = Field(ge=1, description="Actor / Q head width (figures 9-10: 1024).")
+    encoder_layers: int = Field(ge=1, le=8, description="Conv layers (SAC-AE / RAD: 4).")
+    encoder_filters: int = Field(ge=1, description="Conv filters (SAC-AE / RAD: 32).")
+    transition_hidden_dim: int = Field(ge=1, description="DeepMDP heads' width (figure 11: 512).")
+    transition_learn_sigma: bool = Field(
+        description="Learn the transition model's sigma (eq. 12); figure 11: false (sigma = 1)."
+    )
+    log_std_min: float = Field(description="Actor log-std lower bound (SAC-AE: -10).")
+    log_std_max: float = Field(description="Actor log-std upper bound (SAC-AE: 2).")
+
+
+class SACParams(_Section):
+    """SAC + DeepMDP (`sac`; ERPv table 6 where it gives a value, SAC-AE otherwise), plus the
+    training loop. `erpv` merges these (`<<: *sac`) and adds VPG / VER."""
+
+    network: NetworkParams
+    batch_size: int = Field(ge=1, description="Batch size (table 6: 128).")
+    gamma: float = Field(gt=0, le=1, description="Discount (SAC-AE: 0.99).")
+    actor_lr: float = Field(gt=0, description="Actor lr (table 6: 1e-3).")
+    critic_lr: float = Field(gt=0, description="Critic + encoder lr (table 6: 1e-3).")
+    alpha_lr: float = Field(gt=0, description="Temperature lr (table 6: 1e-4).")
+    model_lr: float = Field(gt=0, description="Transition / reward model lr (table 6: 1e-3).")
+    adam_betas: tuple[float, float] = Field(description="Adam betas (table 6: [0.9, 0.999]).")
+    critic_tau: float = Field(ge=0, le=1, description="Polyak rate of target Q (SAC-AE: 0.01).")
+    encoder_tau: float = Field(ge=0, le=1, description="Polyak rate of target encoder (0.05).")
+    actor_update_freq: int = Field(ge=1, description="Critic updates per actor update (2).")
+    target_update_freq: int = Field(ge=1, description="Updates per target update (table 6: 2).")
+    init_temperature: float = Field(gt=0, description="alpha_0 (table 6: 0.1).")
+    aux_weight: float = Field(ge=0, description="DeepMDP transition + reward loss weight.")
+    start_steps: int = Field(ge=0, description="Uniform random warm-up steps (table 6: 1000).")
+    update_every: int = Field(ge=1, description="Env steps between update bursts (1 update/step).")
+    offline_fraction: float = Field(
+        ge=0, le=1, description="Share of each batch drawn from the prefilled labelled dataset."
+    )
+    replay_capacity: int = Field(ge=1, description="Online replay capacity (transitions).")
+    log_every: int = Field(ge=1, description="Agent steps per row of training metrics.")
+
+
+class ERPvParams(SACParams):
+    """ERPv (`erpv`): the SAC settings plus VPG (eq. 3-4) and VER (eq. 5-7)."""
+
+    lambda_1: float = Field(ge=0, description="VPG weight in eq. 4 (sec. 4.1: 10).")
+    lambda_2: float = Field(
+        ge=0, description="VER weight in eq. 7 (sec. 4.1: 10); 0 turns VER off."
+    )
+    confidence_eps: float = Field(gt=0, description="Floor of eq. 14's denominator.")
+
+
+class CriticConfig(_Section):
+    """pretrain_critic (`critic`): C_V by TD on each listed env's labelled RAE data, with the
+    network and TD settings of `erpv` (the agent must be able to read what C_V reads)."""
+
+    envs: list[str] = Field(description="Envs whose C_V is pre-trained (continuous actions).")
+    steps: int = Field(ge=1, description="TD updates.")
+    seed: int = Field(ge=0, description="Seed of the networks and the sampling.")
+
+
+TrainMethod = Literal["ppo", "hybrid_ppo", "sac", "erpv"]
 RewardTerm = Literal["env", "kinematic", "potential"]
 # The params section each method reads its hyper-parameters from.
-METHOD_SECTIONS: dict[str, str] = {"ppo": "ppo", "hybrid_ppo": "hybrid_ppo"}
+METHOD_SECTIONS: dict[str, str] = {
+    "ppo": "ppo",
+    "hybrid_ppo": "hybrid_ppo",
+    "sac": "sac",
+    "erpv": "erpv",
+}
 
 
 class TrainRun(_Section):
@@ -359,7 +427,7 @@ class TrainRun(_Section):
     env: str = Field(description="Env id (must be listed in `envs`: the run reads its labels).")
     method: TrainMethod = Field(
         description="ppo (native reward, state) | hybrid_ppo (eq. 2 reward; state policy, frames "
-        "feed Phi only)."
+        "feed Phi only) | sac | erpv (SAC + VPG + VER from the pre-trained C_V of `critic`)."
     )
     steps: int = Field(ge=1, description="Env steps of training (agent steps).")
     seed: int = Field(ge=0, description="Seed of the networks, the envs and the sampling.")
@@ -400,6 +468,9 @@ class Params(_Section):
     )
     ppo: PPOParams | None = Field(default=None, description="PPO hyper-parameters.")
     hybrid_ppo: HybridPPOParams | None = Field(default=None, description="Hybrid VLM-PPO.")
+    sac: SACParams | None = Field(default=None, description="SAC.")
+    erpv: ERPvParams | None = Field(default=None, description="ERPv.")
+    critic: CriticConfig | None = Field(default=None, description="The pretrain_critic stage.")
     evaluate: EvaluateConfig | None = Field(default=None, description="The evaluate stage.")
 
     @model_validator(mode="after")

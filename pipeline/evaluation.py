@@ -23,11 +23,13 @@ AGENT_JSON = "agent.json"
 
 @dataclass(frozen=True)
 class Policy:
-    """A deterministic policy over the pipeline's observation dict, and what it reads."""
+    """A deterministic policy over the pipeline's observation dict, and what it reads.
+    `begin` is called with each episode's first observation (frame stacks restart there)."""
 
     act: Callable[[dict[str, np.ndarray]], Any]
     obs: str  # "state" or "pixels": the env is built to render frames only when needed
     meta: dict[str, Any]
+    begin: Callable[[dict[str, np.ndarray]], None] = lambda obs: None
 
 
 def load_policy(agent_dir: str | Path) -> Policy:
@@ -48,6 +50,24 @@ def load_policy(agent_dir: str | Path) -> Policy:
                 return int(agent.act(state, eval_mode=True).item())
 
         return Policy(act, STATE, meta)
+    if architecture == "sac":  # SAC and ERPv agents: the same networks at deployment
+        from pipeline.agents.replay import FrameStacker
+        from pipeline.agents.sac import SACAgent
+
+        sac = SACAgent.load(agent_dir)
+        kind = sac.cfg.network.obs
+        stacker = FrameStacker(kind, sac.cfg.network.frame_stack)
+        fresh = [True]  # the next observation starts an episode
+
+        def begin(obs: dict[str, np.ndarray]) -> None:
+            fresh[0] = True
+
+        def act_sac(obs: dict[str, np.ndarray]) -> np.ndarray:
+            x = stacker.reset(obs[kind]) if fresh[0] else stacker.step(obs[kind])
+            fresh[0] = False
+            return sac.act(x, deterministic=True)
+
+        return Policy(act_sac, kind, json.loads(meta_path.read_text()), begin)
     raise ValueError(f"{meta_path}: unknown agent architecture {architecture!r}")
 
 
@@ -72,6 +92,7 @@ def evaluate_policy(
     try:
         for i in range(episodes):
             obs, _ = env.reset(seed=seed + i)
+            policy.begin(obs)
             total, length, done = 0.0, 0, False
             while not done:
                 obs, reward, terminated, truncated, _ = env.step(policy.act(obs))

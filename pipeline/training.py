@@ -19,14 +19,15 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from pipeline.config import HybridPPOParams, Params, PPOParams, TrainRun
+from pipeline.config import ERPvParams, HybridPPOParams, Params, PPOParams, SACParams, TrainRun
 from pipeline.envs import STATE, make_env
-from pipeline.io import atomic_write_bytes, sha256_file
+from pipeline.io import atomic_write_bytes, atomic_write_json, sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
 
 ALL_REWARD_TERMS = ("env", "kinematic", "potential")
+AGENT_JSON = "agent.json"  # beside every checkpoint: what was trained, on what data
 
 
 class TrainError(ValueError):
@@ -35,10 +36,14 @@ class TrainError(ValueError):
 
 @dataclass(frozen=True)
 class TrainInputs:
-    """The data a run may read: the env's rollouts and label table (DVC deps of train@<run>)."""
+    """The data a run may read (DVC deps of train@<run>): the env's rollouts and label table
+    (hybrid_ppo's prototypes), its labelled dataset (the SAC family's offline replay) and the
+    directory of pre-trained VLM critics, one sub-directory per env (erpv)."""
 
     rollouts: Path
     labels: Path
+    dataset: Path | None = None
+    critics: Path | None = None
 
     def hashes(self) -> dict[str, str]:
         """Content hashes of what the agent learned from, recorded in its checkpoint."""
@@ -49,6 +54,15 @@ class TrainInputs:
         return {
             "rollouts_manifest_sha256": sha256_file(manifest),
             "labels_sha256": sha256_file(self.labels),
+        }
+
+    def dataset_hashes(self) -> dict[str, str]:
+        """Hashes of the labelled dataset's parquet files (what C_V and the replay read)."""
+        if self.dataset is None or not (self.dataset / "data").is_dir():
+            raise TrainError(f"{self.dataset}: no dataset (data/*.parquet); run `dvc repro` first")
+        return {
+            f"dataset/{p.relative_to(self.dataset)}": sha256_file(p)
+            for p in sorted((self.dataset / "data").glob("*.parquet"))
         }
 
 
@@ -171,6 +185,142 @@ def train_ppo_run(
     return agent, curve, meta
 
 
+def sac_config(hp: SACParams):
+    """params.yaml's `sac` / `erpv` section -> the agents' SACConfig (algorithm + networks)."""
+    from dataclasses import fields
+
+    from pipeline.agents.sac import SACConfig
+
+    names = {f.name for f in fields(SACConfig)}
+    return SACConfig.from_dict({k: v for k, v in hp.model_dump().items() if k in names})
+
+
+def critic_dir(critics: Path, env_id: str) -> Path:
+    return critics / env_id
+
+
+def pretrain_critic(
+    env_id: str, params: Params, dataset: Path, out_dir: Path, progress: bool = True
+) -> list[dict[str, float]]:
+    """ERPv's C_V for `env_id`: TD on the labelled RAE dataset, next-state actions from the cached
+    labels (the VLM policy evaluated without calling the VLM); saved frozen with the data hashes."""
+    from pipeline.agents.erpv import pretrain_vlm_critic
+    from pipeline.agents.replay import dataset_action_space, load_offline_transitions
+
+    if params.critic is None or params.erpv is None:
+        raise TrainError("params.yaml needs `critic` and `erpv` sections to pre-train C_V")
+    if env_id not in params.critic.envs:
+        raise TrainError(f"{env_id} is not listed in critic.envs ({params.critic.envs})")
+    cfg = sac_config(params.erpv)
+    data = load_offline_transitions(dataset, cfg.network.obs)
+    labelled = int(data.has_next_label.sum())
+    if labelled == 0:
+        raise TrainError(
+            f"{dataset}: no transition has a labelled next state; C_V has nothing to learn from "
+            f"(check the label table's `action` task)"
+        )
+    critic, logs = pretrain_vlm_critic(
+        data,
+        dataset_action_space(dataset),
+        cfg,
+        params.critic.steps,
+        params.critic.seed,
+        log_every=max(1, params.critic.steps // 20),
+        progress=progress,
+    )
+    hashes = TrainInputs(Path(), Path(), dataset=dataset).dataset_hashes()
+    critic.save(out_dir, data_hashes=hashes)
+    log.info(
+        "C_V of %s: %d transitions, %d with a labelled next state", env_id, len(data), labelled
+    )
+    return logs
+
+
+def train_sac_run(
+    name: str, run: TrainRun, params: Params, inputs: TrainInputs, progress: bool = True
+) -> tuple[Any, list[tuple[int, float]], list[dict[str, float]], dict[str, Any]]:
+    """Train one sac / erpv run; return (agent, curve, metric rows, checkpoint metadata). The
+    replay's offline part is the env's labelled dataset; ERPv's guidance reads its labels."""
+    from pipeline.agents.erpv import ERPvAgent, ERPvConfig, VLMCritic
+    from pipeline.agents.replay import ReplayBuffer, load_offline_transitions
+    from pipeline.agents.sac import SACAgent, env_obs_shape, train_off_policy
+
+    hp: SACParams | None = params.sac if run.method == "sac" else params.erpv
+    assert hp is not None
+    cfg = sac_config(hp)
+    obs = cfg.network.obs
+    env_cfg = params.env[run.env]
+    if obs == STATE and not env_cfg.include_state:
+        raise TrainError(
+            f"train.{name}: the agent reads the state; set env.{run.env}.include_state"
+        )
+    env = make_env(run.env, env_cfg, pixels=obs != STATE)
+    data_hashes: dict[str, str] = {}
+    offline = None
+    if hp.offline_fraction > 0 or run.method == "erpv":
+        if inputs.dataset is None:
+            raise TrainError(f"train.{name}: the labelled dataset is needed (--dataset)")
+        offline = load_offline_transitions(inputs.dataset, obs)
+        data_hashes = inputs.dataset_hashes()
+    if run.method == "erpv":
+        assert isinstance(hp, ERPvParams)
+        if inputs.critics is None:
+            raise TrainError(f"train.{name}: erpv needs the pre-trained critics (--critics)")
+        path = critic_dir(inputs.critics, run.env)
+        if not path.exists():
+            raise TrainError(f"{path} does not exist: run pretrain_critic@{run.env} first")
+        critic = VLMCritic.load(path)
+        data_hashes["critic"] = critic.data_hashes
+        erpv = ERPvConfig(hp.lambda_1, hp.lambda_2, hp.confidence_eps)
+        agent = ERPvAgent.for_env(env, cfg, critic, erpv, seed=run.seed)
+    else:
+        agent = SACAgent.for_env(env, cfg, seed=run.seed)
+    buffer = ReplayBuffer(
+        obs,
+        env_obs_shape(env, cfg.network),
+        int(np.prod(env.action_space.shape)),
+        hp.replay_capacity,
+        frame_stack=cfg.network.frame_stack,
+        offline=offline,
+    )
+    try:
+        curve, logs = train_off_policy(
+            env,
+            agent,
+            buffer,
+            run.steps,
+            run.seed,
+            offline_fraction=hp.offline_fraction,
+            start_steps=hp.start_steps,
+            update_every=hp.update_every,
+            log_every=hp.log_every,
+            progress=progress,
+        )
+    finally:
+        env.close()
+    meta = {
+        "run": name,
+        "env": run.env,
+        "method": run.method,
+        "obs": obs,
+        "steps": run.steps,
+        "seed": run.seed,
+        "hyperparameters": hp.model_dump(mode="json"),
+        "data": data_hashes,
+    }
+    return agent, curve, logs, meta
+
+
+def write_logs(path: str | Path, rows: list[dict[str, float]]) -> None:
+    """Training metrics (e.g. ERPv's Q_f and alpha, figure 5) as CSV, one row per log window."""
+    columns = ["step", *sorted({k for row in rows for k in row} - {"step"})]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, columns, lineterminator="\n", restval="")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_bytes(path, buffer.getvalue().encode())
+
+
 def write_curve(path: str | Path, curve: list[tuple[int, float]]) -> None:
     """`step,return` CSV, one row per finished training episode (dvc plots' table format)."""
     buffer = io.StringIO()
@@ -186,9 +336,15 @@ def read_curve(path: str | Path) -> list[tuple[int, float]]:
 
 
 def train_run(
-    name: str, params: Params, inputs: TrainInputs, out_dir: str | Path, curve_path: str | Path
+    name: str,
+    params: Params,
+    inputs: TrainInputs,
+    out_dir: str | Path,
+    curve_path: str | Path,
+    logs_path: str | Path | None = None,
 ) -> list[tuple[int, float]]:
-    """Train `train.<name>` of params.yaml; write the checkpoint to `out_dir` and the curve."""
+    """Train `train.<name>` of params.yaml; write the checkpoint to `out_dir`, the learning curve
+    and (SAC family) the training metrics."""
     if params.train is None or name not in params.train:
         known = ", ".join(params.train or {}) or "none"
         raise TrainError(f"params.yaml has no run train.{name} (runs: {known})")
@@ -198,7 +354,12 @@ def train_run(
 
         agent, curve, meta = train_ppo_run(name, run, params, inputs)
         save_actor_critic(agent, out_dir, meta)
-    else:  # pragma: no cover - config validation allows only the methods above
-        raise TrainError(f"train.{name}: unknown method {run.method!r}")
+        logs: list[dict[str, float]] = []
+    else:
+        agent, curve, logs, meta = train_sac_run(name, run, params, inputs)
+        agent.save(out_dir)
+        atomic_write_json(Path(out_dir) / AGENT_JSON, {"architecture": "sac", **meta})
     write_curve(curve_path, curve)
+    if logs_path is not None:
+        write_logs(logs_path, logs)
     return curve

@@ -1,9 +1,11 @@
 """DVC stage `train@<run>`: train the agent of params.yaml's `train.<run>` from the env's cached
 labels; write its checkpoint and learning curve. Never imports a teacher.
 
-    python -m stages.train --params params.yaml --run MountainCar-v0-hybrid_ppo \\
-        --rollouts data/rollouts/MountainCar-v0 --labels data/labels/MountainCar-v0.parquet \\
-        --out models/MountainCar-v0-hybrid_ppo --curve plots/train/MountainCar-v0-hybrid_ppo.csv
+    python -m stages.train --params params.yaml --run cartpole-swingup-erpv \\
+        --rollouts data/rollouts/cartpole-swingup --labels data/labels/cartpole-swingup.parquet \\
+        --dataset data/datasets/cartpole-swingup --critics models/critic \\
+        --out models/cartpole-swingup-erpv --curve plots/train/cartpole-swingup-erpv.csv \\
+        --logs plots/train_logs/cartpole-swingup-erpv.csv
 """
 
 from __future__ import annotations
@@ -25,16 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", required=True, help="run name: a key of `train` in params.yaml")
     parser.add_argument("--rollouts", required=True, type=Path, help="the env's rollouts")
     parser.add_argument("--labels", required=True, type=Path, help="the env's label table")
+    parser.add_argument("--dataset", type=Path, help="the env's labelled dataset (sac, erpv)")
+    parser.add_argument("--critics", type=Path, help="directory of pre-trained C_V, one per env")
     parser.add_argument("--out", required=True, help="checkpoint directory to write")
     parser.add_argument("--curve", required=True, help="learning curve CSV to write")
+    parser.add_argument("--logs", help="training metrics CSV to write (e.g. ERPv's Q_f, alpha)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         params = load_params(args.params)
-        curve = train_run(
-            args.run, params, TrainInputs(args.rollouts, args.labels), args.out, args.curve
-        )
-    except (ConfigError, TrainError, FileNotFoundError) as exc:
+        inputs = TrainInputs(args.rollouts, args.labels, args.dataset, args.critics)
+        curve = train_run(args.run, params, inputs, args.out, args.curve, args.logs)
+    except (ConfigError, TrainError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     tail = [r for _, r in curve[-10:]]

@@ -1,0 +1,45 @@
+"""DVC stage `pretrain_critic@<env>`: ERPv's VLM critic C_V, trained offline by TD on the env's
+labelled RAE dataset (next-state actions from the cached labels), then frozen. Writes the
+checkpoint (safetensors + JSON with its config and data hashes) and the TD-loss curve.
+
+    python -m stages.pretrain_critic --params params.yaml --env cartpole-swingup \\
+        --dataset data/datasets/cartpole-swingup --out models/critic/cartpole-swingup \\
+        --logs plots/critic/cartpole-swingup.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from pipeline.config import ConfigError, load_params
+from pipeline.training import TrainError, pretrain_critic, write_logs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--env", required=True, help="env id (listed in critic.envs)")
+    parser.add_argument("--dataset", required=True, type=Path, help="the env's labelled dataset")
+    parser.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
+    parser.add_argument("--logs", required=True, help="TD-loss curve CSV to write")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        params = load_params(args.params)
+        logs = pretrain_critic(args.env, params, args.dataset, args.out)
+    except (ConfigError, TrainError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    write_logs(args.logs, logs)
+    last = logs[-1] if logs else {}
+    print(f"{args.out}: C_V pre-trained; last log row {last}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
