@@ -1,0 +1,118 @@
+"""Stage two for ERPv end to end on the default params (budgets shrunk): collect (RAE) -> label ->
+masks -> dataset -> pretrain_critic -> train (sac, erpv) -> evaluate, through the stages' entry
+points; the train stage runs in a fresh interpreter that must not import a teacher."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+ENV = "MountainCarContinuous-v0"
+
+
+@pytest.fixture(scope="module")
+def pipeline_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("erpv")
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())  # the defaults; budgets shrunk below
+    raw["envs"] = [ENV]
+    raw["env"][ENV]["max_episode_steps"] = 150
+    raw["collect"][ENV].update(episodes=2, rae_switch_steps=[20, 50])
+    raw["train"] = {
+        "sac": {"env": ENV, "method": "sac", "steps": 300, "seed": 0},
+        "erpv": {"env": ENV, "method": "erpv", "steps": 300, "seed": 0},
+    }
+    for section in ("sac", "erpv"):
+        raw[section].update(start_steps=100, log_every=50)
+    raw["critic"].update(envs=[ENV], steps=200)
+    raw["evaluate"]["episodes"] = 2
+    (root / "params.yaml").write_text(yaml.safe_dump(raw))
+    p = str(root / "params.yaml")
+
+    from stages import collect, dataset, label, masks
+
+    d = root
+    assert collect.main(["--params", p, "--env", ENV, "--out", f"{d}/rollouts"]) == 0
+    assert label.main(["--params", p, "--rollouts", f"{d}/rollouts", "--cache", f"{d}/lc",
+                       "--out", f"{d}/labels.parquet"]) == 0  # fmt: skip
+    assert masks.main(["--params", p, "--rollouts", f"{d}/rollouts", "--labels",
+                       f"{d}/labels.parquet", "--cache", f"{d}/mc", "--out",
+                       f"{d}/masks.parquet"]) == 0  # fmt: skip
+    assert dataset.main(["--params", p, "--rollouts", f"{d}/rollouts", "--labels",
+                         f"{d}/labels.parquet", "--masks", f"{d}/masks.parquet", "--out",
+                         f"{d}/dataset"]) == 0  # fmt: skip
+    return root
+
+
+def _train_argv(d, run):
+    return ["--params", f"{d}/params.yaml", "--run", run, "--rollouts", f"{d}/rollouts",
+            "--labels", f"{d}/labels.parquet", "--dataset", f"{d}/dataset", "--critics",
+            f"{d}/critics", "--out", f"{d}/models/{run}", "--curve", f"{d}/curves/{run}.csv",
+            "--logs", f"{d}/logs/{run}.csv"]  # fmt: skip
+
+
+def test_pretrain_train_evaluate_end_to_end(pipeline_dir):
+    from stages import evaluate, pretrain_critic, train
+
+    d = pipeline_dir
+    assert pretrain_critic.main(["--params", f"{d}/params.yaml", "--env", ENV, "--dataset",
+                                 f"{d}/dataset", "--out", f"{d}/critics/{ENV}", "--logs",
+                                 f"{d}/critic.csv"]) == 0  # fmt: skip
+    critic_meta = json.loads((d / "critics" / ENV / "config.json").read_text())
+    assert list(critic_meta["data_hashes"]) == ["dataset/data/train-00000-of-00001.parquet"]
+
+    # erpv in a fresh interpreter: it must learn from the cached labels without any teacher
+    code = (
+        "import sys\nfrom stages.train import main\n"
+        f"assert main({_train_argv(d, 'erpv')!r}) == 0\n"
+        "print('\\n'.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    modules = out.stdout.split()
+    assert "pipeline.agents.erpv" in modules
+    assert not [m for m in modules if m.startswith("pipeline.teachers")]
+    assert train.main(_train_argv(d, "sac")) == 0
+
+    with open(d / "logs" / "erpv.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and {"vpg/q_f", "alpha", "ver/alpha_target"} <= set(rows[0])
+    assert all(0.0 <= float(r["vpg/gate_open"]) <= 1.0 for r in rows if r["vpg/gate_open"])
+
+    for run in ("sac", "erpv"):
+        metrics = d / "metrics" / f"{run}.json"
+        argv = [
+            "--params",
+            f"{d}/params.yaml",
+            "--agent",
+            f"{d}/models/{run}",
+            "--out",
+            str(metrics),
+        ]
+        assert evaluate.main(argv) == 0
+        result = json.loads(metrics.read_text())
+        assert result["episodes"] == 2 and result["method"] == run and result["env"] == ENV
+        assert 0.0 <= result["success_rate"] <= 1.0 and result["length_mean"] <= 150
+
+
+def test_a_saved_and_reloaded_agent_acts_the_same(pipeline_dir):
+    from pipeline.evaluation import load_policy
+
+    if not (pipeline_dir / "models" / "erpv").exists():
+        pytest.skip("needs the end-to-end test's agent")
+    states = (
+        np.random.default_rng(0).uniform([-1.2, -0.07], [0.6, 0.07], (16, 2)).astype(np.float32)
+    )
+    a, b = (
+        load_policy(pipeline_dir / "models" / "erpv"),
+        load_policy(pipeline_dir / "models" / "erpv"),
+    )
+    for s in states:
+        a.begin({"state": s}), b.begin({"state": s})
+        assert np.array_equal(a.act({"state": s}), b.act({"state": s}))
