@@ -29,6 +29,24 @@ def _ran(output):
     return sorted(set(re.findall(r"Running stage '([^']+)'", output)))
 
 
+def _with_stage_two(params, runs):
+    """Tiny stage-two sections over the repo's defaults: `runs` {name: (env, method)}, ERPv's
+    critic for the continuous env, budgets of a few hundred steps."""
+    defaults = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["train"] = {
+        name: {"env": env, "method": method, "steps": 200 if method in ("sac", "erpv") else 256,
+               "seed": 0}
+        for name, (env, method) in runs.items()
+    }  # fmt: skip
+    params["ppo"] = {**defaults["ppo"], "num_envs": 2, "rollout_steps": 64}
+    params["hybrid_ppo"] = {**defaults["hybrid_ppo"], "num_envs": 2, "rollout_steps": 64}
+    for section in ("sac", "erpv"):
+        params[section] = {**defaults[section], "start_steps": 100, "log_every": 50}
+    params["critic"] = {"envs": ["MountainCarContinuous-v0"], "steps": 50, "seed": 0}
+    params["evaluate"] = {"episodes": 2, "seed": 0}
+    return params
+
+
 def _scratch_repo(repo, params):
     repo.mkdir()
     for name in ("pipeline", "stages"):
@@ -41,13 +59,22 @@ def _scratch_repo(repo, params):
     return repo
 
 
+RUNS = {"mc-ppo": ("MountainCar-v0", "ppo"), "mcc-erpv": ("MountainCarContinuous-v0", "erpv")}
+TRAINED = sorted(f"{s}@{r}" for s in ("train", "evaluate") for r in RUNS)
+
+
 def test_dvc_repro_reruns_only_what_changed(tmp_path):
-    params = tiny_params_dict(ENVS, episodes=2)
+    params = _with_stage_two(tiny_params_dict(ENVS, episodes=2), RUNS)
     repo = _scratch_repo(tmp_path / "repo", params)
 
     first = _run(["dvc", "repro"], repo)
     stages = ("collect", "verify", "label", "masks", "dataset", "audit")
-    assert _ran(first) == sorted(f"{s}@{e}" for s in stages for e in ENVS)
+    stage_two = ["compare", "pretrain_critic@MountainCarContinuous-v0", *TRAINED]
+    assert _ran(first) == sorted([*(f"{s}@{e}" for s in stages for e in ENVS), *stage_two])
+    for run in RUNS:
+        assert (
+            yaml.safe_load((repo / "metrics" / "eval" / f"{run}.json").read_text())["episodes"] == 2
+        )
     for env_id in ENVS:
         assert (repo / "data" / "rollouts" / env_id / "manifest.json").exists()
         assert yaml.safe_load((repo / "metrics" / "rollouts" / f"{env_id}.json").read_text())["ok"]
@@ -58,7 +85,17 @@ def test_dvc_repro_reruns_only_what_changed(tmp_path):
     params["collect"]["MountainCarContinuous-v0"]["seed"] = 1
     write_params(repo / "params.yaml", params)
     third = _run(["dvc", "repro"], repo)
-    assert _ran(third) == sorted(f"{s}@MountainCarContinuous-v0" for s in stages)
+    # new MountainCarContinuous data: its stages and C_V rerun; every agent depends on the critics,
+    # but the PPO agent (which reads none of it) retrains to the same bytes, so its evaluation
+    # does not rerun
+    expected = {*(f"{s}@MountainCarContinuous-v0" for s in stages), *stage_two} - {
+        "evaluate@mc-ppo"
+    }
+    assert _ran(third) == sorted(expected)
+
+    params["train"]["mc-ppo"]["seed"] = 1  # one run's params: that run alone retrains
+    write_params(repo / "params.yaml", params)
+    assert _ran(_run(["dvc", "repro"], repo)) == ["compare", "evaluate@mc-ppo", "train@mc-ppo"]
 
     # a prompt edit relabels every env and changes no rollout: collect (which imports the label
     # code) reruns as a no-op, so verify does not rerun
@@ -74,7 +111,9 @@ def test_dvc_repro_reruns_only_what_changed(tmp_path):
 def test_shared_dataset_reaches_a_fresh_clone_through_a_dvc_remote(tmp_path):
     """Share by `dvc push`; a fresh clone `dvc pull`s and has everything: nothing to recollect or
     relabel, and the dataset loads in one line."""
-    repo = _scratch_repo(tmp_path / "repo", tiny_params_dict(ENVS[:1], episodes=2))
+    env_id = "MountainCarContinuous-v0"
+    params = _with_stage_two(tiny_params_dict((env_id,), episodes=2), {"erpv": (env_id, "erpv")})
+    repo = _scratch_repo(tmp_path / "repo", params)
     _run(["dvc", "repro"], repo)
     remote = tmp_path / "remote"
     _run(["dvc", "remote", "add", "-d", "shared", str(remote)], repo)
@@ -90,5 +129,10 @@ def test_shared_dataset_reaches_a_fresh_clone_through_a_dvc_remote(tmp_path):
 
     from datasets import load_dataset
 
-    ds = load_dataset(str(clone / "data" / "datasets" / ENVS[0]))["train"]
+    ds = load_dataset(str(clone / "data" / "datasets" / env_id))["train"]
     assert ds.num_rows == 2 * 21 and ds[0]["image"].size == (32, 32)
+
+    # train from the pulled dataset in the clone: a new seed retrains the agent, nothing upstream
+    params["train"]["erpv"]["seed"] = 1
+    write_params(clone / "params.yaml", params)
+    assert _ran(_run(["dvc", "repro", "train@erpv"], clone)) == ["train@erpv"]
