@@ -255,7 +255,7 @@ def train_sac_run(
             f"train.{name}: the agent reads the state; set env.{run.env}.include_state"
         )
     env = make_env(run.env, env_cfg, pixels=obs != STATE)
-    data_hashes: dict[str, str] = {}
+    data_hashes: dict[str, Any] = {}
     offline = None
     if hp.offline_fraction > 0 or run.method == "erpv":
         if inputs.dataset is None:
