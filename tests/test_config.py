@@ -26,7 +26,8 @@ def test_unknown_top_level_section_is_named():
     raw = tiny_params_dict()
     raw["colect"] = {}
     with pytest.raises(
-        ConfigError, match=r"colect: unknown key; allowed keys: collect, critic, dataset, env, envs, erpv, evaluate, hybrid_ppo, label"
+        ConfigError,
+        match=r"colect: unknown key; allowed keys: collect, critic, dataset, env, envs, erpv, evaluate, hybrid_ppo, label",
     ):
         parse_params(raw)
 
