@@ -245,7 +245,7 @@ def _run_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from pipeline.evaluation import evaluate_policy, load_policy
-    from pipeline.training import AGENT_JSON, TrainInputs, train_sac_run
+    from pipeline.training import TrainInputs, save_sac_agent, train_sac_run
 
     torch.set_num_threads(1)  # small MLPs: one thread per run, runs in parallel processes
     params = with_start_steps(load_params(job["params"]), job["start_steps"])
@@ -262,9 +262,9 @@ def _run_one(job: dict[str, Any]) -> dict[str, Any]:
     agent, curve, logs, meta = train_sac_run(job["name"], run, params, inputs, progress=False)
     train_s = time.perf_counter() - t0
     agent_dir = Path(job["out"]) / "agents" / job["name"]
-    agent.save(agent_dir)
-    meta = {"architecture": "sac", **meta, "benchmark_method": job["method"], "teacher": teacher}
-    atomic_write_json(agent_dir / AGENT_JSON, meta)
+    save_sac_agent(
+        agent, agent_dir, {**meta, "benchmark_method": job["method"], "teacher": teacher}
+    )
     t1 = time.perf_counter()
     result = evaluate_policy(
         load_policy(agent_dir), env_id, params.env[env_id], job["eval_episodes"], seed=EVAL_SEED

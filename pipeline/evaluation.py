@@ -14,11 +14,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipeline.agents import AGENT_JSON
 from pipeline.config import EnvConfig
 from pipeline.envs import PIXELS, STATE, env_info, make_env
 from pipeline.io import atomic_write_bytes
-
-AGENT_JSON = "agent.json"
 
 
 @dataclass(frozen=True)

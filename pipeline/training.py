@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from pipeline.agents import AGENT_JSON
 from pipeline.config import ERPvParams, HybridPPOParams, Params, PPOParams, SACParams, TrainRun
 from pipeline.envs import STATE, make_env
 from pipeline.io import atomic_write_bytes, atomic_write_json, sha256_file
@@ -27,7 +28,6 @@ from pipeline.rollouts.format import MANIFEST_NAME
 log = logging.getLogger(__name__)
 
 ALL_REWARD_TERMS = ("env", "kinematic", "potential")
-AGENT_JSON = "agent.json"  # beside every checkpoint: what was trained, on what data
 
 
 class TrainError(ValueError):
@@ -57,13 +57,19 @@ class TrainInputs:
         }
 
     def dataset_hashes(self) -> dict[str, str]:
-        """Hashes of the labelled dataset's parquet files (what C_V and the replay read)."""
-        if self.dataset is None or not (self.dataset / "data").is_dir():
-            raise TrainError(f"{self.dataset}: no dataset (data/*.parquet); run `dvc repro` first")
-        return {
-            f"dataset/{p.relative_to(self.dataset)}": sha256_file(p)
-            for p in sorted((self.dataset / "data").glob("*.parquet"))
-        }
+        if self.dataset is None:
+            raise TrainError("no dataset was given (--dataset)")
+        return dataset_hashes(self.dataset)
+
+
+def dataset_hashes(dataset: Path) -> dict[str, str]:
+    """Hashes of a labelled dataset's parquet files (what C_V and the replay read)."""
+    if not (dataset / "data").is_dir():
+        raise TrainError(f"{dataset}: no dataset (data/*.parquet); run `dvc repro` first")
+    return {
+        f"dataset/{p.relative_to(dataset)}": sha256_file(p)
+        for p in sorted((dataset / "data").glob("*.parquet"))
+    }
 
 
 def native_state_bounds(env: gym.Env) -> tuple[np.ndarray, np.ndarray] | None:
@@ -228,8 +234,7 @@ def pretrain_critic(
         log_every=max(1, params.critic.steps // 20),
         progress=progress,
     )
-    hashes = TrainInputs(Path(), Path(), dataset=dataset).dataset_hashes()
-    critic.save(out_dir, data_hashes=hashes)
+    critic.save(out_dir, data_hashes=dataset_hashes(dataset))
     log.info(
         "C_V of %s: %d transitions, %d with a labelled next state", env_id, len(data), labelled
     )
@@ -311,6 +316,12 @@ def train_sac_run(
     return agent, curve, logs, meta
 
 
+def save_sac_agent(agent: Any, out_dir: str | Path, meta: dict[str, Any]) -> None:
+    """A SAC / ERPv checkpoint (the agent's safetensors + config) and its agent.json."""
+    agent.save(out_dir)
+    atomic_write_json(Path(out_dir) / AGENT_JSON, {"architecture": "sac", **meta})
+
+
 def write_logs(path: str | Path, rows: list[dict[str, float]]) -> None:
     """Training metrics (e.g. ERPv's Q_f and alpha, figure 5) as CSV, one row per log window."""
     columns = ["step", *sorted({k for row in rows for k in row} - {"step"})]
@@ -357,8 +368,7 @@ def train_run(
         logs: list[dict[str, float]] = []
     else:
         agent, curve, logs, meta = train_sac_run(name, run, params, inputs)
-        agent.save(out_dir)
-        atomic_write_json(Path(out_dir) / AGENT_JSON, {"architecture": "sac", **meta})
+        save_sac_agent(agent, out_dir, meta)
     write_curve(curve_path, curve)
     if logs_path is not None:
         write_logs(logs_path, logs)

@@ -114,11 +114,11 @@ def test_kinematic_only_ablation_reads_no_frames(labelled, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("run", "extra", "message"),
+    ("run", "drop", "message"),
     [
         (
             {"env": "CarRacing-v3", "method": "ppo", "steps": 1, "seed": 0},
-            {},
+            (),
             "not listed in `envs`",
         ),
         (
@@ -129,22 +129,21 @@ def test_kinematic_only_ablation_reads_no_frames(labelled, tmp_path):
                 "seed": 0,
                 "reward_terms": ["env"],
             },
-            {},
+            (),
             "reward_terms applies to method hybrid_ppo",
         ),
         (
             {"env": "MountainCar-v0", "method": "hybrid_ppo", "steps": 1, "seed": 0},
-            {"hybrid_ppo": None},
+            ("hybrid_ppo",),
             "needs a `hybrid_ppo:` section",
         ),
-        ({"env": "MountainCar-v0", "method": "sarsa", "steps": 1, "seed": 0}, {}, "method"),
+        ({"env": "MountainCar-v0", "method": "sarsa", "steps": 1, "seed": 0}, (), "method"),
     ],
 )
-def test_bad_train_runs_are_named(run, extra, message):
+def test_bad_train_runs_are_named(run, drop, message):
     raw = train_params(bad=run)
-    raw.update(extra)
-    if raw.get("hybrid_ppo", 1) is None:
-        del raw["hybrid_ppo"]
+    for section in drop:
+        del raw[section]
     with pytest.raises(ConfigError, match=message):
         parse_params(raw)
 

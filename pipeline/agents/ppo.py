@@ -21,10 +21,11 @@ from torch import nn
 from torch.distributions import Categorical
 from tqdm import tqdm
 
+from pipeline.agents import AGENT_JSON
 from pipeline.config import PPOParams
 from pipeline.io import atomic_write_bytes, atomic_write_json
 
-WEIGHTS_NAME, AGENT_JSON = "agent.safetensors", "agent.json"
+WEIGHTS_NAME = "agent.safetensors"
 
 
 def _layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
