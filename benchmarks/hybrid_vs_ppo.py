@@ -59,10 +59,8 @@ def _run_one(job: dict) -> dict:
     run = TrainRun(env=ENV, steps=job["steps"], seed=job["seed"], **VARIANTS[job["variant"]])
     inputs = TrainInputs(Path(job["rollouts"]), Path(job["labels"]))
     agent, curve, meta = train_ppo_run(job["name"], run, params, inputs, progress=False)
-    from pipeline.agents.ppo import save_actor_critic
-
     agent_dir = Path(job["out"]) / "agents" / job["name"]
-    save_actor_critic(agent, agent_dir, meta)
+    agent.save(agent_dir, meta)
     result = evaluate_policy(
         load_policy(agent_dir), ENV, params.env[ENV], job["eval_episodes"], seed=10_000
     )

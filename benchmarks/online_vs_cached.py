@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.agents.erpv import ERPvAgent, ERPvConfig, VLMCritic
+from pipeline.agents.erpv import ERPvAgent, VLMCritic
 from pipeline.agents.replay import ReplayBuffer, load_offline_transitions
 from pipeline.agents.sac import env_obs_shape
 from pipeline.config import Params, TeacherConfig, load_params
@@ -51,7 +51,7 @@ from pipeline.labels.tasks import parse_answer, render_prompt
 from pipeline.rollouts.format import action_space_spec
 from pipeline.rollouts.writer import encode_png
 from pipeline.teachers import make_teacher
-from pipeline.training import pretrain_critic, sac_config
+from pipeline.training import pretrain_critic
 from tests.factories import build_tiny_qwen2_vl
 
 ENV_ID = "MountainCarContinuous-v0"
@@ -89,11 +89,10 @@ def train_loop(
     """train_off_policy's loop for `n_envs` envs in lockstep, optionally asking `teacher` about
     every env's current frame every `ask_every` rounds (one call, batch of `n_envs`)."""
     hp = params.erpv
-    cfg = sac_config(hp)
+    cfg = hp
     env_cfg = params.env[ENV_ID]
     envs = [make_env(ENV_ID, env_cfg, pixels=pixels) for _ in range(n_envs)]
-    erpv = ERPvConfig(hp.lambda_1, hp.lambda_2, hp.confidence_eps)
-    agent = ERPvAgent.for_env(envs[0], cfg, critic, erpv, seed=seed)
+    agent = ERPvAgent.for_env(envs[0], cfg, critic, seed=seed)
     shape = env_obs_shape(envs[0], cfg.network)
     action_dim = int(np.prod(envs[0].action_space.shape))
     buffers = [

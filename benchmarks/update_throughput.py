@@ -27,7 +27,8 @@ import torch
 
 from pipeline.agents.erpv import ERPvAgent, VLMCritic
 from pipeline.agents.replay import OfflineTransitions, ReplayBuffer
-from pipeline.agents.sac import NetworkConfig, SACAgent, SACConfig
+from pipeline.agents.sac import SACAgent
+from pipeline.config import ERPvParams, NetworkParams, SACParams
 
 ENV_ID = "Pendulum-v1"
 
@@ -99,7 +100,7 @@ def main() -> None:
     space = env.action_space
     rng = np.random.default_rng(0)
 
-    def ours(cfg: SACConfig, agent: SACAgent | None = None, offline: float = 0.0):
+    def ours(cfg: SACParams, agent: SACAgent | None = None, offline: float = 0.0):
         agent = agent or SACAgent((3,), space, cfg, device=args.device)
         buffer = ReplayBuffer(
             "state", (3,), 1, args.buffer + 1000,
@@ -116,12 +117,12 @@ def main() -> None:
 
         return run
 
-    network = NetworkConfig(obs="state", hidden_dim=args.hidden)
-    matched = SACConfig(
+    network = NetworkParams(obs="state", hidden_dim=args.hidden)
+    matched = SACParams(
         network=network, batch_size=args.batch, actor_update_freq=1, target_update_freq=1,
         aux_weight=0.0,
     )  # fmt: skip
-    erpv_schedule = SACConfig(network=network, batch_size=args.batch)
+    erpv_schedule = ERPvParams(network=network, batch_size=args.batch)
     critic = VLMCritic((3,), space.low, space.high, network).freeze()
     erpv_agent = ERPvAgent((3,), space, erpv_schedule, critic, device=args.device)
 

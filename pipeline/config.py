@@ -348,57 +348,99 @@ class HybridPPOParams(PPOParams):
 
 
 class NetworkParams(_Section):
-    """What the SAC / ERPv networks read and how big they are (ERPv C.3, figures 8-11)."""
+    """What the SAC-family networks read and how big they are (ERPv C.3, figures 8-11). The one
+    definition: params.yaml's `sac.network` / `erpv.network`, the agents and their checkpoints
+    all use it. Defaults are the paper's values."""
 
-    obs: Literal["pixels", "state"] = Field(description="Which observation the agent reads.")
-    frame_stack: int = Field(ge=1, le=16, description="Stacked frames (table 6: 3); pixels only.")
-    feature_dim: int = Field(ge=1, description="Latent size after the encoder (figure 8: 50).")
-    hidden_dim: int = Field(ge=1, description="Actor / Q head width (figures 9-10: 1024).")
-    encoder_layers: int = Field(ge=1, le=8, description="Conv layers (SAC-AE / RAD: 4).")
-    encoder_filters: int = Field(ge=1, description="Conv filters (SAC-AE / RAD: 32).")
-    transition_hidden_dim: int = Field(ge=1, description="DeepMDP heads' width (figure 11: 512).")
-    transition_learn_sigma: bool = Field(
-        description="Learn the transition model's sigma (eq. 12); figure 11: false (sigma = 1)."
+    obs: Literal["pixels", "state"] = Field(
+        default="pixels", description="Which entry of the env's {pixels, state} dict the agent reads."
     )
-    log_std_min: float = Field(description="Actor log-std lower bound (SAC-AE: -10).")
-    log_std_max: float = Field(description="Actor log-std upper bound (SAC-AE: 2).")
+    frame_stack: int = Field(
+        default=3, ge=1, le=16, description="Stacked frames (C.5 / table 6: 3); states are not stacked."
+    )
+    feature_dim: int = Field(default=50, ge=1, description="Latent s_t = V(o_t) (figure 8: 50).")
+    hidden_dim: int = Field(
+        default=1024, ge=1, description="Actor / Q head width (figures 9-10: 1024)."
+    )
+    encoder_layers: int = Field(default=4, ge=1, le=8, description="Conv layers (SAC-AE / RAD: 4).")
+    encoder_filters: int = Field(default=32, ge=1, description="Conv filters (SAC-AE / RAD: 32).")
+    transition_hidden_dim: int = Field(
+        default=512, ge=1, description="T_D and the reward head's width (figure 11: 512)."
+    )
+    transition_learn_sigma: bool = Field(
+        default=False,
+        description="Learn the transition model's sigma (eq. 12 in full); figure 11: false "
+        "(deterministic, sigma = 1).",
+    )
+    log_std_min: float = Field(default=-10.0, description="Actor log-std lower bound (SAC-AE: -10).")
+    log_std_max: float = Field(default=2.0, description="Actor log-std upper bound (SAC-AE: 2).")
 
 
 class SACParams(_Section):
     """SAC + DeepMDP (`sac`; ERPv table 6 where it gives a value, SAC-AE otherwise), plus the
-    training loop. `erpv` merges these (`<<: *sac`) and adds VPG / VER."""
+    off-policy loop. The one config of the agent (pipeline.agents.sac takes it, checkpoints store
+    it); `erpv` merges these (`<<: *sac`) and adds VPG / VER. Defaults are the paper's values."""
 
-    network: NetworkParams
-    batch_size: int = Field(ge=1, description="Batch size (table 6: 128).")
-    gamma: float = Field(gt=0, le=1, description="Discount (SAC-AE: 0.99).")
-    actor_lr: float = Field(gt=0, description="Actor lr (table 6: 1e-3).")
-    critic_lr: float = Field(gt=0, description="Critic + encoder lr (table 6: 1e-3).")
-    alpha_lr: float = Field(gt=0, description="Temperature lr (table 6: 1e-4).")
-    model_lr: float = Field(gt=0, description="Transition / reward model lr (table 6: 1e-3).")
-    adam_betas: tuple[float, float] = Field(description="Adam betas (table 6: [0.9, 0.999]).")
-    critic_tau: float = Field(ge=0, le=1, description="Polyak rate of target Q (SAC-AE: 0.01).")
-    encoder_tau: float = Field(ge=0, le=1, description="Polyak rate of target encoder (0.05).")
-    actor_update_freq: int = Field(ge=1, description="Critic updates per actor update (2).")
-    target_update_freq: int = Field(ge=1, description="Updates per target update (table 6: 2).")
-    init_temperature: float = Field(gt=0, description="alpha_0 (table 6: 0.1).")
-    aux_weight: float = Field(ge=0, description="DeepMDP transition + reward loss weight.")
-    start_steps: int = Field(ge=0, description="Uniform random warm-up steps (table 6: 1000).")
-    update_every: int = Field(ge=1, description="Env steps between update bursts (1 update/step).")
-    offline_fraction: float = Field(
-        ge=0, le=1, description="Share of each batch drawn from the prefilled labelled dataset."
+    network: NetworkParams = Field(default_factory=NetworkParams)
+    batch_size: int = Field(default=128, ge=1, description="Batch size (table 6: 128).")
+    gamma: float = Field(default=0.99, gt=0, le=1, description="Discount (SAC-AE: 0.99).")
+    actor_lr: float = Field(default=1e-3, gt=0, description="Actor lr (table 6: 1e-3).")
+    critic_lr: float = Field(
+        default=1e-3, gt=0, description="Critic + visual encoder lr (table 6: 1e-3 each)."
     )
-    replay_capacity: int = Field(ge=1, description="Online replay capacity (transitions).")
-    log_every: int = Field(ge=1, description="Agent steps per row of training metrics.")
+    alpha_lr: float = Field(default=1e-4, gt=0, description="Temperature lr (table 6: 1e-4).")
+    model_lr: float = Field(
+        default=1e-3, gt=0, description="Transition network + reward head lr (table 6: 1e-3)."
+    )
+    adam_betas: tuple[float, float] = Field(
+        default=(0.9, 0.999), description="Adam betas (table 6: [0.9, 0.999])."
+    )
+    critic_tau: float = Field(
+        default=0.01, ge=0, le=1, description="Polyak rate of the target Q heads (SAC-AE: 0.01)."
+    )
+    encoder_tau: float = Field(
+        default=0.05, ge=0, le=1, description="Polyak rate of the target encoder (SAC-AE: 0.05)."
+    )
+    actor_update_freq: int = Field(
+        default=2, ge=1, description="Critic updates per actor / alpha update (table 6: 2)."
+    )
+    target_update_freq: int = Field(
+        default=2, ge=1, description="Updates per target update (table 6: 2)."
+    )
+    init_temperature: float = Field(default=0.1, gt=0, description="alpha_0 (table 6: 0.1).")
+    aux_weight: float = Field(
+        default=1.0,
+        ge=0,
+        description="DeepMDP transition + reward loss weight; 0 turns them off (plain SAC).",
+    )
+    start_steps: int = Field(
+        default=1000, ge=0, description="Uniform random warm-up steps (table 6: 1000)."
+    )
+    update_every: int = Field(
+        default=1, ge=1, description="Env steps between update bursts (1 update per step)."
+    )
+    offline_fraction: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Share of each batch drawn from the prefilled labelled dataset.",
+    )
+    replay_capacity: int = Field(
+        default=100_000, ge=1, description="Online replay capacity (transitions)."
+    )
+    log_every: int = Field(default=1000, ge=1, description="Agent steps per row of training metrics.")
 
 
 class ERPvParams(SACParams):
     """ERPv (`erpv`): the SAC settings plus VPG (eq. 3-4) and VER (eq. 5-7)."""
 
-    lambda_1: float = Field(ge=0, description="VPG weight in eq. 4 (sec. 4.1: 10).")
+    lambda_1: float = Field(default=10.0, ge=0, description="VPG weight in eq. 4 (sec. 4.1: 10).")
     lambda_2: float = Field(
-        ge=0, description="VER weight in eq. 7 (sec. 4.1: 10); 0 turns VER off."
+        default=10.0, ge=0, description="VER weight in eq. 7 (sec. 4.1: 10); 0 turns VER off."
     )
-    confidence_eps: float = Field(gt=0, description="Floor of eq. 14's denominator.")
+    confidence_eps: float = Field(
+        default=1e-6, gt=0, description="Floor of eq. 14's denominator (L_T): keeps G finite."
+    )
 
 
 class CriticConfig(_Section):
@@ -412,13 +454,6 @@ class CriticConfig(_Section):
 
 TrainMethod = Literal["ppo", "hybrid_ppo", "sac", "erpv"]
 RewardTerm = Literal["env", "kinematic", "potential"]
-# The params section each method reads its hyper-parameters from.
-METHOD_SECTIONS: dict[str, str] = {
-    "ppo": "ppo",
-    "hybrid_ppo": "hybrid_ppo",
-    "sac": "sac",
-    "erpv": "erpv",
-}
 
 
 class TrainRun(_Section):
@@ -504,10 +539,10 @@ class Params(_Section):
                     f"train.{name}: env {run.env!r} is not listed in `envs` (its rollouts and "
                     f"labels must be built); add it there"
                 )
-            section = METHOD_SECTIONS[run.method]
-            if getattr(self, section) is None:
+            # each method reads its hyper-parameters from the section named after it
+            if getattr(self, run.method) is None:
                 raise ValueError(
-                    f"train.{name}: method {run.method!r} needs a `{section}:` section"
+                    f"train.{name}: method {run.method!r} needs a `{run.method}:` section"
                 )
         return self
 

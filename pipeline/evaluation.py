@@ -5,18 +5,19 @@ Also the comparison figure of every run's learning curve per env."""
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
-import torch
 
-from pipeline.agents import AGENT_JSON
+from pipeline.agents.checkpoint import read_meta
+from pipeline.agents.load import Agent, load_agent
+from pipeline.agents.replay import FrameStacker
 from pipeline.config import EnvConfig
-from pipeline.envs import PIXELS, STATE, env_info, make_env
+from pipeline.envs import PIXELS, env_info, make_env
 from pipeline.io import atomic_write_bytes
 
 
@@ -32,42 +33,27 @@ class Policy:
 
 
 def load_policy(agent_dir: str | Path) -> Policy:
-    """Rebuild the agent a train stage saved; dispatch on its `architecture`."""
-    agent_dir = Path(agent_dir)
-    meta_path = agent_dir / AGENT_JSON
-    if not meta_path.exists():
-        raise FileNotFoundError(f"{meta_path} does not exist: train the agent first (dvc repro)")
-    architecture = json.loads(meta_path.read_text()).get("architecture")
-    if architecture == "ppo_actor_critic":
-        from pipeline.agents.ppo import load_actor_critic
+    """Any trained agent (`load_agent`) as deployed: deterministic actions on the observation dict,
+    frames stacked as in training, no teacher, no prototypes, no masks."""
+    return deployed(load_agent(agent_dir), read_meta(agent_dir))
 
-        agent, meta = load_actor_critic(agent_dir)
 
-        def act(obs: dict[str, np.ndarray]) -> int:
-            with torch.no_grad():
-                state = torch.as_tensor(obs[STATE], dtype=torch.float32)[None]
-                return int(agent.act(state, eval_mode=True).item())
+def deployed(agent: Agent, meta: dict[str, Any] | None = None) -> Policy:
+    """An agent as a deterministic policy over the env's observation dict (frames stacked as in
+    training, restarting at each episode's first observation)."""
+    stacker = FrameStacker(agent.obs_kind, agent.frame_stack)
+    fresh = [True]  # the next observation starts an episode
 
-        return Policy(act, STATE, meta)
-    if architecture == "sac":  # SAC and ERPv agents: the same networks at deployment
-        from pipeline.agents.replay import FrameStacker
-        from pipeline.agents.sac import SACAgent
+    def begin(obs: dict[str, np.ndarray]) -> None:
+        fresh[0] = True
 
-        sac = SACAgent.load(agent_dir)
-        kind = sac.cfg.network.obs
-        stacker = FrameStacker(kind, sac.cfg.network.frame_stack)
-        fresh = [True]  # the next observation starts an episode
+    def act(obs: dict[str, np.ndarray]) -> Any:
+        x = obs[agent.obs_kind]
+        x = stacker.reset(x) if fresh[0] else stacker.step(x)
+        fresh[0] = False
+        return agent.act(x, deterministic=True)
 
-        def begin(obs: dict[str, np.ndarray]) -> None:
-            fresh[0] = True
-
-        def act_sac(obs: dict[str, np.ndarray]) -> np.ndarray:
-            x = stacker.reset(obs[kind]) if fresh[0] else stacker.step(obs[kind])
-            fresh[0] = False
-            return sac.act(x, deterministic=True)
-
-        return Policy(act_sac, kind, json.loads(meta_path.read_text()), begin)
-    raise ValueError(f"{meta_path}: unknown agent architecture {architecture!r}")
+    return Policy(act, agent.obs_kind, dict(meta or {}), begin)
 
 
 @dataclass(frozen=True)
@@ -81,28 +67,24 @@ class EvalResult:
     lengths: list[int]
 
 
-def evaluate_policy(
-    policy: Policy, env_id: str, env_cfg: EnvConfig, episodes: int, seed: int
+def play_episodes(
+    env: gym.Env, policy: Policy, episodes: int, seed: int, success_defined: bool = False
 ) -> EvalResult:
-    """Run `episodes` episodes with seeds seed, seed+1, ...; native return and length of each."""
-    env = make_env(env_id, env_cfg, pixels=policy.obs == PIXELS)
-    success_defined = env_info(env_id).success_on_termination
+    """Run `episodes` episodes with seeds seed, seed+1, ...; native return and length of each.
+    Success is termination before the time limit where the env defines it (MountainCar)."""
     returns, lengths, successes = [], [], []
-    try:
-        for i in range(episodes):
-            obs, _ = env.reset(seed=seed + i)
-            policy.begin(obs)
-            total, length, done = 0.0, 0, False
-            while not done:
-                obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
-                total += float(reward)
-                length += 1
-                done = terminated or truncated
-            returns.append(total)
-            lengths.append(length)
-            successes.append(bool(terminated))
-    finally:
-        env.close()
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        policy.begin(obs)
+        total, length, done = 0.0, 0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
+            total += float(reward)
+            length += 1
+            done = terminated or truncated
+        returns.append(total)
+        lengths.append(length)
+        successes.append(bool(terminated))
     return EvalResult(
         episodes=episodes,
         return_mean=float(np.mean(returns)),
@@ -112,6 +94,18 @@ def evaluate_policy(
         returns=returns,
         lengths=lengths,
     )
+
+
+def evaluate_policy(
+    policy: Policy, env_id: str, env_cfg: EnvConfig, episodes: int, seed: int
+) -> EvalResult:
+    """`play_episodes` in a fresh env of the pipeline's registry, rendering only if the policy
+    reads frames."""
+    env = make_env(env_id, env_cfg, pixels=policy.obs == PIXELS)
+    try:
+        return play_episodes(env, policy, episodes, seed, env_info(env_id).success_on_termination)
+    finally:
+        env.close()
 
 
 def eval_metrics(result: EvalResult, meta: dict[str, Any]) -> dict[str, Any]:

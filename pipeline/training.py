@@ -19,10 +19,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from pipeline.agents import AGENT_JSON
+from pipeline.agents.erpv import ERPvAgent, VLMCritic, pretrain_vlm_critic
+from pipeline.agents.ppo import train_ppo
+from pipeline.agents.replay import ReplayBuffer, dataset_action_space, load_offline_transitions
+from pipeline.agents.sac import SACAgent, env_obs_shape, train_off_policy
 from pipeline.config import ERPvParams, HybridPPOParams, Params, PPOParams, SACParams, TrainRun
 from pipeline.envs import STATE, make_env
-from pipeline.io import atomic_write_bytes, atomic_write_json, sha256_file
+from pipeline.io import atomic_write_bytes, sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
@@ -158,8 +161,6 @@ def train_ppo_run(
     name: str, run: TrainRun, params: Params, inputs: TrainInputs, progress: bool = True
 ) -> tuple[Any, list[tuple[int, float]], dict[str, Any]]:
     """Train one ppo / hybrid_ppo run; return (agent, curve, checkpoint metadata)."""
-    from pipeline.agents.ppo import train_ppo
-
     hp: PPOParams | None = params.ppo if run.method == "ppo" else params.hybrid_ppo
     assert hp is not None
     make = ppo_env_factory(run, params, inputs if run.method == "hybrid_ppo" else None)
@@ -185,20 +186,10 @@ def train_ppo_run(
         else ["env"],
         "steps": run.steps,
         "seed": run.seed,
-        "hyperparameters": hp.model_dump(),
+        "config": hp.model_dump(mode="json"),
         "data": inputs.hashes() if run.method == "hybrid_ppo" else {},
     }
     return agent, curve, meta
-
-
-def sac_config(hp: SACParams):
-    """params.yaml's `sac` / `erpv` section -> the agents' SACConfig (algorithm + networks)."""
-    from dataclasses import fields
-
-    from pipeline.agents.sac import SACConfig
-
-    names = {f.name for f in fields(SACConfig)}
-    return SACConfig.from_dict({k: v for k, v in hp.model_dump().items() if k in names})
 
 
 def critic_dir(critics: Path, env_id: str) -> Path:
@@ -210,14 +201,11 @@ def pretrain_critic(
 ) -> list[dict[str, float]]:
     """ERPv's C_V for `env_id`: TD on the labelled RAE dataset, next-state actions from the cached
     labels (the VLM policy evaluated without calling the VLM); saved frozen with the data hashes."""
-    from pipeline.agents.erpv import pretrain_vlm_critic
-    from pipeline.agents.replay import dataset_action_space, load_offline_transitions
-
     if params.critic is None or params.erpv is None:
         raise TrainError("params.yaml needs `critic` and `erpv` sections to pre-train C_V")
     if env_id not in params.critic.envs:
         raise TrainError(f"{env_id} is not listed in critic.envs ({params.critic.envs})")
-    cfg = sac_config(params.erpv)
+    cfg = params.erpv
     data = load_offline_transitions(dataset, cfg.network.obs)
     labelled = int(data.has_next_label.sum())
     if labelled == 0:
@@ -246,14 +234,9 @@ def train_sac_run(
 ) -> tuple[Any, list[tuple[int, float]], list[dict[str, float]], dict[str, Any]]:
     """Train one sac / erpv run; return (agent, curve, metric rows, checkpoint metadata). The
     replay's offline part is the env's labelled dataset; ERPv's guidance reads its labels."""
-    from pipeline.agents.erpv import ERPvAgent, ERPvConfig, VLMCritic
-    from pipeline.agents.replay import ReplayBuffer, load_offline_transitions
-    from pipeline.agents.sac import SACAgent, env_obs_shape, train_off_policy
-
     hp: SACParams | None = params.sac if run.method == "sac" else params.erpv
     assert hp is not None
-    cfg = sac_config(hp)
-    obs = cfg.network.obs
+    obs = hp.network.obs
     env_cfg = params.env[run.env]
     if obs == STATE and not env_cfg.include_state:
         raise TrainError(
@@ -276,16 +259,15 @@ def train_sac_run(
             raise TrainError(f"{path} does not exist: run pretrain_critic@{run.env} first")
         critic = VLMCritic.load(path)
         data_hashes["critic"] = critic.data_hashes
-        erpv = ERPvConfig(hp.lambda_1, hp.lambda_2, hp.confidence_eps)
-        agent = ERPvAgent.for_env(env, cfg, critic, erpv, seed=run.seed)
+        agent: SACAgent = ERPvAgent.for_env(env, hp, critic, seed=run.seed)
     else:
-        agent = SACAgent.for_env(env, cfg, seed=run.seed)
+        agent = SACAgent.for_env(env, hp, seed=run.seed)
     buffer = ReplayBuffer(
         obs,
-        env_obs_shape(env, cfg.network),
+        env_obs_shape(env, hp.network),
         int(np.prod(env.action_space.shape)),
         hp.replay_capacity,
-        frame_stack=cfg.network.frame_stack,
+        frame_stack=hp.network.frame_stack,
         offline=offline,
     )
     try:
@@ -310,16 +292,9 @@ def train_sac_run(
         "obs": obs,
         "steps": run.steps,
         "seed": run.seed,
-        "hyperparameters": hp.model_dump(mode="json"),
         "data": data_hashes,
     }
     return agent, curve, logs, meta
-
-
-def save_sac_agent(agent: Any, out_dir: str | Path, meta: dict[str, Any]) -> None:
-    """A SAC / ERPv checkpoint (the agent's safetensors + config) and its agent.json."""
-    agent.save(out_dir)
-    atomic_write_json(Path(out_dir) / AGENT_JSON, {"architecture": "sac", **meta})
 
 
 def write_logs(path: str | Path, rows: list[dict[str, float]]) -> None:
@@ -361,14 +336,11 @@ def train_run(
         raise TrainError(f"params.yaml has no run train.{name} (runs: {known})")
     run = params.train[name]
     if run.method in ("ppo", "hybrid_ppo"):
-        from pipeline.agents.ppo import save_actor_critic
-
         agent, curve, meta = train_ppo_run(name, run, params, inputs)
-        save_actor_critic(agent, out_dir, meta)
         logs: list[dict[str, float]] = []
     else:
         agent, curve, logs, meta = train_sac_run(name, run, params, inputs)
-        save_sac_agent(agent, out_dir, meta)
+    agent.save(out_dir, meta)
     write_curve(curve_path, curve)
     if logs_path is not None:
         write_logs(logs_path, logs)

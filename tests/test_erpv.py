@@ -7,16 +7,17 @@ import torch
 
 from pipeline.agents.erpv import (
     ERPvAgent,
-    ERPvConfig,
     VLMCritic,
     action_confidence,
-    erpv_alpha_loss,
     minmax_scale,
     pretrain_vlm_critic,
+    ver_regulariser,
     vpg_loss,
 )
 from pipeline.agents.replay import OfflineTransitions, ReplayBuffer
-from pipeline.agents.sac import NetworkConfig, SACAgent, SACConfig, evaluate, train_off_policy
+from pipeline.agents.sac import SACAgent, sac_alpha_loss, train_off_policy
+from pipeline.config import ERPvParams, NetworkParams
+from pipeline.evaluation import deployed, play_episodes
 from tests.toy_envs import PointMass
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -30,9 +31,9 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def small_cfg(**overrides) -> SACConfig:
-    network = NetworkConfig(obs="state", hidden_dim=64, feature_dim=16, transition_hidden_dim=32)
-    return SACConfig(network=network, **{"batch_size": 64, **overrides})
+def small_cfg(**overrides) -> ERPvParams:
+    network = NetworkParams(obs="state", hidden_dim=64, feature_dim=16, transition_hidden_dim=32)
+    return ERPvParams(network=network, **{"batch_size": 64, **overrides})
 
 
 # --- loss terms against hand computations -------------------------------------------------------
@@ -93,7 +94,9 @@ def test_alpha_loss_eq7_by_hand():
     log_alpha = torch.tensor(math.log(0.5), requires_grad=True)
     log_pi, target_entropy = torch.tensor([-1.0, -3.0]), -1.0
     g = torch.tensor([0.0, 2.0])  # alpha_bar = 0.5, sigmoid(2)
-    loss = erpv_alpha_loss(log_alpha.exp(), log_pi, target_entropy, g, lambda_2=10.0)
+    # as ERPvAgent adds it (SACAgent.update_actor_and_alpha + entropy_regulariser)
+    alpha = log_alpha.exp()
+    loss = sac_alpha_loss(alpha, log_pi, target_entropy) + 10.0 * ver_regulariser(alpha, g)
     l_alpha = (0.5 * 2 + 0.5 * 4) / 2  # eq. 11: E[-alpha (log pi + H_bar)]
     reg = ((0.5 - 0.5) ** 2 + (0.5 - 1 / (1 + math.exp(-2))) ** 2) / 2
     assert loss.item() == pytest.approx(l_alpha + 10.0 * reg)
@@ -106,15 +109,13 @@ def test_alpha_loss_eq7_by_hand():
 # --- the agent wires them to labelled rows ------------------------------------------------------
 
 
-def vlm_critic(seed: int = 0, cfg: SACConfig | None = None) -> VLMCritic:
+def vlm_critic(seed: int = 0, cfg: ERPvParams | None = None) -> VLMCritic:
     torch.manual_seed(seed)
     return VLMCritic((1,), SPACE.low, SPACE.high, (cfg or small_cfg()).network).freeze()
 
 
 def test_guidance_uses_labelled_rows_only():
-    agent = ERPvAgent(
-        (1,), SPACE, small_cfg(), vlm_critic(), ERPvConfig(lambda_1=3.0, lambda_2=5.0)
-    )
+    agent = ERPvAgent((1,), SPACE, small_cfg(lambda_1=3.0, lambda_2=5.0), vlm_critic())
     calls = []
 
     def fake_c_v(obs, a_v):  # Q_v = C_V(o, a_v) on the labelled rows
@@ -287,4 +288,4 @@ def test_erpv_end_to_end_on_point_mass(tmp_path):
     loaded = SACAgent.load(tmp_path / "agent")
     x = np.array([0.3], np.float32)
     np.testing.assert_array_equal(agent.act(x, True), loaded.act(x, True))
-    assert np.isfinite(evaluate(PointMass(), loaded, 1, seed=0)).all()
+    assert np.isfinite(play_episodes(PointMass(), deployed(loaded), 1, seed=0).returns).all()

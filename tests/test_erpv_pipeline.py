@@ -63,7 +63,7 @@ def test_pretrain_train_evaluate_end_to_end(pipeline_dir):
     assert pretrain_critic.main(["--params", f"{d}/params.yaml", "--env", ENV, "--dataset",
                                  f"{d}/dataset", "--out", f"{d}/critics/{ENV}", "--logs",
                                  f"{d}/critic.csv"]) == 0  # fmt: skip
-    critic_meta = json.loads((d / "critics" / ENV / "config.json").read_text())
+    critic_meta = json.loads((d / "critics" / ENV / "agent.json").read_text())
     assert list(critic_meta["data_hashes"]) == ["dataset/data/train-00000-of-00001.parquet"]
 
     # erpv in a fresh interpreter: it must learn from the cached labels without any teacher
@@ -107,14 +107,14 @@ def test_a_saved_and_reloaded_agent_acts_like_the_trained_one(pipeline_dir, tmp_
 
     from pipeline.config import TrainRun, load_params
     from pipeline.evaluation import load_policy
-    from pipeline.training import TrainInputs, save_sac_agent, train_sac_run
+    from pipeline.training import TrainInputs, train_sac_run
 
     d = Path(pipeline_dir)
     params = load_params(d / "params.yaml")
     run = TrainRun(env=ENV, method="sac", steps=150, seed=3)
     inputs = TrainInputs(d / "rollouts", d / "labels.parquet", dataset=d / "dataset")
     agent, *_, meta = train_sac_run("sac", run, params, inputs, progress=False)
-    save_sac_agent(agent, tmp_path / "agent", meta)
+    agent.save(tmp_path / "agent", meta)
     policy = load_policy(tmp_path / "agent")
     states = np.random.default_rng(0).uniform([-1.2, -0.07], [0.6, 0.07], (16, 2))
     for s in states.astype(np.float32):

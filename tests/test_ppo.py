@@ -31,7 +31,7 @@ def test_ppo_learns_cartpole_and_is_deterministic():
     late = np.mean([r for _, r in curve[-10:]])
     assert late > 80 and late > 3 * early, (early, late)  # random play scores ~22
     with torch.no_grad():
-        greedy = agent.act(torch.zeros(1, 4), eval_mode=True)
+        greedy = agent.sample(torch.zeros(1, 4), deterministic=True)
     assert greedy.shape == (1,)
     _, again = train_ppo(make, ppo_params(num_envs=4), total_steps=4096, seed=0)
     _, same = train_ppo(make, ppo_params(num_envs=4), total_steps=4096, seed=0)

@@ -71,13 +71,14 @@ def test_hybrid_run_writes_a_checkpoint_that_acts_like_the_trained_agent(labelle
     assert set(meta["data"]) == {"rollouts_manifest_sha256", "labels_sha256"}
 
     policy = load_policy(tmp_path / "agent")
-    from pipeline.agents.ppo import load_actor_critic
+    from pipeline.agents.load import load_agent
 
-    agent, _ = load_actor_critic(tmp_path / "agent")
+    agent = load_agent(tmp_path / "agent")
     states = (
         np.random.default_rng(0).uniform([-1.2, -0.07], [0.6, 0.07], (32, 2)).astype(np.float32)
     )
-    expected = agent.act(torch.as_tensor(states), eval_mode=True).tolist()
+    expected = agent.sample(torch.as_tensor(states), deterministic=True).tolist()
+    assert expected == [agent.act(s, deterministic=True) for s in states]
     assert [policy.act({"state": s}) for s in states] == expected
     # the obs bounds travelled with the checkpoint (MountainCar's native space)
     assert agent.obs_half_range.tolist() == pytest.approx([0.9, 0.07])

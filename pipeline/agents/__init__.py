@@ -1,4 +1,6 @@
-"""RL agents that read cached labels; nothing here imports a teacher."""
+"""RL agents that read cached labels; nothing here imports a teacher.
 
-# Beside every agent checkpoint: which architecture to rebuild, what was trained, on what data.
-AGENT_JSON = "agent.json"
+Every agent (PPO's actor-critic, SAC, ERPv, Semore) offers the same deployment interface
+(`pipeline.agents.load.Agent`) and checkpoint layout (`pipeline.agents.checkpoint`);
+`pipeline.agents.load.load_agent(dir)` rebuilds any of them.
+"""

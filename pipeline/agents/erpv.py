@@ -35,8 +35,6 @@ Paper ambiguities, resolved here:
 from __future__ import annotations
 
 import copy
-import json
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,44 +42,22 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
 from torch import nn
 from tqdm import tqdm
 
+from pipeline.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from pipeline.agents.networks import Critic, make_encoder, transition_nll
 from pipeline.agents.replay import OfflineTransitions, ReplayBuffer
 from pipeline.agents.sac import (
-    CONFIG_NAME,
-    WEIGHTS_NAME,
     ActionScale,
-    NetworkConfig,
     SACAgent,
-    SACConfig,
     adam,
     box_bounds,
     encoder_input_shape,
     env_obs_shape,
-    sac_alpha_loss,
     soft_update,
 )
-from pipeline.io import atomic_write_bytes, atomic_write_json
-
-VLM_CRITIC_FORMAT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class ERPvConfig:
-    lambda_1: float = 10.0  # VPG weight in eq. 4; sec. 4.1: 10.0
-    lambda_2: float = 10.0  # VER weight in eq. 7; sec. 4.1: 10.0
-    confidence_eps: float = 1e-6  # floor of eq. 14's denominator (L_T), keeps G finite
-
-    def __post_init__(self) -> None:
-        for name in ("lambda_1", "lambda_2"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not self.confidence_eps > 0:
-            raise ValueError(f"confidence_eps must be > 0, got {self.confidence_eps}")
+from pipeline.config import ERPvParams, NetworkParams, SACParams
 
 
 def minmax_scale(q: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -109,17 +85,6 @@ def action_confidence(
     return 1.0 / transition_nll(next_h, mu_v, sigma_v).clamp_min(eps)
 
 
-def erpv_alpha_loss(
-    alpha: torch.Tensor,
-    log_pi: torch.Tensor,
-    target_entropy: float,
-    g: torch.Tensor,
-    lambda_2: float,
-) -> torch.Tensor:
-    """ERPv eq. 7: L_alpha (eq. 11) + lambda_2 E[(alpha - alpha_bar)^2], alpha_bar = sigmoid(G)."""
-    return sac_alpha_loss(alpha, log_pi, target_entropy) + lambda_2 * ver_regulariser(alpha, g)
-
-
 def ver_regulariser(alpha: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """eq. 7's second term without its weight: mean over rows of (alpha - sigmoid(G))^2."""
     return (alpha - torch.sigmoid(g).detach()).pow(2).mean()
@@ -134,7 +99,7 @@ class VLMCritic(nn.Module):
         obs_shape: tuple[int, ...],
         action_low: np.ndarray,
         action_high: np.ndarray,
-        network: NetworkConfig,
+        network: NetworkParams,
         data_hashes: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
@@ -162,54 +127,42 @@ class VLMCritic(nn.Module):
         return self.eval()
 
     def save(self, path: str | Path, data_hashes: dict[str, str] | None = None) -> None:
-        """`path/model.safetensors` + `path/config.json`; `data_hashes` (e.g. the dataset's
-        sha256) are recorded beside the config and come back as `.data_hashes`."""
+        """The agents' checkpoint layout (pipeline.agents.checkpoint), architecture `vlm_critic`;
+        `data_hashes` (the dataset's sha256) are recorded and come back as `.data_hashes`."""
         if data_hashes is not None:
             self.data_hashes = dict(data_hashes)
         tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        path = Path(path)
-        atomic_write_bytes(path / WEIGHTS_NAME, save_safetensors(tensors))
-        atomic_write_json(
-            path / CONFIG_NAME,
-            {
-                "format_version": VLM_CRITIC_FORMAT_VERSION,
-                "model": "vlm_critic",
-                "network": asdict(self.network),
-                "obs_shape": list(self.obs_shape),
-                "action_low": self.action_low.tolist(),
-                "action_high": self.action_high.tolist(),
-                "data_hashes": self.data_hashes,
-            },
-        )
+        meta = {
+            "architecture": "vlm_critic",
+            "network": self.network.model_dump(mode="json"),
+            "obs_shape": list(self.obs_shape),
+            "action_low": self.action_low.tolist(),
+            "action_high": self.action_high.tolist(),
+            "data_hashes": self.data_hashes,
+        }
+        write_checkpoint(path, tensors, meta)
 
     @classmethod
     def load(cls, path: str | Path, device: torch.device | str = "cpu") -> VLMCritic:
         """A frozen C_V from `save`."""
-        path = Path(path)
-        for name in (WEIGHTS_NAME, CONFIG_NAME):
-            if not (path / name).exists():
-                raise FileNotFoundError(f"{path / name} not found: not a VLM critic checkpoint")
-        config = json.loads((path / CONFIG_NAME).read_text())
-        if (
-            config.get("model") != "vlm_critic"
-            or config.get("format_version") != VLM_CRITIC_FORMAT_VERSION
-        ):
-            raise ValueError(
-                f"{path / CONFIG_NAME}: not a VLM critic of format {VLM_CRITIC_FORMAT_VERSION}"
+        meta, tensors = read_checkpoint(path)
+        if meta.get("architecture") != "vlm_critic":
+            raise CheckpointError(
+                f"{path}: a {meta.get('architecture')!r} checkpoint, not a VLM critic (C_V)"
             )
-        network = SACConfig.from_dict({"network": config["network"]}).network
         critic = cls(
-            tuple(config["obs_shape"]), np.asarray(config["action_low"]),
-            np.asarray(config["action_high"]), network, config["data_hashes"],
+            tuple(meta["obs_shape"]), np.asarray(meta["action_low"]),
+            np.asarray(meta["action_high"]), NetworkParams.model_validate(meta["network"]),
+            meta["data_hashes"],
         )  # fmt: skip
-        critic.load_state_dict(load_safetensors((path / WEIGHTS_NAME).read_bytes()), strict=True)
+        critic.load_state_dict(tensors, strict=True)
         return critic.to(device).freeze()
 
 
 def pretrain_vlm_critic(
     transitions: OfflineTransitions,
     action_space: gym.spaces.Box,
-    cfg: SACConfig,
+    cfg: SACParams,
     steps: int,
     seed: int,
     *,
@@ -287,15 +240,14 @@ class ERPvAgent(SACAgent):
         self,
         obs_shape: tuple[int, ...],
         action_space: gym.spaces.Box,
-        cfg: SACConfig | None,
+        cfg: ERPvParams | None,
         vlm_critic: VLMCritic,
-        erpv: ERPvConfig | None = None,
         *,
         device: torch.device | str = "cpu",
         seed: int = 0,
     ) -> None:
-        super().__init__(obs_shape, action_space, cfg, device=device, seed=seed)
-        self.erpv = erpv or ERPvConfig()
+        super().__init__(obs_shape, action_space, cfg or ERPvParams(), device=device, seed=seed)
+        self.cfg: ERPvParams
         if (
             vlm_critic.input_shape != self.input_shape
             or vlm_critic.network.obs != self.cfg.network.obs
@@ -318,14 +270,13 @@ class ERPvAgent(SACAgent):
     def for_env(  # type: ignore[override]
         cls,
         env: gym.Env,
-        cfg: SACConfig | None,
+        cfg: ERPvParams | None,
         vlm_critic: VLMCritic,
-        erpv: ERPvConfig | None = None,
         **kwargs: Any,
     ) -> ERPvAgent:
-        cfg = cfg or SACConfig()
+        cfg = cfg or ERPvParams()
         shape = env_obs_shape(env, cfg.network)
-        return cls(shape, env.action_space, cfg, vlm_critic, erpv, **kwargs)
+        return cls(shape, env.action_space, cfg, vlm_critic, **kwargs)
 
     def _labelled_a_v(
         self, batch: dict[str, torch.Tensor]
@@ -356,7 +307,7 @@ class ERPvAgent(SACAgent):
             "vpg/gate_open": (q_f > 0).float().mean(),
             "labelled_fraction": mask.float().mean(),
         }
-        return self.erpv.lambda_1 * l_v, metrics  # eq. 4: L_pi + lambda_1 L_V
+        return self.cfg.lambda_1 * l_v, metrics  # eq. 4: L_pi + lambda_1 L_V
 
     def entropy_regulariser(
         self, h: torch.Tensor, next_h: torch.Tensor, batch: dict[str, torch.Tensor]
@@ -367,14 +318,11 @@ class ERPvAgent(SACAgent):
         mask, a_v = labelled
         with torch.no_grad():  # C.3: T (encoder and T_D) frozen for VER
             mu_v, sigma_v = self.transition(h[mask].detach(), a_v)  # P(s~_{t+1} | s_t, a_v)
-            g = action_confidence(next_h[mask], mu_v, sigma_v, self.erpv.confidence_eps)  # eq. 14
+            g = action_confidence(next_h[mask], mu_v, sigma_v, self.cfg.confidence_eps)  # eq. 14
         regulariser = ver_regulariser(self.alpha, g)
         metrics = {
             "ver/G": g.mean(),
             "ver/alpha_target": torch.sigmoid(g).mean(),
             "ver/loss": regulariser.detach(),
         }
-        return self.erpv.lambda_2 * regulariser, metrics  # eq. 7
-
-    def config_json(self) -> dict[str, Any]:
-        return {**super().config_json(), "erpv": asdict(self.erpv)}
+        return self.cfg.lambda_2 * regulariser, metrics  # eq. 7

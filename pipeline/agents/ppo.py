@@ -8,7 +8,6 @@ reward comes from pipeline.shaping, applied by an env wrapper, so this file know
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,16 +15,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from safetensors.torch import load_file, save
 from torch import nn
 from torch.distributions import Categorical
 from tqdm import tqdm
 
-from pipeline.agents import AGENT_JSON
+from pipeline.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from pipeline.config import PPOParams
-from pipeline.io import atomic_write_bytes, atomic_write_json
 
-WEIGHTS_NAME = "agent.safetensors"
+ARCHITECTURE = "ppo_actor_critic"
 
 
 def _layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
@@ -81,9 +78,44 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(self._scale(obs)).squeeze(-1)  # (B,)
 
-    def act(self, obs: torch.Tensor, eval_mode: bool = False) -> torch.Tensor:
+    def sample(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """Actions of a batch of observations (B, D) -> (B,): sampled, or the argmax."""
         logits = self.actor(self._scale(obs))
-        return logits.argmax(-1) if eval_mode else Categorical(logits=logits).sample()
+        return logits.argmax(-1) if deterministic else Categorical(logits=logits).sample()
+
+    # --- the agent interface shared with the SAC family (pipeline.agents.load) --------------
+    obs_kind = "state"  # the policy reads the state observation
+    frame_stack = 1
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> int:
+        """One observation (D,) -> an action index."""
+        x = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+        if tuple(x.shape) != (self.obs_dim,):
+            raise ValueError(
+                f"act() expects one observation of shape ({self.obs_dim},), got {tuple(x.shape)}"
+            )
+        return int(self.sample(x[None], deterministic).item())
+
+    def save(self, directory: str | Path, meta: dict[str, Any] | None = None) -> None:
+        """The agents' checkpoint layout (pipeline.agents.checkpoint): the weights, the shapes to
+        rebuild the network, and `meta`."""
+        shapes = {"obs_dim": self.obs_dim, "n_actions": self.n_actions, "hidden": self.hidden}
+        tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        write_checkpoint(
+            directory, tensors, {**(meta or {}), "architecture": ARCHITECTURE, **shapes}
+        )
+
+    @classmethod
+    def load(cls, directory: str | Path) -> ActorCritic:
+        meta, tensors = read_checkpoint(directory)
+        if meta.get("architecture") != ARCHITECTURE:
+            raise CheckpointError(
+                f"{directory}: a {meta.get('architecture')!r} checkpoint, not PPO's"
+            )
+        agent = cls(meta["obs_dim"], meta["n_actions"], meta["hidden"])
+        agent.load_state_dict(tensors)
+        return agent.eval()
 
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -171,7 +203,7 @@ def train_ppo(
             optimizer.param_groups[0]["lr"] = cfg.learning_rate * (1.0 - update / updates)
         for t in range(t_steps):
             with torch.no_grad():
-                action = agent.act(obs_t)
+                action = agent.sample(obs_t)
                 logp, _, value = agent.evaluate(obs_t, action)
             buf_obs[t], buf_act[t], buf_logp[t], buf_val[t] = obs_t, action, logp, value
             obs, reward, terminated, truncated, info = envs.step(action.numpy())
@@ -231,26 +263,3 @@ def train_ppo(
     bar.close()
     envs.close()
     return agent, curve
-
-
-def save_actor_critic(agent: ActorCritic, directory: str | Path, meta: dict[str, Any]) -> None:
-    """Weights (safetensors) + the shapes to rebuild the network and `meta`, written atomically."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.contiguous() for k, v in agent.state_dict().items()}
-    atomic_write_bytes(directory / WEIGHTS_NAME, save(tensors))
-    shapes = {"obs_dim": agent.obs_dim, "n_actions": agent.n_actions, "hidden": agent.hidden}
-    atomic_write_json(
-        directory / AGENT_JSON, {"architecture": "ppo_actor_critic", **shapes, **meta}
-    )
-
-
-def load_actor_critic(directory: str | Path) -> tuple[ActorCritic, dict[str, Any]]:
-    directory = Path(directory)
-    meta = json.loads((directory / AGENT_JSON).read_text())
-    if meta.get("architecture") != "ppo_actor_critic":
-        raise ValueError(f"{directory / AGENT_JSON} is not a PPO actor-critic checkpoint")
-    agent = ActorCritic(meta["obs_dim"], meta["n_actions"], meta["hidden"])
-    agent.load_state_dict(load_file(directory / WEIGHTS_NAME))
-    agent.eval()
-    return agent, meta

@@ -20,23 +20,27 @@ ERPv's guidance (pipeline.agents.erpv) plugs into two hooks: `policy_guidance` (
 from __future__ import annotations
 
 import copy
-import json
 import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
 from torch import nn
 from tqdm import tqdm
 
+from pipeline.agents.checkpoint import (
+    CheckpointError,
+    load_module_tensors,
+    module_tensors,
+    read_checkpoint,
+    read_meta,
+    write_checkpoint,
+)
 from pipeline.agents.networks import (
     Actor,
     Critic,
@@ -46,86 +50,10 @@ from pipeline.agents.networks import (
     transition_nll,
 )
 from pipeline.agents.replay import FrameStacker, ReplayBuffer
-from pipeline.io import atomic_write_bytes, atomic_write_json
-
-CHECKPOINT_FORMAT_VERSION = 1
-WEIGHTS_NAME = "model.safetensors"
-CONFIG_NAME = "config.json"
+from pipeline.config import ERPvParams, NetworkParams, SACParams
 
 
-@dataclass(frozen=True)
-class NetworkConfig:
-    """What the networks read and how big they are (ERPv C.3, figures 8-11)."""
-
-    obs: Literal["pixels", "state"] = "pixels"  # which entry of the env's {pixels, state} dict
-    frame_stack: int = 3  # C.5 / table 6: 3 frames; states are not stacked
-    feature_dim: int = 50  # latent s_t = V(o_t); figure 8: 50
-    hidden_dim: int = 1024  # actor and Q heads; figures 9-10: 1024
-    encoder_layers: int = 4  # SAC-AE / RAD (ERPv's DMControl setup): 4 convs
-    encoder_filters: int = 32  # SAC-AE / RAD: 32
-    transition_hidden_dim: int = 512  # T_D and the reward head; figure 11: 512
-    transition_learn_sigma: bool = (
-        False  # figure 11: deterministic (sigma = 1); True: eq. 12 in full
-    )
-    log_std_min: float = -10.0  # actor log-std bounds, SAC-AE
-    log_std_max: float = 2.0
-
-    def __post_init__(self) -> None:
-        if self.obs not in ("pixels", "state"):
-            raise ValueError(f"obs must be 'pixels' or 'state', got {self.obs!r}")
-        for name in ("frame_stack", "feature_dim", "hidden_dim", "encoder_layers",
-                     "encoder_filters", "transition_hidden_dim"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-
-
-@dataclass(frozen=True)
-class SACConfig:
-    """Algorithm settings: ERPv table 6 where it gives a value, SAC-AE otherwise."""
-
-    network: NetworkConfig = field(default_factory=NetworkConfig)
-    batch_size: int = 128  # table 6: 128
-    gamma: float = 0.99  # SAC-AE (ERPv gives none)
-    actor_lr: float = 1e-3  # table 6: 1e-3
-    critic_lr: float = 1e-3  # table 6: critic 1e-3, visual encoder 1e-3 (trained with the critic)
-    alpha_lr: float = 1e-4  # table 6: 1e-4
-    model_lr: float = 1e-3  # table 6: transition network 1e-3 (and the reward head)
-    adam_betas: tuple[float, float] = (0.9, 0.999)  # table 6: Adam (0.9, 0.999)
-    critic_tau: float = 0.01  # Polyak rate of the target Q heads, SAC-AE
-    encoder_tau: float = 0.05  # Polyak rate of the target encoder, SAC-AE
-    actor_update_freq: int = 2  # table 6: 2 (critic updates per actor / alpha update)
-    target_update_freq: int = 2  # table 6: critic target update frequency 2
-    init_temperature: float = 0.1  # table 6: alpha_0 = 0.1
-    aux_weight: float = 1.0  # DeepMDP transition + reward loss weight; 0 turns them off (plain SAC)
-
-    def __post_init__(self) -> None:
-        for name in ("batch_size", "actor_update_freq", "target_update_freq"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("actor_lr", "critic_lr", "alpha_lr", "model_lr", "init_temperature"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("gamma", "critic_tau", "encoder_tau"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.aux_weight < 0:
-            raise ValueError(f"aux_weight must be >= 0, got {self.aux_weight}")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SACConfig:
-        """Inverse of dataclasses.asdict; unknown keys are an error that names them."""
-        data = dict(data)
-        network = dict(data.pop("network", {}))
-        for klass, values in ((NetworkConfig, network), (cls, data)):
-            unknown = set(values) - {f.name for f in fields(klass)}
-            if unknown:
-                raise ValueError(f"unknown {klass.__name__} keys: {', '.join(sorted(unknown))}")
-        if "adam_betas" in data:
-            data["adam_betas"] = tuple(data["adam_betas"])
-        return cls(network=NetworkConfig(**network), **data)
-
-
-def encoder_input_shape(network: NetworkConfig, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
+def encoder_input_shape(network: NetworkParams, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
     """One env observation's shape -> the encoder's input: (H, W, 3) -> (3k, H, W); (D,) -> (D,)."""
     if network.obs == "state":
         if len(obs_shape) != 1:
@@ -136,7 +64,7 @@ def encoder_input_shape(network: NetworkConfig, obs_shape: tuple[int, ...]) -> t
     return (3 * network.frame_stack, obs_shape[0], obs_shape[1])
 
 
-def env_obs_shape(env: gym.Env, network: NetworkConfig) -> tuple[int, ...]:
+def env_obs_shape(env: gym.Env, network: NetworkParams) -> tuple[int, ...]:
     """Shape of the entry the agent reads from an env's {pixels, state} observation dict."""
     space = env.observation_space
     if not isinstance(space, gym.spaces.Dict) or network.obs not in space.spaces:
@@ -212,12 +140,12 @@ class SACAgent:
         self,
         obs_shape: tuple[int, ...],
         action_space: gym.spaces.Box,
-        cfg: SACConfig | None = None,
+        cfg: SACParams | None = None,
         *,
         device: torch.device | str = "cpu",
         seed: int = 0,
     ) -> None:
-        self.cfg = cfg = cfg or SACConfig()
+        self.cfg = cfg = cfg or SACParams()
         net = cfg.network
         self.device = torch.device(device)
         self.obs_shape = tuple(int(d) for d in obs_shape)
@@ -258,9 +186,9 @@ class SACAgent:
         self.update_step = 0
 
     @classmethod
-    def for_env(cls, env: gym.Env, cfg: SACConfig | None = None, **kwargs: Any) -> SACAgent:
+    def for_env(cls, env: gym.Env, cfg: SACParams | None = None, **kwargs: Any) -> SACAgent:
         """Built from an env of the pipeline's observation contract (pipeline.envs.make_env)."""
-        cfg = cfg or SACConfig()
+        cfg = cfg or SACParams()
         return cls(env_obs_shape(env, cfg.network), env.action_space, cfg, **kwargs)
 
     def _modules(self) -> dict[str, nn.Module]:
@@ -277,6 +205,15 @@ class SACAgent:
     @property
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.exp()
+
+    @property
+    def obs_kind(self) -> str:
+        """Which entry of the env's observation dict `act` reads (`state` or `pixels`)."""
+        return self.cfg.network.obs
+
+    @property
+    def frame_stack(self) -> int:
+        return self.cfg.network.frame_stack
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
@@ -385,78 +322,67 @@ class SACAgent:
         """Extra alpha loss (ERPv: lambda_2 E[(alpha - alpha_bar)^2], eq. 7). Plain SAC: none."""
         return None, {}
 
-    # --- checkpoints: safetensors weights + JSON config -------------------------------------
+    # --- checkpoints (pipeline.agents.checkpoint's layout) -----------------------------------
 
-    def config_json(self) -> dict[str, Any]:
+    def checkpoint_meta(self) -> dict[str, Any]:
+        """What `load` needs to rebuild this agent: its config, shapes and action bounds."""
         return {
-            "format_version": CHECKPOINT_FORMAT_VERSION,
+            "architecture": "sac",  # SAC and ERPv: the same networks at deployment
             "algorithm": self.algorithm,
-            "sac": asdict(self.cfg),
+            "config": self.cfg.model_dump(mode="json"),
             "obs_shape": list(self.obs_shape),
             "action_low": self.scale.low_np.tolist(),
             "action_high": self.scale.high_np.tolist(),
             "update_step": self.update_step,
         }
 
-    def save(self, path: str | Path) -> None:
-        """Write `path/model.safetensors` (every network, targets and log_alpha) and
-        `path/config.json`. Optimiser states are not kept: a checkpoint is for acting and
-        evaluation, and for warm starts (`load_weights`), not for bit-exact resumption."""
-        tensors = {
-            f"{name}.{key}": value.detach().contiguous().cpu()
-            for name, module in self._modules().items()
-            for key, value in module.state_dict().items()
-        }
+    def save(self, path: str | Path, meta: dict[str, Any] | None = None) -> None:
+        """Every network, the targets and log_alpha, plus `checkpoint_meta()` and `meta` (what the
+        train stage records: run, env, data hashes). Optimiser states are not kept: a checkpoint
+        is for acting and evaluation, and for warm starts (`load_weights`)."""
+        tensors = module_tensors(self._modules())
         tensors["log_alpha"] = self.log_alpha.detach().cpu().reshape(1)
-        path = Path(path)
-        atomic_write_bytes(path / WEIGHTS_NAME, save_safetensors(tensors))
-        atomic_write_json(path / CONFIG_NAME, self.config_json())
+        write_checkpoint(path, tensors, {**(meta or {}), **self.checkpoint_meta()})
 
     def load_weights(self, path: str | Path) -> None:
         """Load the weights of a checkpoint made by an agent with the same config."""
-        path = Path(path)
-        config = read_checkpoint_config(path)
-        mine = json.loads(json.dumps(asdict(self.cfg)))  # as JSON holds it (tuples are lists)
-        if config["sac"] != mine or config["obs_shape"] != list(self.obs_shape):
-            raise ValueError(
+        meta, tensors = read_checkpoint(path)
+        if meta.get("architecture") != "sac":
+            raise CheckpointError(f"{path}: a {meta.get('architecture')!r} checkpoint, not SAC's")
+        if meta["config"] != self.cfg.model_dump(mode="json") or meta["obs_shape"] != list(
+            self.obs_shape
+        ):
+            raise CheckpointError(
                 f"{path}: saved with another config or observation shape than this agent"
             )
-        tensors = load_safetensors((path / WEIGHTS_NAME).read_bytes())
-        for name, module in self._modules().items():
-            prefix = f"{name}."
-            state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-            module.load_state_dict(state, strict=True)
+        load_module_tensors(self._modules(), tensors)
         with torch.no_grad():
             self.log_alpha.copy_(tensors["log_alpha"][0])
-        self.update_step = int(config["update_step"])
+        self.update_step = int(meta["update_step"])
 
     @classmethod
     def load(cls, path: str | Path, device: torch.device | str = "cpu") -> SACAgent:
-        """Any saved agent (SAC or ERPv) as a SACAgent: the same networks, the same actions.
-        To train an ERPv agent on, build an ERPvAgent and call `load_weights`."""
-        config = read_checkpoint_config(Path(path))
+        """Any saved SAC-family agent (SAC or ERPv) as a SACAgent: the same networks, the same
+        actions. To train an ERPv agent on, build an ERPvAgent and call `load_weights`."""
+        meta = read_meta(path)
+        config_class = SAC_FAMILY_CONFIGS.get(meta.get("algorithm", ""))
+        if meta.get("architecture") != "sac" or config_class is None:
+            raise CheckpointError(
+                f"{path}: not a SAC-family checkpoint (architecture {meta.get('architecture')!r}, "
+                f"algorithm {meta.get('algorithm')!r})"
+            )
         space = gym.spaces.Box(
-            np.asarray(config["action_low"], np.float32),
-            np.asarray(config["action_high"], np.float32),
+            np.asarray(meta["action_low"], np.float32),
+            np.asarray(meta["action_high"], np.float32),
         )
-        agent = SACAgent(
-            tuple(config["obs_shape"]), space, SACConfig.from_dict(config["sac"]), device=device
-        )
+        cfg = config_class.model_validate(meta["config"])
+        agent = SACAgent(tuple(meta["obs_shape"]), space, cfg, device=device)
         agent.load_weights(path)
         return agent
 
 
-def read_checkpoint_config(path: Path) -> dict[str, Any]:
-    for name in (WEIGHTS_NAME, CONFIG_NAME):
-        if not (path / name).exists():
-            raise FileNotFoundError(f"{path / name} not found: not an agent checkpoint directory")
-    config = json.loads((path / CONFIG_NAME).read_text())
-    if config.get("format_version") != CHECKPOINT_FORMAT_VERSION:
-        raise ValueError(
-            f"{path / CONFIG_NAME}: checkpoint format {config.get('format_version')}, this code "
-            f"reads {CHECKPOINT_FORMAT_VERSION}"
-        )
-    return config
+# The config each SAC-family algorithm's checkpoint holds (ERPv's adds VPG / VER to SAC's).
+SAC_FAMILY_CONFIGS: dict[str, type[SACParams]] = {"sac": SACParams, "erpv": ERPvParams}
 
 
 def _mean_rows(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -537,21 +463,3 @@ def train_off_policy(
             logs.append(row)
     bar.close()
     return curve, logs
-
-
-def evaluate(env: gym.Env, agent: SACAgent, episodes: int, seed: int) -> list[float]:
-    """Returns of `episodes` episodes with deterministic actions (the policy's mean)."""
-    kind = agent.cfg.network.obs
-    stacker = FrameStacker(kind, agent.cfg.network.frame_stack)
-    returns = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        x = stacker.reset(obs[kind])
-        total, done = 0.0, False
-        while not done:
-            obs, reward, terminated, truncated, _ = env.step(agent.act(x, deterministic=True))
-            x = stacker.step(obs[kind])
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    return returns

@@ -1,0 +1,83 @@
+"""One checkpoint layout for every agent (and C_V): a directory holding
+
+- `agent.json`: what to rebuild (`architecture`), the agent's config, shapes and action bounds,
+  the training step, and what the train stage adds (run, env, method, data hashes);
+- `agent.safetensors`: every tensor, named `<module>.<parameter>`.
+
+Both are written atomically; the JSON is written last, so a directory with an `agent.json` is a
+complete checkpoint. `pipeline.agents.load.load_agent` reads any of them back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+from torch import nn
+
+from pipeline.io import atomic_write_bytes, atomic_write_json
+
+AGENT_JSON = "agent.json"
+AGENT_WEIGHTS = "agent.safetensors"
+# 2: one layout for all agents (was model.safetensors + config.json for SAC, agent.* for PPO)
+FORMAT_VERSION = 2
+
+
+class CheckpointError(ValueError):
+    """A directory is not a checkpoint this code reads; the message says what to do."""
+
+
+def module_tensors(modules: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
+    """Every module's state as one flat, contiguous CPU tensor dict, keys `<name>.<key>`."""
+    return {
+        f"{name}.{key}": value.detach().contiguous().cpu()
+        for name, module in modules.items()
+        for key, value in module.state_dict().items()
+    }
+
+
+def load_module_tensors(modules: dict[str, nn.Module], tensors: dict[str, torch.Tensor]) -> None:
+    """Inverse of `module_tensors` (strict: a missing or unexpected key is an error)."""
+    for name, module in modules.items():
+        prefix = f"{name}."
+        state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+        module.load_state_dict(state, strict=True)
+
+
+def write_checkpoint(
+    directory: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]
+) -> None:
+    """Weights first, then `agent.json` (the marker of a complete checkpoint)."""
+    directory = Path(directory)
+    atomic_write_bytes(directory / AGENT_WEIGHTS, save_safetensors(tensors))
+    atomic_write_json(directory / AGENT_JSON, {**meta, "format_version": FORMAT_VERSION})
+
+
+def read_meta(directory: str | Path) -> dict[str, Any]:
+    """`agent.json` of a checkpoint, checked for its format version."""
+    path = Path(directory) / AGENT_JSON
+    if not path.exists():
+        raise CheckpointError(
+            f"{path} does not exist: {directory} is not an agent checkpoint (train it first: "
+            f"`dvc repro`)"
+        )
+    meta = json.loads(path.read_text())
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format {meta.get('format_version')}, this code reads "
+            f"{FORMAT_VERSION}; retrain it (`dvc repro`)"
+        )
+    return meta
+
+
+def read_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(agent.json, tensors) of a checkpoint written by `write_checkpoint`."""
+    meta = read_meta(directory)
+    weights = Path(directory) / AGENT_WEIGHTS
+    if not weights.exists():
+        raise CheckpointError(f"{weights} does not exist: the checkpoint is incomplete")
+    return meta, load_safetensors(weights.read_bytes())
