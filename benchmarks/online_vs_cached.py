@@ -43,9 +43,10 @@ import numpy as np
 import torch
 
 from pipeline.agents.erpv import ERPvAgent, VLMCritic
-from pipeline.agents.replay import ReplayBuffer, load_offline_transitions
+from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import env_obs_shape
 from pipeline.config import Params, TeacherConfig, load_params
+from pipeline.dataset.transitions import load_offline_transitions
 from pipeline.envs import CONTEXT, PIXELS, STATE, make_env
 from pipeline.labels.tasks import parse_answer, render_prompt
 from pipeline.rollouts.format import action_space_spec

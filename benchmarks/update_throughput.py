@@ -26,9 +26,10 @@ import numpy as np
 import torch
 
 from pipeline.agents.erpv import ERPvAgent, VLMCritic
-from pipeline.agents.replay import OfflineTransitions, ReplayBuffer
+from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import SACAgent
 from pipeline.config import ERPvParams, NetworkParams, SACParams
+from pipeline.dataset.transitions import OfflineTransitions
 
 ENV_ID = "Pendulum-v1"
 

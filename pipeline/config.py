@@ -353,10 +353,14 @@ class NetworkParams(_Section):
     all use it. Defaults are the paper's values."""
 
     obs: Literal["pixels", "state"] = Field(
-        default="pixels", description="Which entry of the env's {pixels, state} dict the agent reads."
+        default="pixels",
+        description="Which entry of the env's {pixels, state} dict the agent reads.",
     )
     frame_stack: int = Field(
-        default=3, ge=1, le=16, description="Stacked frames (C.5 / table 6: 3); states are not stacked."
+        default=3,
+        ge=1,
+        le=16,
+        description="Stacked frames (C.5 / table 6: 3); states are not stacked.",
     )
     feature_dim: int = Field(default=50, ge=1, description="Latent s_t = V(o_t) (figure 8: 50).")
     hidden_dim: int = Field(
@@ -372,7 +376,9 @@ class NetworkParams(_Section):
         description="Learn the transition model's sigma (eq. 12 in full); figure 11: false "
         "(deterministic, sigma = 1).",
     )
-    log_std_min: float = Field(default=-10.0, description="Actor log-std lower bound (SAC-AE: -10).")
+    log_std_min: float = Field(
+        default=-10.0, description="Actor log-std lower bound (SAC-AE: -10)."
+    )
     log_std_max: float = Field(default=2.0, description="Actor log-std upper bound (SAC-AE: 2).")
 
 
@@ -428,7 +434,9 @@ class SACParams(_Section):
     replay_capacity: int = Field(
         default=100_000, ge=1, description="Online replay capacity (transitions)."
     )
-    log_every: int = Field(default=1000, ge=1, description="Agent steps per row of training metrics.")
+    log_every: int = Field(
+        default=1000, ge=1, description="Agent steps per row of training metrics."
+    )
 
 
 class ERPvParams(SACParams):

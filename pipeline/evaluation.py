@@ -15,8 +15,8 @@ import numpy as np
 
 from pipeline.agents.checkpoint import read_meta
 from pipeline.agents.load import Agent, load_agent
-from pipeline.agents.replay import FrameStacker
 from pipeline.config import EnvConfig
+from pipeline.dataset.stacking import FrameStacker
 from pipeline.envs import PIXELS, env_info, make_env
 from pipeline.io import atomic_write_bytes
 
@@ -41,7 +41,7 @@ def load_policy(agent_dir: str | Path) -> Policy:
 def deployed(agent: Agent, meta: dict[str, Any] | None = None) -> Policy:
     """An agent as a deterministic policy over the env's observation dict (frames stacked as in
     training, restarting at each episode's first observation)."""
-    stacker = FrameStacker(agent.obs_kind, agent.frame_stack)
+    stacker = FrameStacker(agent.frame_stack, agent.obs_kind)
     fresh = [True]  # the next observation starts an episode
 
     def begin(obs: dict[str, np.ndarray]) -> None:

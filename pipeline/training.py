@@ -21,9 +21,11 @@ import numpy as np
 
 from pipeline.agents.erpv import ERPvAgent, VLMCritic, pretrain_vlm_critic
 from pipeline.agents.ppo import train_ppo
-from pipeline.agents.replay import ReplayBuffer, dataset_action_space, load_offline_transitions
+from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import SACAgent, env_obs_shape, train_off_policy
 from pipeline.config import ERPvParams, HybridPPOParams, Params, PPOParams, SACParams, TrainRun
+from pipeline.dataset.layout import dataset_action_space, dataset_hashes
+from pipeline.dataset.transitions import load_offline_transitions
 from pipeline.envs import STATE, make_env
 from pipeline.io import atomic_write_bytes, sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME
@@ -62,17 +64,10 @@ class TrainInputs:
     def dataset_hashes(self) -> dict[str, str]:
         if self.dataset is None:
             raise TrainError("no dataset was given (--dataset)")
-        return dataset_hashes(self.dataset)
-
-
-def dataset_hashes(dataset: Path) -> dict[str, str]:
-    """Hashes of a labelled dataset's parquet files (what C_V and the replay read)."""
-    if not (dataset / "data").is_dir():
-        raise TrainError(f"{dataset}: no dataset (data/*.parquet); run `dvc repro` first")
-    return {
-        f"dataset/{p.relative_to(dataset)}": sha256_file(p)
-        for p in sorted((dataset / "data").glob("*.parquet"))
-    }
+        try:
+            return dataset_hashes(self.dataset)
+        except FileNotFoundError as exc:
+            raise TrainError(str(exc)) from None
 
 
 def native_state_bounds(env: gym.Env) -> tuple[np.ndarray, np.ndarray] | None:

@@ -14,9 +14,10 @@ from pipeline.agents.erpv import (
     ver_regulariser,
     vpg_loss,
 )
-from pipeline.agents.replay import OfflineTransitions, ReplayBuffer
+from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import SACAgent, sac_alpha_loss, train_off_policy
 from pipeline.config import ERPvParams, NetworkParams
+from pipeline.dataset.transitions import OfflineTransitions
 from pipeline.evaluation import deployed, play_episodes
 from tests.toy_envs import PointMass
 

@@ -9,7 +9,7 @@ import torch
 from torch.distributions import Normal
 
 from pipeline.agents.networks import Actor, PixelEncoder, make_encoder
-from pipeline.agents.replay import FrameStacker, ReplayBuffer
+from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import (
     SACAgent,
     sac_alpha_loss,
@@ -17,6 +17,7 @@ from pipeline.agents.sac import (
     train_off_policy,
 )
 from pipeline.config import NetworkParams, SACParams
+from pipeline.dataset.stacking import FrameStacker
 from pipeline.evaluation import deployed, play_episodes
 from tests.conftest import REPO
 from tests.toy_envs import PointMass
@@ -145,7 +146,7 @@ def test_saved_and_reloaded_agent_acts_the_same(tmp_path, obs):
         agent.update(buffer.sample(8, 0.0, rng))
     agent.save(tmp_path / "agent")
     loaded = SACAgent.load(tmp_path / "agent")
-    stacker = FrameStacker(obs, 3)
+    stacker = FrameStacker(3, obs)
     x = stacker.reset(first)
     for _ in range(3):
         a, b = agent.act(x, deterministic=True), loaded.act(x, deterministic=True)
@@ -166,7 +167,7 @@ def test_rejects_discrete_actions_and_mismatched_observations():
         SACAgent((2,), gym.spaces.Discrete(3), small_cfg())
     with pytest.raises(ValueError, match="pixel observations are"):
         SACAgent((5,), gym.spaces.Box(-1, 1, (1,)), small_cfg("pixels"))
-    with pytest.raises(ValueError, match="(?s)obs.*'pixels' or 'state'"):
+    with pytest.raises(ValueError, match=r"(?s)obs.*'pixels' or 'state'"):
         NetworkParams(obs="rgb")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="lr"):
         SACParams.model_validate({"lr": 1.0})

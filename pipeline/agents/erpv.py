@@ -47,7 +47,7 @@ from tqdm import tqdm
 
 from pipeline.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from pipeline.agents.networks import Critic, make_encoder, transition_nll
-from pipeline.agents.replay import OfflineTransitions, ReplayBuffer
+from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import (
     ActionScale,
     SACAgent,
@@ -58,6 +58,7 @@ from pipeline.agents.sac import (
     soft_update,
 )
 from pipeline.config import ERPvParams, NetworkParams, SACParams
+from pipeline.dataset.transitions import OfflineTransitions
 
 
 def minmax_scale(q: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:

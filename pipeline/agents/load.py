@@ -17,7 +17,7 @@ from pipeline.agents.sac import SACAgent
 class Agent(Protocol):
     """What every agent offers at deployment. `act` takes the agent's input for one step: the
     `obs_kind` entry of the env's observation dict, stacked over `frame_stack` frames
-    (`pipeline.agents.replay.FrameStacker`)."""
+    (`pipeline.dataset.stacking.FrameStacker`)."""
 
     obs_kind: str
     frame_stack: int

@@ -49,8 +49,9 @@ from pipeline.agents.networks import (
     make_encoder,
     transition_nll,
 )
-from pipeline.agents.replay import FrameStacker, ReplayBuffer
+from pipeline.agents.replay import ReplayBuffer
 from pipeline.config import ERPvParams, NetworkParams, SACParams
+from pipeline.dataset.stacking import FrameStacker
 
 
 def encoder_input_shape(network: NetworkParams, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -429,7 +430,7 @@ def train_off_policy(
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     env.action_space.seed(seed)
-    stacker = FrameStacker(kind, agent.cfg.network.frame_stack)
+    stacker = FrameStacker(agent.cfg.network.frame_stack, kind)
     obs, _ = env.reset(seed=seed)
     x = stacker.reset(obs[kind])
     buffer.begin_episode(obs[kind])

@@ -7,7 +7,8 @@ Output directory (one per env):
 - `wds/shard-000000.tar`, ...: training shards, one sample per step as in the rollouts plus
   `labels.json`, and when the frame has masks `mask.png` (Semore eq. 4's sum, clipped) and
   `masks.npz` (uint8 (P, H, W), one mask per phrase).
-Frame stacking happens at load time (pipeline.dataset.loader), never on disk.
+The layout is defined once, in pipeline.dataset.layout. Frame stacking happens at load time
+(pipeline.dataset.stacking), never on disk.
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ import numpy as np
 import polars as pl
 
 from pipeline.dataset.card import render_card
+from pipeline.dataset.layout import (
+    CARD_NAME,
+    DATASET_FORMAT_VERSION,
+    INFO_PATH,
+    LABEL_COLUMNS,
+    PARQUET_DIR,
+    PARQUET_PATTERN,
+    WDS_DIR,
+)
 from pipeline.io import atomic_write_bytes, atomic_write_json, sha256_file
 from pipeline.labels.schema import label_schema
 from pipeline.labels.tasks import TASKS, load_template
@@ -29,17 +39,6 @@ from pipeline.masks.base import decode_mask
 from pipeline.rollouts.format import MANIFEST_NAME, SHARD_PATTERN
 from pipeline.rollouts.reader import iter_shard, load_manifest
 from pipeline.rollouts.writer import AtomicShardWriter, encode_json
-
-DATASET_FORMAT_VERSION = 1
-PARQUET_PATTERN = "train-%05d-of-%05d.parquet"
-INFO_PATH = "meta/info.json"
-# Label columns per task, as they appear in the HF dataset and in `labels.json`.
-LABEL_COLUMNS = {
-    "action": ["action", "action_index"],
-    "milestone": ["milestone", "potential"],
-    "objects": ["objects"],
-    "judge": ["judge"],
-}
 
 
 def _label_lookup(labels: pl.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
@@ -166,10 +165,10 @@ def build_dataset(
     mask_of = {row["sample_key"]: row for row in masks.iter_rows(named=True)}
     features = _features(discrete, has_state)
 
-    for stale in [*out_dir.glob("data/*.parquet"), *out_dir.glob("wds/*.tar")]:
+    for stale in [*out_dir.glob(f"{PARQUET_DIR}/*.parquet"), *out_dir.glob(f"{WDS_DIR}/*.tar")]:
         stale.unlink()  # a rebuild replaces the previous version (DVC keeps it in its cache)
-    (out_dir / "data").mkdir(parents=True, exist_ok=True)
-    (out_dir / "wds").mkdir(parents=True, exist_ok=True)
+    (out_dir / PARQUET_DIR).mkdir(parents=True, exist_ok=True)
+    (out_dir / WDS_DIR).mkdir(parents=True, exist_ok=True)
 
     # One parquet file and one training shard per rollout shard: bounded memory, aligned layout.
     groups = _by_rollout_shard(rollout_dir, manifest)
@@ -182,7 +181,7 @@ def build_dataset(
             mask = mask_of.get(sample.key)
             rows.append(_hf_row(sample, sample_labels, mask, discrete, has_state))
             if writer is None:
-                writer = AtomicShardWriter(out_dir / "wds" / (SHARD_PATTERN % wds_shards))
+                writer = AtomicShardWriter(out_dir / WDS_DIR / (SHARD_PATTERN % wds_shards))
             members = {
                 "labels.json": encode_json(
                     {**sample_labels, "mask_phrases": None if mask is None else mask["phrases"]}
@@ -196,7 +195,7 @@ def build_dataset(
             if sample.record["is_last"] and writer.samples >= shard_max_samples:
                 writer.close()
                 writer, wds_shards = None, wds_shards + 1
-        _write_parquet(rows, features, out_dir / "data" / (PARQUET_PATTERN % (index, n_files)))
+        _write_parquet(rows, features, out_dir / PARQUET_DIR / (PARQUET_PATTERN % (index, n_files)))
     if writer is not None:
         writer.close()
         wds_shards += 1
@@ -244,7 +243,7 @@ def build_dataset(
         },
     }
     atomic_write_json(out_dir / INFO_PATH, info)
-    atomic_write_bytes(out_dir / "README.md", render_card(info).encode())
+    atomic_write_bytes(out_dir / CARD_NAME, render_card(info).encode())
     return info
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import numpy as np
 import webdataset as wds
 from PIL import Image
 
+from pipeline.dataset.stacking import FrameStacker
 from pipeline.rollouts.format import SHARD_GLOB, parse_sample_key
 
 
@@ -33,24 +33,18 @@ def _png(data: bytes) -> np.ndarray:
 def iter_stacked(wds_dir: str | Path, stack: int = 3) -> Iterator[dict[str, Any]]:
     """Each sample with `obs`: the last `stack` frames of its episode, (stack, H, W, 3) uint8,
     oldest first; at an episode's start the first frame is repeated (as DrQ / SAC-AE pad)."""
-    if stack < 1:
-        raise ValueError(f"stack must be >= 1, got {stack}")
-    frames: deque[np.ndarray] = deque(maxlen=stack)
+    stacker = FrameStacker(stack)
     for raw in iter_raw(wds_dir):
         episode, t = parse_sample_key(raw["__key__"])
         record = json.loads(raw["json"])
         frame = _png(raw["png"])
-        if record["is_first"]:
-            frames.clear()
-            frames.extend([frame] * stack)
-        else:
-            frames.append(frame)
+        obs = stacker.reset(frame) if record["is_first"] else stacker.step(frame)
         mask = _png(raw["mask.png"]).astype(np.float32) / 255.0 if "mask.png" in raw else None
         yield {
             "key": raw["__key__"],
             "episode": episode,
             "t": t,
-            "obs": np.stack(frames),
+            "obs": obs,
             "record": record,
             "labels": json.loads(raw["labels.json"]),
             "mask": mask,

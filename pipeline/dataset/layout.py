@@ -1,0 +1,96 @@
+"""The one definition of the shareable dataset's layout (what `dataset@<env>` writes and every
+reader of it reads). Light on purpose: no webdataset, no `datasets` import, so stage two can
+read it without the builder's dependencies.
+
+    data/datasets/<env>/
+      README.md                         the dataset card (YAML header: `load_dataset(dir)` reads it)
+      meta/info.json                    format version, sources and their hashes, teachers, counts
+      data/train-0000i-of-0000N.parquet Hugging Face dataset, one file per rollout shard: frames
+                                        and the eq. 4 mask as `Image`, labels as columns. What
+                                        stage two reads (pipeline.dataset.transitions).
+      wds/shard-00000i.tar              webdataset training shards for streaming readers outside
+                                        this repo: the same samples plus per-phrase masks
+                                        (`masks.npz`), which the parquet does not carry.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from pipeline.io import sha256_file
+
+DATASET_FORMAT_VERSION = 1
+CARD_NAME = "README.md"
+INFO_PATH = "meta/info.json"
+PARQUET_DIR = "data"
+PARQUET_PATTERN = "train-%05d-of-%05d.parquet"
+PARQUET_GLOB = f"{PARQUET_DIR}/train-*.parquet"
+WDS_DIR = "wds"
+
+# Label columns per task, as they appear in the parquet and in the shards' `labels.json`.
+LABEL_COLUMNS: dict[str, list[str]] = {
+    "action": ["action", "action_index"],
+    "milestone": ["milestone", "potential"],
+    "objects": ["objects"],
+    "judge": ["judge"],
+}
+# Parquet columns of the observations stage two reads, by the agent's `obs` kind.
+OBS_COLUMN: dict[str, str] = {"pixels": "image", "state": "state"}
+# Per-step parquet columns every transition reader needs (RLDS-style episodes, ERPv's a_v).
+STEP_COLUMNS = ("episode", "t", "action", "reward", "terminated", "is_first", "is_last")
+ACTION_LABEL_COLUMNS = ("a_v", "a_v_status")  # continuous action spaces (a_v_index if discrete)
+MASK_COLUMN = "mask"  # Semore eq. 4's combined mask (8-bit PNG), null where there is none
+JUDGE_COLUMNS = ("judge", "judge_status")
+
+
+def parquet_files(dataset_dir: str | Path) -> list[Path]:
+    """The dataset's parquet files in order; an error that says what to do when there are none."""
+    files = sorted(Path(dataset_dir).glob(PARQUET_GLOB))
+    if not files:
+        raise FileNotFoundError(
+            f"no parquet files ({PARQUET_GLOB}) in {dataset_dir}: build the dataset first "
+            f"(`dvc repro dataset@<env>`)"
+        )
+    return files
+
+
+def dataset_hashes(dataset_dir: str | Path) -> dict[str, str]:
+    """sha256 of each parquet file, keyed `dataset/data/<name>`: what a model trained on it
+    records as its data."""
+    dataset_dir = Path(dataset_dir)
+    return {
+        f"dataset/{path.relative_to(dataset_dir)}": sha256_file(path)
+        for path in parquet_files(dataset_dir)
+    }
+
+
+def read_info(dataset_dir: str | Path) -> dict[str, Any]:
+    path = Path(dataset_dir) / INFO_PATH
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: not a dataset built by the dataset stage?")
+    info = json.loads(path.read_text())
+    if info.get("format_version") != DATASET_FORMAT_VERSION:
+        raise ValueError(
+            f"{path}: dataset format {info.get('format_version')}, this code reads "
+            f"{DATASET_FORMAT_VERSION}; rebuild it (`dvc repro dataset@<env>`)"
+        )
+    return info
+
+
+def dataset_action_space(dataset_dir: str | Path) -> gym.spaces.Box:
+    """The Box action space recorded in a dataset's meta/info.json (for stages without an env)."""
+    space = read_info(dataset_dir)["action_space"]
+    if space["type"] != "box":
+        raise ValueError(
+            f"{Path(dataset_dir) / INFO_PATH}: action space is {space['type']}; SAC-family "
+            f"agents need a Box"
+        )
+    shape = tuple(space["shape"])
+    low = np.asarray(space["low"], dtype=np.float32).reshape(shape)
+    high = np.asarray(space["high"], dtype=np.float32).reshape(shape)
+    return gym.spaces.Box(low, high, dtype=np.float32)
