@@ -437,6 +437,12 @@ class SACParams(_Section):
     log_every: int = Field(
         default=1000, ge=1, description="Agent steps per row of training metrics."
     )
+    eval_episodes: int = Field(
+        default=1,
+        ge=0,
+        description="Deterministic episodes played in an env of their own at every metrics row "
+        "(`eval_return`: a learning curve even when training episodes are long); 0: none.",
+    )
 
 
 class ERPvParams(SACParams):

@@ -2,14 +2,12 @@
 learning curve. The agent reads cached labels only (the prototype cache built from the label
 table); nothing here, nor anything it imports, imports a teacher (tests/test_training.py checks).
 
-Learning curves are CSV (`step,return`: the env's native return of each finished episode, whatever
-reward the agent was trained on), the format `dvc plots` reads.
+Learning curves go through dvclive (pipeline.curves): `return` is the env's native return of each
+finished episode, whatever reward the agent was trained on.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,15 +22,18 @@ from pipeline.agents.ppo import train_ppo
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import SACAgent, env_obs_shape, train_off_policy
 from pipeline.config import ERPvParams, HybridPPOParams, Params, PPOParams, SACParams, TrainRun
+from pipeline.curves import write_training_log
 from pipeline.dataset.layout import dataset_action_space, dataset_hashes
 from pipeline.dataset.transitions import load_offline_transitions
 from pipeline.envs import STATE, make_env
-from pipeline.io import atomic_write_bytes, sha256_file
+from pipeline.evaluation import deployed, play_episodes
+from pipeline.io import sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
 
 ALL_REWARD_TERMS = ("env", "kinematic", "potential")
+TRAIN_EVAL_SEED = 10_000  # seeds of the evaluation episodes played during training
 
 
 class TrainError(ValueError):
@@ -238,6 +239,14 @@ def train_sac_run(
             f"train.{name}: the agent reads the state; set env.{run.env}.include_state"
         )
     env = make_env(run.env, env_cfg, pixels=obs != STATE)
+    eval_env = make_env(run.env, env_cfg, pixels=obs != STATE) if hp.eval_episodes else None
+
+    def eval_fn(agent: SACAgent) -> dict[str, float]:
+        """The deployed policy on fixed seeds (a separate env: training episodes go on)."""
+        assert eval_env is not None
+        result = play_episodes(eval_env, deployed(agent), hp.eval_episodes, TRAIN_EVAL_SEED)
+        return {"eval_return": result.return_mean}
+
     data_hashes: dict[str, Any] = {}
     offline = None
     if hp.offline_fraction > 0 or run.method == "erpv":
@@ -276,10 +285,13 @@ def train_sac_run(
             start_steps=hp.start_steps,
             update_every=hp.update_every,
             log_every=hp.log_every,
+            eval_fn=eval_fn if eval_env is not None else None,
             progress=progress,
         )
     finally:
         env.close()
+        if eval_env is not None:
+            eval_env.close()
     meta = {
         "run": name,
         "env": run.env,
@@ -292,40 +304,16 @@ def train_sac_run(
     return agent, curve, logs, meta
 
 
-def write_logs(path: str | Path, rows: list[dict[str, float]]) -> None:
-    """Training metrics (e.g. ERPv's Q_f and alpha, figure 5) as CSV, one row per log window."""
-    columns = ["step", *sorted({k for row in rows for k in row} - {"step"})]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, columns, lineterminator="\n", restval="")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_bytes(path, buffer.getvalue().encode())
-
-
-def write_curve(path: str | Path, curve: list[tuple[int, float]]) -> None:
-    """`step,return` CSV, one row per finished training episode (dvc plots' table format)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["step", "return"])
-    writer.writerows((step, f"{ret:.4f}") for step, ret in curve)
-    atomic_write_bytes(path, buffer.getvalue().encode())
-
-
-def read_curve(path: str | Path) -> list[tuple[int, float]]:
-    with open(path, newline="") as f:
-        return [(int(row["step"]), float(row["return"])) for row in csv.DictReader(f)]
-
-
 def train_run(
     name: str,
     params: Params,
     inputs: TrainInputs,
     out_dir: str | Path,
-    curve_path: str | Path,
-    logs_path: str | Path | None = None,
+    log_dir: str | Path,
+    summary_path: str | Path,
 ) -> list[tuple[int, float]]:
-    """Train `train.<name>` of params.yaml; write the checkpoint to `out_dir`, the learning curve
-    and (SAC family) the training metrics."""
+    """Train `train.<name>` of params.yaml; write the checkpoint to `out_dir`, and the learning
+    curve with (SAC family) the training metrics through dvclive to `log_dir` + `summary_path`."""
     if params.train is None or name not in params.train:
         known = ", ".join(params.train or {}) or "none"
         raise TrainError(f"params.yaml has no run train.{name} (runs: {known})")
@@ -336,7 +324,5 @@ def train_run(
     else:
         agent, curve, logs, meta = train_sac_run(name, run, params, inputs)
     agent.save(out_dir, meta)
-    write_curve(curve_path, curve)
-    if logs_path is not None:
-        write_logs(logs_path, logs)
+    write_training_log(log_dir, summary_path, curve, logs)
     return curve

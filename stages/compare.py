@@ -12,8 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from pipeline.config import ConfigError, load_params
+from pipeline.curves import read_metric
 from pipeline.evaluation import plot_curves
-from pipeline.training import read_curve
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,17 +21,16 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--curves", required=True, type=Path, help="directory of <run>.csv")
+    parser.add_argument(
+        "--curves", required=True, type=Path, help="directory of the runs' dvclive directories"
+    )
     parser.add_argument("--out", required=True, type=Path, help="directory for <env>.png")
     args = parser.parse_args(argv)
     try:
         params = load_params(args.params)
         by_env: dict[str, dict] = defaultdict(dict)
         for name, run in (params.train or {}).items():
-            path = args.curves / f"{name}.csv"
-            if not path.exists():
-                raise FileNotFoundError(f"{path} does not exist: run train@{name} first")
-            by_env[run.env][f"{name} ({run.method})"] = read_curve(path)
+            by_env[run.env][f"{name} ({run.method})"] = read_metric(args.curves / name)
     except (ConfigError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -4,7 +4,7 @@ checkpoint (safetensors + JSON with its config and data hashes) and the TD-loss 
 
     python -m stages.pretrain_critic --params params.yaml --env cartpole-swingup \\
         --dataset data/datasets/cartpole-swingup --out models/critic/cartpole-swingup \\
-        --logs plots/critic/cartpole-swingup.csv
+        --live plots/critic/cartpole-swingup --summary metrics/critic/cartpole-swingup.json
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from pipeline.config import ConfigError, load_params
-from pipeline.training import TrainError, pretrain_critic, write_logs
+from pipeline.curves import write_training_log
+from pipeline.training import TrainError, pretrain_critic
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", required=True, help="env id (listed in critic.envs)")
     parser.add_argument("--dataset", required=True, type=Path, help="the env's labelled dataset")
     parser.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
-    parser.add_argument("--logs", required=True, help="TD-loss curve CSV to write")
+    parser.add_argument("--live", required=True, help="dvclive directory: the TD-loss curve")
+    parser.add_argument("--summary", required=True, help="last values of the metrics (JSON)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -35,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, TrainError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    write_logs(args.logs, logs)
+    write_training_log(args.live, args.summary, rows=logs)
     last = logs[-1] if logs else {}
     print(f"{args.out}: C_V pre-trained; last log row {last}")
     return 0

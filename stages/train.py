@@ -4,8 +4,8 @@ labels; write its checkpoint and learning curve. Never imports a teacher.
     python -m stages.train --params params.yaml --run cartpole-swingup-erpv \\
         --rollouts data/rollouts/cartpole-swingup --labels data/labels/cartpole-swingup.parquet \\
         --dataset data/datasets/cartpole-swingup --critics models/critic \\
-        --out models/cartpole-swingup-erpv --curve plots/train/cartpole-swingup-erpv.csv \\
-        --logs plots/train_logs/cartpole-swingup-erpv.csv
+        --out models/cartpole-swingup-erpv --live plots/train/cartpole-swingup-erpv \\
+        --summary metrics/train/cartpole-swingup-erpv.json
 """
 
 from __future__ import annotations
@@ -30,14 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", type=Path, help="the env's labelled dataset (sac, erpv)")
     parser.add_argument("--critics", type=Path, help="directory of pre-trained C_V, one per env")
     parser.add_argument("--out", required=True, help="checkpoint directory to write")
-    parser.add_argument("--curve", required=True, help="learning curve CSV to write")
-    parser.add_argument("--logs", help="training metrics CSV to write (e.g. ERPv's Q_f, alpha)")
+    parser.add_argument(
+        "--live", required=True, help="dvclive directory: learning curve and training metrics"
+    )
+    parser.add_argument("--summary", required=True, help="last values of the metrics (JSON)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         params = load_params(args.params)
         inputs = TrainInputs(args.rollouts, args.labels, args.dataset, args.critics)
-        curve = train_run(args.run, params, inputs, args.out, args.curve, args.logs)
+        curve = train_run(args.run, params, inputs, args.out, args.live, args.summary)
     except (ConfigError, TrainError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -2,7 +2,6 @@
 masks -> dataset -> pretrain_critic -> train (sac, erpv) -> evaluate, through the stages' entry
 points; the train stage runs in a fresh interpreter that must not import a teacher."""
 
-import csv
 import json
 import subprocess
 import sys
@@ -11,6 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
+from pipeline.config import load_params
+from pipeline.curves import read_metric
 from tests.conftest import REPO
 
 ENV = "MountainCarContinuous-v0"
@@ -52,8 +53,8 @@ def pipeline_dir(tmp_path_factory):
 def _train_argv(d, run):
     return ["--params", f"{d}/params.yaml", "--run", run, "--rollouts", f"{d}/rollouts",
             "--labels", f"{d}/labels.parquet", "--dataset", f"{d}/dataset", "--critics",
-            f"{d}/critics", "--out", f"{d}/models/{run}", "--curve", f"{d}/curves/{run}.csv",
-            "--logs", f"{d}/logs/{run}.csv"]  # fmt: skip
+            f"{d}/critics", "--out", f"{d}/models/{run}", "--live", f"{d}/live/{run}",
+            "--summary", f"{d}/summaries/{run}.json"]  # fmt: skip
 
 
 def test_pretrain_train_evaluate_end_to_end(pipeline_dir):
@@ -61,8 +62,8 @@ def test_pretrain_train_evaluate_end_to_end(pipeline_dir):
 
     d = pipeline_dir
     assert pretrain_critic.main(["--params", f"{d}/params.yaml", "--env", ENV, "--dataset",
-                                 f"{d}/dataset", "--out", f"{d}/critics/{ENV}", "--logs",
-                                 f"{d}/critic.csv"]) == 0  # fmt: skip
+                                 f"{d}/dataset", "--out", f"{d}/critics/{ENV}", "--live",
+                                 f"{d}/critic_live", "--summary", f"{d}/critic.json"]) == 0  # fmt: skip
     critic_meta = json.loads((d / "critics" / ENV / "agent.json").read_text())
     assert list(critic_meta["data_hashes"]) == ["dataset/data/train-00000-of-00001.parquet"]
 
@@ -80,10 +81,15 @@ def test_pretrain_train_evaluate_end_to_end(pipeline_dir):
     assert not [m for m in modules if m.startswith("pipeline.teachers")]
     assert train.main(_train_argv(d, "sac")) == 0
 
-    with open(d / "logs" / "erpv.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert rows and {"vpg/q_f", "alpha", "ver/alpha_target"} <= set(rows[0])
-    assert all(0.0 <= float(r["vpg/gate_open"]) <= 1.0 for r in rows if r["vpg/gate_open"])
+    live = d / "live" / "erpv"
+    for name in ("vpg/q_f", "alpha", "ver/alpha_target", "eval_return", "critic_loss"):
+        assert read_metric(live, name), name
+    assert all(0.0 <= v <= 1.0 for _, v in read_metric(live, "vpg/gate_open"))
+    # nothing is plotted before it is measured: no Q_f row during the warm-up
+    start = load_params(d / "params.yaml").erpv.start_steps
+    assert min(step for step, _ in read_metric(live, "vpg/q_f")) >= start
+    summary = json.loads((d / "summaries" / "erpv.json").read_text())
+    assert "alpha" in summary and "step" in summary
 
     for run in ("sac", "erpv"):
         metrics = d / "metrics" / f"{run}.json"

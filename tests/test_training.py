@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from pipeline.config import ConfigError, parse_params
+from pipeline.curves import read_metric
 from pipeline.evaluation import evaluate_policy, load_policy
 from pipeline.rollouts.collect import collect
-from pipeline.training import TrainInputs, read_curve, train_run
+from pipeline.training import TrainInputs, train_run
 from tests.conftest import PPO_DEFAULTS, REPO, collect_cfg, env_cfg, label_cfg, tiny_params_dict
 
 HYBRID = {"alpha": 10.0, "bandwidth": 0.5, "confirm_steps": 2, "embedder": "grey", "grey_size": 8}
@@ -56,8 +57,10 @@ def labelled(tmp_path_factory):
 def test_hybrid_run_writes_a_checkpoint_that_acts_like_the_trained_agent(labelled, tmp_path):
     run = {"env": "MountainCar-v0", "method": "hybrid_ppo", "steps": 256, "seed": 0}
     params = parse_params(train_params(hyb=run))
-    curve = train_run("hyb", params, labelled, tmp_path / "agent", tmp_path / "curve.csv")
-    assert read_curve(tmp_path / "curve.csv") == [(s, pytest.approx(r, abs=1e-4)) for s, r in curve]
+    curve = train_run(
+        "hyb", params, labelled, tmp_path / "agent", tmp_path / "live", tmp_path / "summary.json"
+    )
+    assert read_metric(tmp_path / "live") == [(s, pytest.approx(r, abs=1e-4)) for s, r in curve]
     # 256 env steps = 128 in each of the 2 envs: two 50-step episodes end in each
     assert len(curve) == 2 * 2 and [s for s, _ in curve] == [100, 100, 200, 200]
     # the curve is the native return (-1 per step), not the shaped one the agent was trained on
@@ -87,7 +90,9 @@ def test_hybrid_run_writes_a_checkpoint_that_acts_like_the_trained_agent(labelle
 def test_evaluate_reports_success_and_lengths(labelled, tmp_path):
     run = {"env": "MountainCar-v0", "method": "ppo", "steps": 128, "seed": 0}
     params = parse_params(train_params(base=run))
-    train_run("base", params, labelled, tmp_path / "agent", tmp_path / "curve.csv")
+    train_run(
+        "base", params, labelled, tmp_path / "agent", tmp_path / "live", tmp_path / "summary.json"
+    )
     result = evaluate_policy(
         load_policy(tmp_path / "agent"), "MountainCar-v0", params.env["MountainCar-v0"], 2, 100
     )
@@ -170,7 +175,7 @@ import sys
 from stages.train import main
 rc = main(["--params", {str(params_path)!r}, "--run", "hyb", "--rollouts", {str(labelled.rollouts)!r},
            "--labels", {str(labelled.labels)!r}, "--out", {str(tmp_path / "agent")!r},
-           "--curve", {str(tmp_path / "c.csv")!r}])
+           "--live", {str(tmp_path / "live")!r}, "--summary", {str(tmp_path / "s.json")!r}])
 assert rc == 0, rc
 print("\\n".join(sorted(sys.modules)))
 """

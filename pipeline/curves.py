@@ -1,0 +1,65 @@
+"""Training curves and metrics through dvclive, the logger made for DVC pipelines: each run's
+directory (`plots/train/<run>/`, `plots/critic/<env>/`) holds one TSV per metric
+(`plots/metrics/<name>.tsv`, columns `step` and the value) that `dvc plots show / diff` and
+`dvc exp show` read, and its last values go to a summary JSON that the stage declares as a DVC
+metric. dvc.yaml's top-level `plots:` names the parent directories, so a run added to params.yaml
+is plotted with no dvc.yaml edit.
+
+A metric is logged only at the steps where it has a value (ERPv's Q_f and alpha start after the
+warm-up): nothing plots as zero that was never measured. No wall-clock value is written, so the
+same run gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from pathlib import Path
+
+from dvclive import Live
+
+RETURN = "return"  # the env's native return of each finished training episode
+METRICS_SUBDIR = "plots/metrics"  # where dvclive writes a run's per-metric TSVs
+
+
+class _Live(Live):
+    """dvclive's Live with its summary written to `summary_path` (declared as a DVC metric by the
+    stage) instead of inside the plots directory, where `dvc plots` would try to plot it."""
+
+    def __init__(self, directory: str | Path, summary_path: str | Path) -> None:
+        self._summary_path = str(summary_path)  # read by the cleanup inside Live.__init__
+        Path(summary_path).parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(str(directory), dvcyaml=False, save_dvc_exp=False, report=None)
+
+    @property
+    def metrics_file(self) -> str:
+        return self._summary_path
+
+
+def write_training_log(
+    directory: str | Path,
+    summary_path: str | Path,
+    curve: Iterable[tuple[int, float]] = (),
+    rows: Iterable[dict[str, float]] = (),
+) -> None:
+    """Replace `directory` with the run's curves: `return` at the env step of each finished
+    episode, and every other metric of `rows` (each with a `step`) where it has a value."""
+    with _Live(directory, summary_path) as live:
+        for step, episode_return in curve:
+            live.step = int(step)
+            live.log_metric(RETURN, float(episode_return))
+        for row in rows:
+            live.step = int(row["step"])
+            for name, value in row.items():
+                if name != "step":
+                    live.log_metric(name, float(value))
+
+
+def read_metric(directory: str | Path, name: str = RETURN) -> list[tuple[int, float]]:
+    """(step, value) rows of one metric of a run's directory (`write_training_log`)."""
+    path = Path(directory) / METRICS_SUBDIR / f"{name}.tsv"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: run the stage that trains it first")
+    leaf = name.rsplit("/", 1)[-1]
+    with open(path, newline="") as f:
+        return [(int(r["step"]), float(r[leaf])) for r in csv.DictReader(f, delimiter="\t")]
