@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.config import Params, TrainRun, load_params
+from pipeline.dataset.layout import read_info
 from pipeline.io import atomic_write_bytes, atomic_write_json, sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME
 
@@ -126,13 +127,13 @@ def nan_mean_std(ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _dataset_rollouts_sha(dataset: Path) -> str | None:
-    info = json.loads((dataset / "meta" / "info.json").read_text())
-    return info.get("sources", {}).get("rollout_manifest_sha256")
+    return read_info(dataset).get("sources", {}).get("rollout_manifest_sha256")
 
 
 def prepare_env(env_id: str, params: Params, args: argparse.Namespace) -> dict[str, Any]:
     """The datasets and C_V of both teachers for `env_id` under <out>/work/<env>/; cached."""
-    from pipeline.training import pretrain_critic, write_logs
+    from pipeline.curves import write_training_log
+    from pipeline.training import pretrain_critic
 
     work = args.out / "work" / env_id
     prep_path = work / "prep.json"
@@ -179,7 +180,9 @@ def prepare_env(env_id: str, params: Params, args: argparse.Namespace) -> dict[s
             Path(prep[teacher]["critics"]) / env_id,
             progress=False,
         )
-        write_logs(work / teacher / "critic_td.csv", logs)
+        write_training_log(
+            work / teacher / "critic_live", work / teacher / "critic.json", rows=logs
+        )
         prep[teacher]["critic_last_log"] = logs[-1] if logs else {}
         print(f"{env_id}: C_V ({teacher} labels) pre-trained; last log row {logs[-1]}")
     prep["rollout_manifest_sha256"] = rollouts_sha
@@ -245,7 +248,7 @@ def _run_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from pipeline.evaluation import evaluate_policy, load_policy
-    from pipeline.training import TrainInputs, save_sac_agent, train_sac_run
+    from pipeline.training import TrainInputs, train_sac_run
 
     torch.set_num_threads(1)  # small MLPs: one thread per run, runs in parallel processes
     params = with_start_steps(load_params(job["params"]), job["start_steps"])
@@ -262,9 +265,7 @@ def _run_one(job: dict[str, Any]) -> dict[str, Any]:
     agent, curve, logs, meta = train_sac_run(job["name"], run, params, inputs, progress=False)
     train_s = time.perf_counter() - t0
     agent_dir = Path(job["out"]) / "agents" / job["name"]
-    save_sac_agent(
-        agent, agent_dir, {**meta, "benchmark_method": job["method"], "teacher": teacher}
-    )
+    agent.save(agent_dir, {**meta, "benchmark_method": job["method"], "teacher": teacher})
     t1 = time.perf_counter()
     result = evaluate_policy(
         load_policy(agent_dir), env_id, params.env[env_id], job["eval_episodes"], seed=EVAL_SEED
