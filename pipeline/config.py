@@ -57,6 +57,75 @@ class EnvConfig(_Section):
     )
 
 
+class HFTeacherConfig(_Section):
+    """A transformers VLM (`<teacher>.hf`: `label.teacher.hf`, `collect.<env>.teacher.hf`)."""
+
+    model: str = Field(
+        description="Local checkpoint path or hub id, e.g. Qwen/Qwen2-VL-2B-Instruct."
+    )
+    revision: str | None = Field(default=None, description="Hub revision (branch, tag or commit).")
+    device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:1, ...")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        default="float32", description="Weights dtype; bfloat16 on GPUs."
+    )
+    max_new_tokens: int = Field(
+        default=128, ge=1, le=4096, description="Generation limit per answer."
+    )
+    batch_size: int = Field(default=8, ge=1, le=512, description="Frames per generate() call.")
+
+
+class OpenAITeacherConfig(_Section):
+    """An OpenAI-compatible chat-completions server (`<teacher>.openai`)."""
+
+    base_url: str = Field(description="Server URL up to /v1, e.g. http://127.0.0.1:8000/v1 (vLLM).")
+    model: str = Field(description="Model name the server knows it by.")
+    api_key_env: str | None = Field(
+        default=None, description="Environment variable holding the API key; null: no key."
+    )
+    timeout_s: float = Field(default=60.0, gt=0, description="Per-request timeout in seconds.")
+    max_retries: int = Field(default=3, ge=0, le=10, description="Retries after the first attempt.")
+    backoff_s: float = Field(
+        default=1.0, ge=0, description="First retry delay; doubles each retry."
+    )
+    concurrency: int = Field(default=8, ge=1, le=256, description="Requests in flight at once.")
+    max_tokens: int = Field(default=128, ge=1, le=4096, description="Generation limit per answer.")
+    json_schema: bool = Field(
+        default=False,
+        description="Send a JSON-schema response_format (structured output; vLLM supports it).",
+    )
+
+
+class TeacherConfig(_Section):
+    """A teacher: the one that labels (`label.teacher`) or the one that acts while collecting
+    (`collect.<env>.teacher`)."""
+
+    backend: Literal["scripted", "random", "constant", "hf", "openai"] = Field(
+        description="`scripted`: per-env reference scripts with injected failures, a stand-in for "
+        "a VLM (offline default); `random`: ERPv table 4's Random Executor; `constant`: its Worst "
+        "Model (all outputs 0); `hf`: a transformers VLM (section `hf`); `openai`: an "
+        "OpenAI-compatible server (section `openai`)."
+    )
+    reliability: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="scripted only: probability that an answer is the script's reference answer; "
+        "otherwise a failure of hybrid VLM-PPO table 1 is injected.",
+    )
+    seed: int = Field(ge=0, description="scripted / random: seed of the injected randomness.")
+    hf: HFTeacherConfig | None = Field(default=None, description="Settings of backend `hf`.")
+    openai: OpenAITeacherConfig | None = Field(default=None, description="Settings of `openai`.")
+
+    @model_validator(mode="after")
+    def _backend_has_settings(self) -> TeacherConfig:
+        if self.backend == "hf" and self.hf is None:
+            raise ValueError("backend 'hf' needs an `hf:` section with at least `model:`")
+        if self.backend == "openai" and self.openai is None:
+            raise ValueError(
+                "backend 'openai' needs an `openai:` section with `base_url` and `model`"
+            )
+        return self
+
+
 Behaviour = Literal["random", "checkpoint", "teacher", "rae"]
 
 
@@ -66,7 +135,7 @@ class CollectConfig(_Section):
     behaviour: Behaviour = Field(
         description="Who acts: `random` samples the action space; `checkpoint` runs a saved actor "
         "(a torch.export program, see pipeline.rollouts.behaviours); `teacher` acts on the "
-        "`label.teacher`'s action answers; `rae` alternates an explorer and the teacher (ERPv "
+        "action answers of this section's `teacher`; `rae` alternates an explorer and the teacher (ERPv "
         "D.1, Random Alternating Exploration). Teacher answers go through the label cache."
     )
     episodes: int = Field(
@@ -100,6 +169,12 @@ class CollectConfig(_Section):
         description="rae: the exploring actor (ERPv D.1 uses a pretrained visual RL actor: "
         "`checkpoint`, with `checkpoint:` set).",
     )
+    teacher: TeacherConfig = Field(
+        default_factory=lambda: TeacherConfig(backend="scripted", reliability=1.0, seed=0),
+        description="teacher / rae: the teacher that ACTS during collection (ERPv D.1's teacher "
+        "phases). Apart from `label.teacher`, the one that labels: relabelling the same frames "
+        "with another teacher never recollects them. Default: the scripted reference.",
+    )
     checkpoint_obs: Literal["state", "pixels"] = Field(
         default="state",
         description="Which observation the checkpoint actor reads: `state` (float32, (1, n)) "
@@ -131,74 +206,6 @@ class CollectConfig(_Section):
         if not 1 <= low <= high:
             raise ValueError(
                 f"rae_switch_steps must be [min, max] with 1 <= min <= max, got {list(self.rae_switch_steps)}"
-            )
-        return self
-
-
-class HFTeacherConfig(_Section):
-    """A transformers VLM (`label.teacher.hf`)."""
-
-    model: str = Field(
-        description="Local checkpoint path or hub id, e.g. Qwen/Qwen2-VL-2B-Instruct."
-    )
-    revision: str | None = Field(default=None, description="Hub revision (branch, tag or commit).")
-    device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:1, ...")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        default="float32", description="Weights dtype; bfloat16 on GPUs."
-    )
-    max_new_tokens: int = Field(
-        default=128, ge=1, le=4096, description="Generation limit per answer."
-    )
-    batch_size: int = Field(default=8, ge=1, le=512, description="Frames per generate() call.")
-
-
-class OpenAITeacherConfig(_Section):
-    """An OpenAI-compatible chat-completions server (`label.teacher.openai`)."""
-
-    base_url: str = Field(description="Server URL up to /v1, e.g. http://127.0.0.1:8000/v1 (vLLM).")
-    model: str = Field(description="Model name the server knows it by.")
-    api_key_env: str | None = Field(
-        default=None, description="Environment variable holding the API key; null: no key."
-    )
-    timeout_s: float = Field(default=60.0, gt=0, description="Per-request timeout in seconds.")
-    max_retries: int = Field(default=3, ge=0, le=10, description="Retries after the first attempt.")
-    backoff_s: float = Field(
-        default=1.0, ge=0, description="First retry delay; doubles each retry."
-    )
-    concurrency: int = Field(default=8, ge=1, le=256, description="Requests in flight at once.")
-    max_tokens: int = Field(default=128, ge=1, le=4096, description="Generation limit per answer.")
-    json_schema: bool = Field(
-        default=False,
-        description="Send a JSON-schema response_format (structured output; vLLM supports it).",
-    )
-
-
-class TeacherConfig(_Section):
-    """Which teacher answers the label tasks (`label.teacher`)."""
-
-    backend: Literal["scripted", "random", "constant", "hf", "openai"] = Field(
-        description="`scripted`: per-env reference scripts with injected failures, a stand-in for "
-        "a VLM (offline default); `random`: ERPv table 4's Random Executor; `constant`: its Worst "
-        "Model (all outputs 0); `hf`: a transformers VLM (section `hf`); `openai`: an "
-        "OpenAI-compatible server (section `openai`)."
-    )
-    reliability: float = Field(
-        ge=0.0,
-        le=1.0,
-        description="scripted only: probability that an answer is the script's reference answer; "
-        "otherwise a failure of hybrid VLM-PPO table 1 is injected.",
-    )
-    seed: int = Field(ge=0, description="scripted / random: seed of the injected randomness.")
-    hf: HFTeacherConfig | None = Field(default=None, description="Settings of backend `hf`.")
-    openai: OpenAITeacherConfig | None = Field(default=None, description="Settings of `openai`.")
-
-    @model_validator(mode="after")
-    def _backend_has_settings(self) -> TeacherConfig:
-        if self.backend == "hf" and self.hf is None:
-            raise ValueError("backend 'hf' needs an `hf:` section with at least `model:`")
-        if self.backend == "openai" and self.openai is None:
-            raise ValueError(
-                "backend 'openai' needs an `openai:` section with `base_url` and `model`"
             )
         return self
 
@@ -524,40 +531,58 @@ class Params(_Section):
 
     @model_validator(mode="after")
     def _envs_are_known_and_configured(self) -> Params:
+        """Every cross-section rule at once, one line per problem (key, bad value, the fix)."""
         from pipeline.envs.registry import KNOWN_ENVS  # local: pipeline.envs imports this module
 
+        problems: list[str] = []
+        known = ", ".join(KNOWN_ENVS)
         for section in ("env", "collect"):
             for env_id in getattr(self, section):
                 if env_id not in KNOWN_ENVS:
-                    raise ValueError(
-                        f"{section}.{env_id}: unknown env id; known: {', '.join(KNOWN_ENVS)}"
-                    )
+                    problems.append(f"{section}.{env_id}: unknown env id; known: {known}")
         if len(set(self.envs)) != len(self.envs):
-            raise ValueError(f"envs lists an env twice: {self.envs}")
+            problems.append(f"envs lists an env twice: {self.envs}")
         for env_id in self.envs:
             if env_id not in KNOWN_ENVS:
-                raise ValueError(f"envs: unknown env id {env_id!r}; known: {', '.join(KNOWN_ENVS)}")
+                problems.append(f"envs: unknown env id {env_id!r}; known: {known}")
+                continue
             for section in ("env", "collect"):
                 if env_id not in getattr(self, section):
-                    raise ValueError(
+                    problems.append(
                         f"envs lists {env_id!r} but `{section}` has no entry for it; add "
                         f"`{section}.{env_id}` to params.yaml"
                     )
+        critic_envs = self.critic.envs if self.critic is not None else []
+        for env_id in critic_envs:
+            if env_id not in self.envs:
+                problems.append(
+                    f"critic.envs: {env_id!r} is not listed in `envs`, so it has no labelled "
+                    f"dataset to pre-train C_V on; add it to `envs` or remove it here "
+                    f"(envs: {', '.join(self.envs)})"
+                )
         for name, run in (self.train or {}).items():
             if not _RUN_NAME.fullmatch(name):
-                raise ValueError(
+                problems.append(
                     f"train.{name}: a run name is a directory name: letters, digits, '-', '_' only"
                 )
             if run.env not in self.envs:
-                raise ValueError(
-                    f"train.{name}: env {run.env!r} is not listed in `envs` (its rollouts and "
-                    f"labels must be built); add it there"
+                problems.append(
+                    f"train.{name}.env: {run.env!r} is not listed in `envs` (its rollouts and "
+                    f"labels must be built); add it there (envs: {', '.join(self.envs)})"
                 )
             # each method reads its hyper-parameters from the section named after it
             if getattr(self, run.method) is None:
-                raise ValueError(
-                    f"train.{name}: method {run.method!r} needs a `{run.method}:` section"
+                problems.append(
+                    f"train.{name}.method: {run.method!r} needs a `{run.method}:` section"
                 )
+            if run.method == "erpv" and run.env not in critic_envs:
+                problems.append(
+                    f"train.{name}: method erpv reads the pre-trained C_V of {run.env!r}, which "
+                    f"`critic.envs` does not list; add {run.env!r} to critic.envs "
+                    f"(now: {critic_envs})"
+                )
+        if problems:
+            raise ValueError("\n  ".join(problems))
         return self
 
 

@@ -9,6 +9,7 @@ finished episode, whatever reward the agent was trained on.
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +28,13 @@ from pipeline.dataset.layout import dataset_action_space, dataset_hashes
 from pipeline.dataset.transitions import load_offline_transitions
 from pipeline.envs import STATE, make_env
 from pipeline.evaluation import deployed, play_episodes
-from pipeline.io import sha256_file
+from pipeline.io import atomic_write_json, sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
 
 ALL_REWARD_TERMS = ("env", "kinematic", "potential")
+NO_CRITIC = "no_critic.json"  # pretrain_critic's output for an env without C_V
 TRAIN_EVAL_SEED = 10_000  # seeds of the evaluation episodes played during training
 
 
@@ -192,6 +194,17 @@ def critic_dir(critics: Path, env_id: str) -> Path:
     return critics / env_id
 
 
+def write_no_critic(out_dir: str | Path, env_id: str) -> None:
+    """The pretrain_critic output of an env that `critic.envs` does not list: a marker (and no
+    earlier critic left behind), so that the runs on that env depend on something stable."""
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    atomic_write_json(
+        out_dir / NO_CRITIC, {"env": env_id, "critic": None, "why": "not listed in critic.envs"}
+    )
+
+
 def pretrain_critic(
     env_id: str, params: Params, dataset: Path, out_dir: Path, progress: bool = True
 ) -> list[dict[str, float]]:
@@ -259,6 +272,11 @@ def train_sac_run(
         if inputs.critics is None:
             raise TrainError(f"train.{name}: erpv needs the pre-trained critics (--critics)")
         path = critic_dir(inputs.critics, run.env)
+        if (path / NO_CRITIC).exists():
+            raise TrainError(
+                f"train.{name}: erpv needs the pre-trained C_V of {run.env}; add {run.env} to "
+                f"critic.envs in params.yaml"
+            )
         if not path.exists():
             raise TrainError(f"{path} does not exist: run pretrain_critic@{run.env} first")
         critic = VLMCritic.load(path)

@@ -35,14 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.env not in params.envs:
             raise ConfigError(f"--env {args.env!r} is not in {args.params} `envs`: {params.envs}")
         collect_cfg = params.collect[args.env]
-        teacher = None
-        if collect_cfg.uses_teacher:
-            if params.label is None:
-                raise ConfigError(
-                    f"collect.{args.env}.behaviour {collect_cfg.behaviour!r} asks the teacher of "
-                    f"`label.teacher`, but {args.params} has no `label` section"
-                )
-            teacher = make_teacher(params.label.teacher)
+        # the acting teacher (collect.<env>.teacher), not the labelling one (label.teacher)
+        teacher = make_teacher(collect_cfg.teacher) if collect_cfg.uses_teacher else None
         manifest = collect(
             args.env,
             params.env[args.env],

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pipeline.config import ConfigError, load_params
 from pipeline.curves import write_training_log
-from pipeline.training import TrainError, pretrain_critic
+from pipeline.training import TrainError, pretrain_critic, write_no_critic
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         params = load_params(args.params)
+        if params.critic is None or args.env not in params.critic.envs:
+            write_no_critic(args.out, args.env)
+            print(f"{args.out}: {args.env} is not in critic.envs: no C_V (marker written)")
+            return 0
         logs = pretrain_critic(args.env, params, args.dataset, args.out)
     except (ConfigError, TrainError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -137,3 +137,54 @@ def test_teacher_backend_needs_its_settings():
         match=r"label\.teacher\.openai\.timeot_s: unknown key; allowed keys: api_key_env",
     ):
         parse_params(raw)
+
+
+def _with_runs(raw, runs, critic_envs):
+    defaults = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw = {**raw, "train": runs, "critic": {"envs": critic_envs, "steps": 10, "seed": 0}}
+    for section in ("ppo", "sac", "erpv"):
+        raw[section] = defaults[section]
+    return raw
+
+
+def test_cross_section_mistakes_are_all_named_with_their_fix():
+    raw = _with_runs(
+        tiny_params_dict(("MountainCarContinuous-v0",)),
+        {
+            "a": {"env": "cartpole-swingup", "method": "sac", "steps": 1, "seed": 0},
+            "b": {"env": "MountainCarContinuous-v0", "method": "erpv", "steps": 1, "seed": 0},
+        },
+        ["walker-walk"],
+    )
+    with pytest.raises(ConfigError) as err:
+        parse_params(raw)
+    message = str(err.value)
+    assert "train.a.env: 'cartpole-swingup' is not listed in `envs`" in message
+    assert "critic.envs: 'walker-walk' is not listed in `envs`" in message
+    assert "train.b: method erpv reads the pre-trained C_V of 'MountainCarContinuous-v0'" in message
+    assert "add 'MountainCarContinuous-v0' to critic.envs" in message
+
+
+def test_check_params_stage_stops_with_the_projects_message(tmp_path, capsys):
+    from stages import check_params
+
+    raw = _with_runs(
+        tiny_params_dict(("MountainCar-v0",)),
+        {"a": {"env": "MountainCar-v0", "method": "ppoo", "steps": 1, "seed": 0}},
+        [],
+    )
+    path = write_params(tmp_path / "params.yaml", raw)
+    out = tmp_path / "checked.json"
+    assert check_params.main(["--params", str(path), "--out", str(out)]) == 2
+    assert "train.a.method: Input should be 'ppo', 'hybrid_ppo', 'sac' or 'erpv'" in (
+        capsys.readouterr().err
+    )
+    assert not out.exists()
+    raw["train"]["a"]["method"] = "ppo"
+    write_params(path, raw)
+    assert check_params.main(["--params", str(path), "--out", str(out)]) == 0
+    first = out.read_bytes()
+    raw["train"]["a"]["seed"] = 7  # a valid change: the gate's output does not change
+    write_params(path, raw)
+    assert check_params.main(["--params", str(path), "--out", str(out)]) == 0
+    assert out.read_bytes() == first

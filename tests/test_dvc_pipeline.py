@@ -13,12 +13,13 @@ from tests.conftest import REPO, tiny_params_dict, write_params
 ENVS = ("MountainCar-v0", "MountainCarContinuous-v0")
 
 
-def _run(args, cwd):
+def _run(args, cwd, extra_env=None):
     env = {
         **os.environ,
         "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
+        **(extra_env or {}),
     }
     result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{args} failed:\n{result.stdout}\n{result.stderr}"
@@ -63,14 +64,27 @@ RUNS = {"mc-ppo": ("MountainCar-v0", "ppo"), "mcc-erpv": ("MountainCarContinuous
 TRAINED = sorted(f"{s}@{r}" for s in ("train", "evaluate") for r in RUNS)
 
 
+def _run_failing(args, cwd):
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0, f"{args} should have failed:\n{result.stdout}"
+    return result.stdout + result.stderr
+
+
 def test_dvc_repro_reruns_only_what_changed(tmp_path):
     params = _with_stage_two(tiny_params_dict(ENVS, episodes=2), RUNS)
+    # MountainCarContinuous collects with RAE: its teacher phases act on the acting teacher
+    params["collect"]["MountainCarContinuous-v0"].update(
+        behaviour="rae", rae_switch_steps=[5, 10], teacher_every_k=2
+    )
     repo = _scratch_repo(tmp_path / "repo", params)
 
     first = _run(["dvc", "repro"], repo)
-    stages = ("collect", "verify", "label", "masks", "dataset", "audit")
-    stage_two = ["compare", "pretrain_critic@MountainCarContinuous-v0", *TRAINED]
-    assert _ran(first) == sorted([*(f"{s}@{e}" for s in stages for e in ENVS), *stage_two])
+    stages = ("collect", "verify", "label", "masks", "dataset", "audit", "pretrain_critic")
+    stage_two = ["compare", *TRAINED]
+    assert _ran(first) == sorted(
+        ["check_params", *(f"{s}@{e}" for s in stages for e in ENVS), *stage_two]
+    )
     for run in RUNS:
         assert (
             yaml.safe_load((repo / "metrics" / "eval" / f"{run}.json").read_text())["episodes"] == 2
@@ -78,6 +92,10 @@ def test_dvc_repro_reruns_only_what_changed(tmp_path):
     for env_id in ENVS:
         assert (repo / "data" / "rollouts" / env_id / "manifest.json").exists()
         assert yaml.safe_load((repo / "metrics" / "rollouts" / f"{env_id}.json").read_text())["ok"]
+    manifest = yaml.safe_load(
+        (repo / "data" / "rollouts" / "MountainCarContinuous-v0" / "manifest.json").read_text()
+    )
+    assert manifest["acting_teacher"]["id"].startswith("scripted:")  # named, not only hashed
 
     second = _run(["dvc", "repro"], repo)
     assert _ran(second) == []
@@ -85,17 +103,40 @@ def test_dvc_repro_reruns_only_what_changed(tmp_path):
     params["collect"]["MountainCarContinuous-v0"]["seed"] = 1
     write_params(repo / "params.yaml", params)
     third = _run(["dvc", "repro"], repo)
-    # new MountainCarContinuous data: its stages and C_V rerun; every agent depends on the critics,
-    # but the PPO agent (which reads none of it) retrains to the same bytes, so its evaluation
-    # does not rerun
-    expected = {*(f"{s}@MountainCarContinuous-v0" for s in stages), *stage_two} - {
-        "evaluate@mc-ppo"
+    # new MountainCarContinuous data: its stages, its C_V and the run that reads them rerun; the
+    # PPO run on MountainCar-v0 depends on its own env's data and critic marker only
+    expected = {
+        "check_params",
+        "compare",
+        *(f"{s}@MountainCarContinuous-v0" for s in stages),
+        "train@mcc-erpv",
+        "evaluate@mcc-erpv",
     }
     assert _ran(third) == sorted(expected)
 
     params["train"]["mc-ppo"]["seed"] = 1  # one run's params: that run alone retrains
     write_params(repo / "params.yaml", params)
-    assert _ran(_run(["dvc", "repro"], repo)) == ["compare", "evaluate@mc-ppo", "train@mc-ppo"]
+    assert _ran(_run(["dvc", "repro"], repo)) == [
+        "check_params", "compare", "evaluate@mc-ppo", "train@mc-ppo",
+    ]  # fmt: skip
+
+    # relabel the same frames with another teacher: label and what reads labels rerun, never
+    # collect (the acting teacher is a collect setting)
+    params["label"]["teacher"] = {"backend": "random", "reliability": 0.8, "seed": 0}
+    write_params(repo / "params.yaml", params)
+    relabel = _ran(_run(["dvc", "repro"], repo))
+    assert {f"label@{e}" for e in ENVS} <= set(relabel)
+    assert not [s for s in relabel if s.startswith(("collect@", "verify@"))], relabel
+
+    # a params mistake gets the project's message before DVC deletes anything
+    model = repo / "models" / "mc-ppo" / "agent.json"
+    params["train"]["mc-ppo"]["method"] = "ppoo"
+    write_params(repo / "params.yaml", params)
+    failed = _run_failing(["dvc", "repro"], repo)
+    assert "train.mc-ppo.method: Input should be 'ppo', 'hybrid_ppo', 'sac' or 'erpv'" in failed
+    assert model.exists()
+    params["train"]["mc-ppo"]["method"] = "ppo"
+    write_params(repo / "params.yaml", params)
 
     # a prompt edit relabels every env and changes no rollout: collect (which imports the label
     # code) reruns as a no-op, so verify does not rerun
@@ -108,24 +149,39 @@ def test_dvc_repro_reruns_only_what_changed(tmp_path):
     assert "nothing to do" in fourth and "0 teacher calls" not in fourth
 
 
+def readme_block(marker: str) -> str:
+    """The fenced bash block that follows `<!-- marker -->` in the README."""
+    text = (REPO / "README.md").read_text()
+    match = re.search(rf"<!-- {re.escape(marker)} -->\n```bash\n(.*?)```", text, re.S)
+    assert match, f"README.md has no bash block after <!-- {marker} -->"
+    return match.group(1)
+
+
+def _bash(script: str, cwd) -> str:
+    git_user = {
+        f"GIT_{who}_{what}": "t" for who in ("AUTHOR", "COMMITTER") for what in ("NAME", "EMAIL")
+    }
+    return _run(["bash", "-euo", "pipefail", "-c", script], cwd, extra_env=git_user)
+
+
 def test_shared_dataset_reaches_a_fresh_clone_through_a_dvc_remote(tmp_path):
-    """Share by `dvc push`; a fresh clone `dvc pull`s and has everything: nothing to recollect or
-    relabel, and the dataset loads in one line."""
+    """Share as the README says, running its commands as written (paths substituted); a fresh
+    clone `dvc pull`s and has everything: nothing to recollect or relabel, and the dataset loads
+    in one line."""
     env_id = "MountainCarContinuous-v0"
     params = _with_stage_two(tiny_params_dict((env_id,), episodes=2), {"erpv": (env_id, "erpv")})
     repo = _scratch_repo(tmp_path / "repo", params)
     _run(["dvc", "repro"], repo)
+    _run(["git", "add", "-A"], repo)  # the project's own files, as in a real repository
+    _bash("git commit -qm project", repo)
     remote = tmp_path / "remote"
-    _run(["dvc", "remote", "add", "-d", "shared", str(remote)], repo)
-    _run(["dvc", "push"], repo)
-    _run(["git", "add", "-A"], repo)
-    _run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pipeline"], repo)
+    _bash(readme_block("sharing:you").replace("/srv/vlmrl-remote", str(remote)), repo)
 
-    clone = tmp_path / "clone"
-    _run(["git", "clone", "-q", str(repo), str(clone)], tmp_path)
-    _run(["dvc", "pull"], clone)
+    collaborator = readme_block("sharing:collaborator").replace("/path/to/your/repo", str(repo))
+    out = _bash(collaborator, tmp_path)
+    assert _ran(out) == [], out  # no collect, no label, no training: all pulled
+    clone = tmp_path / "vlmrl"
     assert "Data and pipelines are up to date" in _run(["dvc", "status"], clone)
-    assert _ran(_run(["dvc", "repro"], clone)) == []  # no collect, no label: all pulled
 
     from datasets import load_dataset
 

@@ -82,3 +82,23 @@ def test_rae_collection_is_deterministic(tmp_path):
     assert [s["sha256"] for s in a["shards"]] == [s["sha256"] for s in b["shards"]]
     c = collect(MC, env_cfg(), cfg, tmp_path / "c", teacher=ScriptedTeacher(0.5, 0), progress=False)
     assert a["fingerprint"] != c["fingerprint"]
+
+
+def test_manifest_names_the_acting_teacher_and_an_old_manifest_is_brought_up_to_date(tmp_path):
+    import json
+
+    teacher = ScriptedTeacher(0.8, 0)
+    cfg = collect_cfg(behaviour="rae", rae_switch_steps=(5, 12), teacher_every_k=4, episodes=1)
+    out = tmp_path / "r"
+    manifest = collect(MC, env_cfg(max_episode_steps=30), cfg, out, teacher=teacher, progress=False)
+    assert manifest["acting_teacher"]["id"] == teacher.teacher_id
+    assert "teacher" not in manifest["collect"]  # settings of the acting teacher live beside it
+    # a manifest written before the acting teacher was recorded: same data, rewritten settings
+    old = {k: v for k, v in manifest.items() if k != "acting_teacher"}
+    (out / "manifest.json").write_text(json.dumps(old))
+    again = collect(MC, env_cfg(max_episode_steps=30), cfg, out, teacher=teacher, progress=False)
+    assert again == manifest
+    assert json.loads((out / "manifest.json").read_text()) == manifest
+    random_cfg = collect_cfg(episodes=1)
+    plain = collect(MC, env_cfg(max_episode_steps=30), random_cfg, tmp_path / "p", progress=False)
+    assert plain["acting_teacher"] is None

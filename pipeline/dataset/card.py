@@ -69,7 +69,7 @@ ds = load_dataset("path/to/this/folder")["train"]
 
 or the training shards with frame stacking: `pipeline.dataset.loader.iter_stacked("wds")`.
 Share it with `dvc push` (the folder is a DVC output) or upload the folder to the Hub as a
-dataset repo (`huggingface-cli upload <repo> . --repo-type dataset`).
+dataset repo (`hf upload <user>/<name> . --repo-type dataset`, from huggingface_hub).
 
 ## Prompts
 {% for task, text in info.prompts.items() %}

@@ -86,7 +86,8 @@ def collection_fingerprint(
         "format_version": FORMAT_VERSION,
         "env_id": env_id,
         "env": env_cfg.model_dump(),
-        "collect": collect_cfg.model_dump(exclude={"episodes"}),
+        # the acting teacher is identified below by what decides its answers, not its settings
+        "collect": collect_cfg.model_dump(exclude={"episodes", "teacher"}),
     }
     if collect_cfg.checkpoint is not None:
         # the actor's bytes, not its path, decide what it does
@@ -94,7 +95,8 @@ def collection_fingerprint(
     if collect_cfg.uses_teacher:
         if teacher is None:
             raise CollectError(
-                f"behaviour {collect_cfg.behaviour!r} needs a teacher (params `label.teacher`)"
+                f"behaviour {collect_cfg.behaviour!r} needs a teacher (params "
+                f"`collect.<env>.teacher`)"
             )
         # who answers, how, what is asked and how it is read decide the teacher's actions
         schema = label_schema(env_id)
@@ -105,6 +107,20 @@ def collection_fingerprint(
             "prompt": load_template(schema.prompt_dir, "action"),
         }
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def _settings_record(
+    env_cfg: EnvConfig, collect_cfg: CollectConfig, teacher: Teacher | None
+) -> dict[str, Any]:
+    """The settings a manifest records beside its data."""
+    return {
+        "env": env_cfg.model_dump(),
+        "collect": collect_cfg.model_dump(mode="json", exclude={"teacher"}),
+        # who acted in the teacher phases (None: no teacher acted); labels come from label@<env>
+        "acting_teacher": None
+        if teacher is None or not collect_cfg.uses_teacher
+        else {"id": teacher.teacher_id, "config": collect_cfg.teacher.model_dump(mode="json")},
+    }
 
 
 def _our_files(out_dir: Path) -> list[Path]:
@@ -272,7 +288,13 @@ def collect(
     if episodes and (out_dir / MANIFEST_NAME).exists() and len(episodes) == collect_cfg.episodes:
         log.info("%s: %d episodes already collected; nothing to do", out_dir, len(episodes))
         (out_dir / JOURNAL_NAME).unlink(missing_ok=True)  # killed after the manifest was written
-        return json.loads((out_dir / MANIFEST_NAME).read_text())
+        # same data (same fingerprint); the settings it records are rewritten as this code
+        # writes them (e.g. a manifest from before `acting_teacher` was recorded)
+        manifest = json.loads((out_dir / MANIFEST_NAME).read_text())
+        updated = {**manifest, **_settings_record(env_cfg, collect_cfg, teacher)}
+        if updated != manifest:
+            atomic_write_json(out_dir / MANIFEST_NAME, updated)
+        return updated
     if episodes:
         log.info("%s: resuming after %d episodes in %d shards", out_dir, len(episodes), len(shards))
     _write_journal(out_dir, fingerprint, shards, episodes)
@@ -327,8 +349,7 @@ def collect(
     manifest = {
         "format_version": FORMAT_VERSION,
         "env_id": env_id,
-        "env": env_cfg.model_dump(),
-        "collect": collect_cfg.model_dump(mode="json"),
+        **_settings_record(env_cfg, collect_cfg, teacher),
         "fingerprint": fingerprint,
         "observation": observation,
         "action_space": spec,
