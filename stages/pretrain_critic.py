@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         params = load_params(args.params)
         if params.critic is None or args.env not in params.critic.envs:
             write_no_critic(args.out, args.env)
+            write_training_log(args.live, args.summary)  # empty: nothing was trained
             print(f"{args.out}: {args.env} is not in critic.envs: no C_V (marker written)")
             return 0
         logs = pretrain_critic(args.env, params, args.dataset, args.out)

@@ -10,6 +10,7 @@ from pipeline.dataset.layout import dataset_action_space
 from pipeline.dataset.stacking import FrameStacker
 from pipeline.dataset.transitions import OfflineTransitions, load_offline_transitions
 from pipeline.labels.status import LABELLED_STATUSES
+from pipeline.rollouts.reader import iter_rollouts
 
 # --- factories ----------------------------------------------------------------------------------
 
@@ -298,15 +299,14 @@ def test_loader_errors_name_the_file(tmp_path):
         load_offline_transitions(tmp_path / "nowhere", "state")
 
 
-def test_loader_reads_a_dataset_built_by_the_pipeline(tmp_path):
-    """collect -> label -> masks -> dataset on a tiny continuous env, then the loader."""
+def _pipeline_dataset(tmp_path):
+    """collect -> label -> masks -> dataset on a tiny continuous env."""
     from pipeline.config import MasksConfig
     from pipeline.dataset.build import build_dataset
     from pipeline.labels.label import label_rollouts
     from pipeline.masks import make_mask_backend
     from pipeline.masks.compute import compute_masks
     from pipeline.rollouts.collect import collect
-    from pipeline.rollouts.reader import iter_rollouts
     from pipeline.teachers.scripted import ScriptedTeacher
     from tests.conftest import collect_cfg, env_cfg, label_cfg
 
@@ -320,6 +320,10 @@ def test_loader_reads_a_dataset_built_by_the_pipeline(tmp_path):
     build_dataset(tmp_path / "r", tmp_path / "labels.parquet", tmp_path / "masks.parquet",
                   tmp_path / "ds", shard_max_samples=100)  # fmt: skip
 
+
+def test_loader_reads_a_dataset_built_by_the_pipeline(tmp_path):
+    """collect -> label -> masks -> dataset on a tiny continuous env, then the loader."""
+    _pipeline_dataset(tmp_path)
     data = load_offline_transitions(tmp_path / "ds", "pixels")
     samples = list(iter_rollouts(tmp_path / "r"))
     steps = [s for s in samples if not s.record["is_last"]]
@@ -337,3 +341,52 @@ def test_loader_reads_a_dataset_built_by_the_pipeline(tmp_path):
     np.testing.assert_array_equal(data.has_label, [s.key in ok for s in steps])
     space = dataset_action_space(tmp_path / "ds")
     assert space.shape == (1,) and space.low[0] == -1.0
+
+
+def test_semore_masks_and_judge_labels_reach_the_replay_buffer(tmp_path):
+    """The dataset's masks (per frame) and judge labels (per transition) come back as stored;
+    online rows have none; an offline pool restricts the offline rows."""
+    from dataclasses import replace
+
+    import torch
+
+    from pipeline.masks.base import decode_mask
+
+    _pipeline_dataset(tmp_path)
+    data = load_offline_transitions(tmp_path / "ds", "pixels", semantics=True)
+    sem = data.semantics
+    masks = pl.read_parquet(tmp_path / "masks.parquet").filter(pl.col("status") == "ok")
+    mask_of = {r["sample_key"]: r["combined"] for r in masks.iter_rows(named=True)}
+    samples = list(iter_rollouts(tmp_path / "r"))
+    assert sem.has_mask.tolist() == [s.key in mask_of for s in samples]
+    for i, s in enumerate(samples):
+        if s.key in mask_of:
+            expected = np.round(decode_mask(mask_of[s.key]) * 255).astype(np.uint8)
+            np.testing.assert_array_equal(sem.mask[i], expected)
+    judged = pl.read_parquet(tmp_path / "labels.parquet").filter(
+        (pl.col("task") == "judge") & pl.col("parse_status").is_in(LABELLED_STATUSES)
+    )
+    judge_of = {r["sample_key"]: int(r["judge"]) for r in judged.iter_rows(named=True)}
+    steps = [s for s in samples if not s.record["is_last"]]
+    assert sem.judge.tolist() == [judge_of.get(s.key, -1) for s in steps]
+    assert (sem.judge >= 0).any()
+
+    buffer = ReplayBuffer("pixels", data.obs.shape[1:], 1, 50, offline=data, semantics=True)
+    frame = data.obs[0]
+    buffer.begin_episode(frame)
+    buffer.add(np.zeros(1, np.float32), 0.0, frame, False)
+    rng = np.random.default_rng(0)
+    batch = buffer.sample(64, 0.5, rng)
+    h, w = frame.shape[:2]
+    assert batch["mask"].shape == (64, 1, h, w) and batch["mask"].dtype == torch.uint8
+    online = ~batch["offline"]
+    assert not batch["has_mask"][online].any() and (batch["judge"][online] == -1).all()
+    pool = np.flatnonzero(sem.judge == 1)
+    if len(pool):
+        pooled = buffer.sample(32, 1.0, rng, offline_pool=pool)
+        assert (pooled["judge"][pooled["offline"]] == 1).all()
+    with pytest.raises(ValueError, match="semantics"):
+        ReplayBuffer(
+            "pixels", data.obs.shape[1:], 1, 50, offline=replace(data, semantics=None),
+            semantics=True,
+        )  # fmt: skip

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from pipeline.dataset.stacking import stack_window, to_channels
-from pipeline.dataset.transitions import ObsKind, OfflineTransitions
+from pipeline.dataset.transitions import ObsKind, OfflineTransitions, SemanticLabels
 
 
 class _Part:
@@ -52,6 +52,7 @@ class _Part:
         self.n_obs = 0  # observations ever stored
         self.n_transitions = 0  # transitions ever stored
         self.oldest = 0  # the oldest transition still sampleable (absolute)
+        self.semantics: SemanticLabels | None = None  # dataset frames only: none online
 
     @classmethod
     def from_offline(cls, data: OfflineTransitions, frame_stack: int) -> _Part:
@@ -61,6 +62,7 @@ class _Part:
                      "a_v", "has_label", "next_a_v", "has_next_label"):  # fmt: skip
             setattr(part, name, getattr(data, name))
         part.n_obs, part.n_transitions, part.oldest = len(data.obs), len(data), 0
+        part.semantics = data.semantics
         return part
 
     def __len__(self) -> int:
@@ -112,10 +114,36 @@ class _Part:
         frames = stack_window(index, self.episode_start[index % cap], self.k)  # (B, k)
         return to_channels(self.obs[frames % cap])  # (B, k, H, W, 3) -> (B, 3k, H, W)
 
-    def sample(self, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        rows = rng.integers(self.oldest, self.n_transitions, size=n) % len(self.obs_index)
+    def sample(
+        self,
+        n: int,
+        rng: np.random.Generator,
+        semantics: bool = False,
+        pool: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray]:
+        """`n` transitions uniformly (from `pool`, transition indices, when given); with
+        `semantics`, Semore's mask of o_t and judge label (zeros / -1 where there are none)."""
+        if pool is None:
+            rows = rng.integers(self.oldest, self.n_transitions, size=n) % len(self.obs_index)
+        else:
+            rows = pool[rng.integers(0, len(pool), size=n)]
         index = self.obs_index[rows]
-        return {
+        extra: dict[str, np.ndarray] = {}
+        if semantics:
+            at = index % len(self.obs)
+            if self.semantics is not None:
+                extra = {
+                    "mask": self.semantics.mask[at][:, None],  # (B, 1, H, W) uint8
+                    "has_mask": self.semantics.has_mask[at],
+                    "judge": self.semantics.judge[rows],
+                }
+            else:
+                extra = {
+                    "mask": np.zeros((n, 1, *self.obs.shape[1:3]), dtype=np.uint8),
+                    "has_mask": np.zeros(n, dtype=bool),
+                    "judge": np.full(n, -1, dtype=np.int8),
+                }
+        return extra | {
             "obs": self._stacked(index),
             "next_obs": self._stacked(index + 1),
             "action": self.action[rows],
@@ -146,6 +174,7 @@ class ReplayBuffer:
         *,
         frame_stack: int = 3,
         offline: OfflineTransitions | None = None,
+        semantics: bool = False,
     ) -> None:
         if obs not in ("pixels", "state"):
             raise ValueError(f"obs must be 'pixels' or 'state', got {obs!r}")
@@ -157,6 +186,12 @@ class ReplayBuffer:
             raise ValueError(f"capacity must be >= 2 observations, got {capacity}")
         if frame_stack < 1:
             raise ValueError(f"frame_stack must be >= 1, got {frame_stack}")
+        if semantics and (obs != "pixels" or (offline is not None and offline.semantics is None)):
+            raise ValueError(
+                "semantics (Semore's masks and judge labels) need pixel observations and offline "
+                "data read with load_offline_transitions(..., semantics=True)"
+            )
+        self.semantics = semantics
         self.kind, self.obs_shape, self.action_dim = obs, tuple(obs_shape), action_dim
         k = frame_stack if obs == "pixels" else 1  # states need no stacking
         dtype = np.dtype(np.uint8 if obs == "pixels" else np.float32)
@@ -208,11 +243,15 @@ class ReplayBuffer:
         offline_fraction: float,
         rng: np.random.Generator,
         device: torch.device | str | None = None,
+        offline_pool: np.ndarray | None = None,
     ) -> dict[str, torch.Tensor]:
         """round(batch_size * offline_fraction) rows from the offline part, the rest online; all
-        rows from one part when the other is empty. Uniform with replacement within a part.
+        rows from one part when the other is empty. Uniform with replacement within a part, or
+        within `offline_pool` (offline transition indices, e.g. Semore's judged-reasonable ones).
         Returns tensors: obs / next_obs (B, 3k, H, W) uint8 or (B, D) float32, action, a_v,
-        next_a_v (B, A), reward, done (B,) float32, has_label, has_next_label, offline (B,) bool."""
+        next_a_v (B, A), reward, done (B,) float32, has_label, has_next_label, offline (B,) bool;
+        with `semantics`, also mask (B, 1, H, W) uint8, has_mask (B,) bool and judge (B,) int8
+        (online rows have none: has_mask False, judge -1)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not 0.0 <= offline_fraction <= 1.0:
@@ -228,9 +267,10 @@ class ReplayBuffer:
             n_off = round(batch_size * offline_fraction)
         parts = []
         if n_off:
-            parts.append((self.offline.sample(n_off, rng), True))  # type: ignore[union-attr]
+            offline = self.offline.sample(n_off, rng, self.semantics, offline_pool)  # type: ignore[union-attr]
+            parts.append((offline, True))
         if batch_size - n_off:
-            parts.append((self.online.sample(batch_size - n_off, rng), False))
+            parts.append((self.online.sample(batch_size - n_off, rng, self.semantics), False))
         batch = {key: np.concatenate([p[key] for p, _ in parts]) for key in parts[0][0]}
         batch["offline"] = np.concatenate([np.full(len(p["reward"]), o) for p, o in parts])
         return {key: torch.as_tensor(value, device=device) for key, value in batch.items()}

@@ -23,10 +23,28 @@ import numpy as np
 import polars as pl
 from PIL import Image
 
-from pipeline.dataset.layout import ACTION_LABEL_COLUMNS, OBS_COLUMN, STEP_COLUMNS, parquet_files
+from pipeline.dataset.layout import (
+    ACTION_LABEL_COLUMNS,
+    JUDGE_COLUMNS,
+    MASK_COLUMN,
+    OBS_COLUMN,
+    STEP_COLUMNS,
+    parquet_files,
+)
 from pipeline.labels.status import LABELLED_STATUSES
 
 ObsKind = Literal["pixels", "state"]
+
+
+@dataclass(frozen=True)
+class SemanticLabels:
+    """Semore's cached labels: the mask map M of each observation (eq. 4's sum over the phrases
+    the VLM named, as the masks stage stored it) and the judgement of each transition's
+    (o_t, a_t) pair (the selective replay buffer). Dataset frames only: nothing is asked online."""
+
+    mask: np.ndarray  # (N_obs, H, W) uint8 0..255; zeros where the frame has no mask
+    has_mask: np.ndarray  # (N_obs,) bool: the frame has a mask (its `objects` label parsed)
+    judge: np.ndarray  # (N,) int8: 1 reasonable, 0 not reasonable, -1 not judged
 
 
 @dataclass(frozen=True)
@@ -43,6 +61,7 @@ class OfflineTransitions:
     has_label: np.ndarray  # (N,) bool
     next_a_v: np.ndarray  # (N, A) float32: the label at o_{t+1}, zero where none
     has_next_label: np.ndarray  # (N,) bool
+    semantics: SemanticLabels | None = None  # Semore's masks and judge labels, when read
 
     def __post_init__(self) -> None:
         n, n_obs = len(self.obs_index), len(self.obs)
@@ -53,6 +72,13 @@ class OfflineTransitions:
                 raise ValueError(f"{name} has {len(getattr(self, name))} rows, obs_index {n}")
         if n and (self.obs_index.min() < 0 or self.obs_index.max() + 1 >= n_obs):
             raise ValueError("obs_index points outside obs (o_{t+1} must be stored too)")
+        if self.semantics is not None:
+            sem = self.semantics
+            if len(sem.mask) != n_obs or len(sem.has_mask) != n_obs or len(sem.judge) != n:
+                raise ValueError(
+                    f"semantics: masks for {len(sem.mask)} observations and judgements for "
+                    f"{len(sem.judge)} transitions; expected {n_obs} and {n}"
+                )
 
     def __len__(self) -> int:
         return len(self.obs_index)
@@ -63,11 +89,17 @@ class OfflineTransitions:
 
     def select(self, mask: np.ndarray) -> OfflineTransitions:
         """The transitions where `mask` holds; the observations stay shared."""
-        return replace(self, **{name: getattr(self, name)[mask] for name in _PER_TRANSITION})
+        semantics = self.semantics
+        if semantics is not None:
+            semantics = replace(semantics, judge=semantics.judge[mask])
+        per_transition = {name: getattr(self, name)[mask] for name in _PER_TRANSITION}
+        return replace(self, **per_transition, semantics=semantics)
 
 
 _PER_TRANSITION = tuple(
-    f.name for f in fields(OfflineTransitions) if f.name not in ("obs", "episode_start")
+    f.name
+    for f in fields(OfflineTransitions)
+    if f.name not in ("obs", "episode_start", "semantics")
 )
 
 
@@ -112,7 +144,7 @@ def _check_episodes(df: pl.DataFrame, path: Path) -> None:
             )
 
 
-def _read_file(path: Path, obs: ObsKind) -> pl.DataFrame:
+def _read_file(path: Path, obs: ObsKind, semantics: bool = False) -> pl.DataFrame:
     schema = pl.read_parquet_schema(path)
     if obs == "state" and "state" not in schema and "image" in schema:
         raise ValueError(
@@ -124,6 +156,8 @@ def _read_file(path: Path, obs: ObsKind) -> pl.DataFrame:
             f"continuous (Box) action space"
         )
     wanted = [*STEP_COLUMNS, *ACTION_LABEL_COLUMNS, OBS_COLUMN[obs]]
+    if semantics:
+        wanted += [MASK_COLUMN, *JUDGE_COLUMNS]
     missing = [c for c in wanted if c not in schema]
     if missing:
         raise ValueError(
@@ -133,18 +167,44 @@ def _read_file(path: Path, obs: ObsKind) -> pl.DataFrame:
     return pl.read_parquet(path, columns=wanted).sort("episode", "t")
 
 
-def load_offline_transitions(dataset_dir: str | Path, obs: ObsKind) -> OfflineTransitions:
+def _semantics(df: pl.DataFrame, index: np.ndarray, frame_shape: tuple[int, ...], path: Path):
+    """Masks per observation and judgements per transition (rows `index`) of one file."""
+    mask = np.zeros((df.height, *frame_shape[:2]), dtype=np.uint8)
+    has_mask = df[MASK_COLUMN].is_not_null().to_numpy()
+    for row in np.flatnonzero(has_mask):
+        with Image.open(io.BytesIO(df[MASK_COLUMN][int(row)]["bytes"])) as image:
+            decoded = np.asarray(image.convert("L"))
+        if decoded.shape != mask.shape[1:]:
+            raise ValueError(
+                f"{path}: the mask of row {row} is {decoded.shape}, its frame {mask.shape[1:]}"
+            )
+        mask[row] = decoded
+    judged = (
+        (df["judge"].is_not_null() & df["judge_status"].is_in(LABELLED_STATUSES))
+        .fill_null(False)
+        .to_numpy()
+    )
+    judge = np.where(judged, df["judge"].fill_null(False).to_numpy().astype(np.int8), -1)
+    return mask, has_mask, judge[index].astype(np.int8)
+
+
+def load_offline_transitions(
+    dataset_dir: str | Path, obs: ObsKind, semantics: bool = False
+) -> OfflineTransitions:
     """Read `<dataset_dir>/data/train-*.parquet` (the HF dataset of the dataset stage) into
     transitions with labels. `obs`: "state" reads the `state` column, "pixels" decodes `image`
-    to (H, W, 3) uint8 frames. Errors name the file: missing columns, a discrete-action dataset,
+    to (H, W, 3) uint8 frames. `semantics` (pixels only): also Semore's masks and judge labels
+    (`SemanticLabels`). Errors name the file: missing columns, a discrete-action dataset,
     broken episodes, labels of the wrong length, an empty dataset."""
+    if semantics and obs != "pixels":
+        raise ValueError("masks belong to frames: semantics=True needs obs='pixels'")
     if obs not in OBS_COLUMN:
         raise ValueError(f"obs must be 'pixels' or 'state', got {obs!r}")
     files = parquet_files(dataset_dir)
     chunks: list[dict[str, np.ndarray]] = []
     offset, seen_episodes = 0, set[int]()
     for path in files:
-        df = _read_file(path, obs)
+        df = _read_file(path, obs, semantics)
         if df.height == 0:
             continue
         _check_episodes(df, path)
@@ -199,9 +259,16 @@ def load_offline_transitions(dataset_dir: str | Path, obs: ObsKind) -> OfflineTr
                 "has_next_label": labelled[index + 1],
             }
         )
+        if semantics:
+            mask, has_mask, judge = _semantics(df, index, observations.shape[1:], path)
+            chunks[-1] |= {"mask": mask, "has_mask": has_mask, "judge": judge}
         offset += df.height
     if not chunks:
         raise ValueError(
             f"the dataset in {dataset_dir} is empty ({len(files)} parquet files, no rows)"
         )
-    return OfflineTransitions(**{k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]})
+    joined = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    sem = None
+    if semantics:
+        sem = SemanticLabels(joined.pop("mask"), joined.pop("has_mask"), joined.pop("judge"))
+    return OfflineTransitions(**joined, semantics=sem)
