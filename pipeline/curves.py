@@ -2,8 +2,8 @@
 directory (`plots/train/<run>/`, `plots/critic/<env>/`) holds one TSV per metric
 (`plots/metrics/<name>.tsv`, columns `step` and the value) that `dvc plots show / diff` and
 `dvc exp show` read, and its last values go to a summary JSON that the stage declares as a DVC
-metric. dvc.yaml's top-level `plots:` names the parent directories, so a run added to params.yaml
-is plotted with no dvc.yaml edit.
+metric. The foreach stages declare each run's directory as a plots output, so a run added to
+params.yaml is plotted with no dvc.yaml edit.
 
 A metric is logged only at the steps where it has a value (ERPv's Q_f and alpha start after the
 warm-up): nothing plots as zero that was never measured. No wall-clock value is written, so the
