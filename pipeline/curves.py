@@ -23,8 +23,10 @@ METRICS_SUBDIR = "plots/metrics"  # where dvclive writes a run's per-metric TSVs
 
 
 class _Live(Live):
-    """dvclive's Live with its summary written to `summary_path` (declared as a DVC metric by the
-    stage) instead of inside the plots directory, where `dvc plots` would try to plot it."""
+    """dvclive's Live as a file logger: its summary goes to `summary_path` (declared as a DVC
+    metric by the stage) instead of inside the plots directory, and it leaves the repository
+    alone: the stages declare their outputs in dvc.yaml, while dvclive's own repository discovery
+    `dvc init`s a git repository that has no DVC, and fails in one with no commit yet."""
 
     def __init__(self, directory: str | Path, summary_path: str | Path) -> None:
         self._summary_path = str(summary_path)  # read by the cleanup inside Live.__init__
@@ -34,6 +36,9 @@ class _Live(Live):
     @property
     def metrics_file(self) -> str:
         return self._summary_path
+
+    def _init_dvc(self) -> None:  # dvclive==3.49.1 (pinned): see the class docstring
+        self._dvc_file = None
 
 
 def write_training_log(

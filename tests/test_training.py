@@ -186,3 +186,21 @@ print("\\n".join(sorted(sys.modules)))
     assert "pipeline.shaping.prototypes" in modules  # it did read the labels
     assert not [m for m in modules if m.startswith("pipeline.teachers")]
     assert "transformers" not in modules and "openai" not in modules
+
+
+def test_training_log_leaves_the_repository_alone(tmp_path, monkeypatch):
+    """dvclive as a file logger: no `dvc init` of a bare git repository, no failure in a
+    repository with no commit, one TSV per metric with values only where measured."""
+    import subprocess
+
+    from pipeline.curves import write_training_log
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    monkeypatch.chdir(tmp_path)
+    rows = [{"step": 10.0, "critic_loss": 1.0}, {"step": 20.0, "critic_loss": 0.5, "alpha": 0.1}]
+    write_training_log("live", "summary.json", [(5, -1.0), (15, 2.0)], rows)
+    assert not (tmp_path / ".dvc").exists()
+    assert read_metric("live") == [(5, -1.0), (15, 2.0)]
+    assert read_metric("live", "critic_loss") == [(10, 1.0), (20, 0.5)]
+    assert read_metric("live", "alpha") == [(20, 0.1)]  # not a zero at step 10
+    assert json.loads((tmp_path / "summary.json").read_text())["alpha"] == 0.1
