@@ -21,9 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--labels", required=True)
     parser.add_argument("--masks", help="mask table, to show masks over their frames")
     parser.add_argument("--out", required=True, help="HTML report to write")
+    parser.add_argument(
+        "--telemetry", help="call telemetry of the label stage: latency shown beside the page"
+    )
     args = parser.parse_args(argv)
     try:
-        audit = write_audit(args.rollouts, args.labels, args.out, args.masks)
+        audit = write_audit(args.rollouts, args.labels, args.out, args.masks, args.telemetry)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", required=True, help="env id, one of params.yaml's `envs`")
     parser.add_argument("--out", required=True, help="rollout directory to write")
     parser.add_argument(
+        "--telemetry", help="where the acting teacher's call latency is kept (not a DVC output)"
+    )
+    parser.add_argument(
         "--replace",
         action="store_true",
         help="delete rollouts in --out made with other settings instead of failing",
@@ -44,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out,
             teacher=teacher,
             replace=args.replace,
+            telemetry_dir=args.telemetry,
         )
     except (ConfigError, CollectError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollouts", required=True, help="rollout directory written by collect")
     parser.add_argument("--cache", required=True, help="label cache directory (kept across runs)")
     parser.add_argument("--out", required=True, help="label table to write (parquet)")
+    parser.add_argument(
+        "--telemetry", help="where the calls' latency and attempts are kept (not a DVC output)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -32,7 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         if params.label is None:
             raise ConfigError(f"{args.params} has no `label` section")
         teacher = make_teacher(params.label.teacher)
-        summary = label_rollouts(args.rollouts, params.label, teacher, args.cache, args.out)
+        summary = label_rollouts(
+            args.rollouts, params.label, teacher, args.cache, args.out,
+            telemetry_dir=args.telemetry,
+        )  # fmt: skip
     except (ConfigError, LabelError, StoreError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -27,8 +27,9 @@ def rollouts(tmp_path_factory):
 def _labels(rollouts, tmp_path, teacher):
     path = tmp_path / "labels.parquet"
     label_rollouts(
-        rollouts, label_cfg(tasks=TASKS), teacher, tmp_path / "cache", path, progress=False
-    )
+        rollouts, label_cfg(tasks=TASKS), teacher, tmp_path / "cache", path,
+        telemetry_dir=tmp_path / "telemetry", progress=False,
+    )  # fmt: skip
     return path
 
 
@@ -41,7 +42,9 @@ def test_reliable_scripted_teacher_agrees_with_its_reference(rollouts, tmp_path)
 
 def test_audit_counts_failures_and_shows_frames_beside_raw_answers(rollouts, tmp_path):
     labels = _labels(rollouts, tmp_path, ScriptedTeacher(0.5, 0))
-    audit = write_audit(rollouts, labels, tmp_path / "audit.html")
+    audit = write_audit(
+        rollouts, labels, tmp_path / "audit.html", telemetry_dir=tmp_path / "telemetry"
+    )
     table = pl.read_parquet(labels).filter(pl.col("queried"))
     for task, counts in audit["status_by_task"].items():
         assert sum(counts.values()) == table.filter(pl.col("task") == task).height
@@ -49,8 +52,12 @@ def test_audit_counts_failures_and_shows_frames_beside_raw_answers(rollouts, tmp
         f["thumbnail"].startswith("data:image/png;base64,") for f in audit["failures"]
     )
     assert audit["agreement"]["action"]["rate"] < 1.0
-    assert set(audit["latency"]["action"]) == {"p50", "p90", "p99"}
+    assert {"p50", "p90", "p99"} <= set(audit["latency"]["action"])
+    assert audit["latency"]["action"]["unrecorded"] == 0
     page = (tmp_path / "audit.html").read_text()
+    # wall-clock values stay beside the page, never in it (the page is a DVC output)
+    assert '<script src="audit.telemetry.js">' in page and "p50" not in page.split("<script")[0]
+    assert "window.VLMRL_TELEMETRY" in (tmp_path / "audit.telemetry.js").read_text()
     assert "Parse status by task" in page and "stand-in for a VLM" in page
     failure = audit["failures"][0]
     assert failure["status"] in page and failure["key"] in page

@@ -5,6 +5,7 @@ import polars as pl
 import pytest
 
 from pipeline.config import TeacherConfig
+from pipeline.labels.cache import open_telemetry
 from pipeline.labels.label import label_rollouts
 from pipeline.labels.status import ParseStatus
 from pipeline.rollouts.collect import collect
@@ -51,8 +52,9 @@ def test_hf_teacher_labels_and_classifies_garbage(tiny_vlm, rollouts, tmp_path):
     assert teacher.teacher_id.startswith(f"hf:{tiny_vlm}@local-")
     cfg = label_cfg(tasks={"action": 4, "milestone": 4, "objects": 4, "judge": 4}, batch_size=8)
     summary = label_rollouts(
-        rollouts, cfg, teacher, tmp_path / "cache", tmp_path / "t.parquet", progress=False
-    )
+        rollouts, cfg, teacher, tmp_path / "cache", tmp_path / "t.parquet",
+        telemetry_dir=tmp_path / "telemetry", progress=False,
+    )  # fmt: skip
     table = pl.read_parquet(tmp_path / "t.parquet")
     assert summary.teacher_calls == summary.queried > 0
     queried = table.filter(pl.col("queried"))
@@ -60,7 +62,10 @@ def test_hf_teacher_labels_and_classifies_garbage(tiny_vlm, rollouts, tmp_path):
     statuses = set(queried["parse_status"])
     assert statuses <= {str(s) for s in ParseStatus} and "ok" not in statuses
     assert statuses & {"format_collapse", "truncated", "empty", "wrong_arity"}
-    assert (queried["latency_s"] > 0).all()
+    # each call's latency is kept, outside the table (a pure function of its inputs)
+    assert "latency_s" not in table.columns
+    telemetry = open_telemetry(tmp_path / "telemetry")
+    assert all(telemetry.get(k)["latency_s"] > 0 for k in queried["cache_key"].unique())
 
     again = label_rollouts(
         rollouts,

@@ -205,3 +205,20 @@ def test_corrupt_cache_segment_is_reported_by_name(rollouts, tmp_path):
     segment.write_bytes(segment.read_bytes()[:100])
     with pytest.raises(StoreError, match=f"label cache segment {segment} is unreadable"):
         _label(rollouts, tmp_path, ScriptedTeacher(0.8, 0))
+
+
+def test_same_frames_same_teacher_same_bytes_on_any_machine(rollouts, tmp_path):
+    """The table and the cache are pure functions of (frames, teacher, prompts, parser): two
+    fresh runs in two directories write identical bytes; call latency lives apart."""
+
+    def run(root):
+        label_rollouts(
+            rollouts, label_cfg(), ScriptedTeacher(0.8, 0), root / "cache", root / "t.parquet",
+            telemetry_dir=root / "telemetry", progress=False,
+        )  # fmt: skip
+        files = sorted(p for p in (root / "cache").rglob("*") if p.is_file())
+        return (root / "t.parquet").read_bytes(), [(p.name, p.read_bytes()) for p in files]
+
+    first, second = run(tmp_path / "a"), run(tmp_path / "b")
+    assert first == second
+    assert any((tmp_path / "a" / "telemetry").iterdir())  # the latency was kept, elsewhere

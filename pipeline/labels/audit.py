@@ -1,7 +1,8 @@
 """The label audit: a static HTML report per env and teacher, computed with polars.
 
 What a user checks before trusting (or paying for more of) a teacher's labels: counts and
-distributions, the parse-status breakdown by taxonomy, latency percentiles, agreement with the
+distributions, the parse-status breakdown by taxonomy, latency percentiles (from the call
+telemetry, in a side file: wall-clock values stay out of the DVC output), agreement with the
 scripted reference answers, and frames beside the raw answers for failures and disagreements.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from jinja2 import Environment, select_autoescape
 from PIL import Image
 
 from pipeline.io import atomic_write_bytes
+from pipeline.labels.cache import open_telemetry
 from pipeline.labels.parsers import ParseResult
 from pipeline.labels.schema import label_schema
 from pipeline.labels.status import LABELLED_STATUSES, ParseStatus
@@ -26,6 +29,7 @@ from pipeline.masks.base import decode_mask
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.teachers.scripted import ScriptedTeacher
 
+TELEMETRY_JS_SUFFIX = ".telemetry.js"  # beside the page, not a DVC output
 EXAMPLES_PER_KIND = 6
 MASK_EXAMPLES = 6  # frames shown with their masks, spread over the data  # thumbnails shown per (task, status) failure kind and per disagreement task
 RAW_TEXT_CHARS = 400
@@ -133,12 +137,6 @@ def build_audit(
     for task, status, n in status_counts.iter_rows():
         by_task.setdefault(task, {})[status] = n
 
-    # each answer's own call, once: cached rows keep the latency of the call that produced them
-    latency = {
-        task: _percentiles(group.unique("cache_key")["latency_s"].drop_nulls())
-        for (task,), group in queried.group_by("task", maintain_order=True)
-    }
-
     valid = queried.filter(pl.col("parse_status").is_in(LABELLED_STATUSES))
     distributions: dict[str, Any] = {}
     if "milestone" in set(valid["task"]):
@@ -211,7 +209,6 @@ def build_audit(
         "queried": queried.height,
         "frames": len(samples),
         "status_by_task": by_task,
-        "latency": latency,
         "distributions": distributions,
         "agreement": agreement,
         "failures": [example(r) for r in failures],
@@ -250,9 +247,23 @@ deterministic reference scripts with injected failures. Its figures say nothing 
 </table>
 
 <h2>Latency per answer (s)</h2>
-<table><tr><th class="l">task</th><th>p50</th><th>p90</th><th>p99</th></tr>
-{% for task, p in a.latency.items() %}<tr><td class="l">{{ task }}</td>{% for q in ('p50', 'p90', 'p99') %}<td>{{ '%.4f' % p[q] if q in p else '-' }}</td>{% endfor %}</tr>{% endfor %}
-</table>
+<div id="latency"><p class="note">No call telemetry beside this page: latency is kept on the machine
+that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</p></div>
+{% if telemetry_js %}<script src="{{ telemetry_js }}"></script>{% endif %}
+<script>
+(function () {
+  var t = window.VLMRL_TELEMETRY;
+  if (!t) return;
+  var rows = Object.keys(t).map(function (task) {
+    var p = t[task], f = function (q) { return q in p ? p[q].toFixed(4) : "-"; };
+    return "<tr><td class=\"l\">" + task + "</td><td>" + f("p50") + "</td><td>" + f("p90") +
+      "</td><td>" + f("p99") + "</td><td>" + p.calls + "</td><td>" + p.unrecorded + "</td></tr>";
+  });
+  document.getElementById("latency").innerHTML = "<table><tr><th class=\"l\">task</th>" +
+    "<th>p50</th><th>p90</th><th>p99</th><th>calls</th><th>not recorded here</th></tr>" +
+    rows.join("") + "</table>";
+})();
+</script>
 
 <h2>Agreement with the scripted reference</h2>
 {% if a.agreement %}<table><tr><th class="l">task</th><th>compared</th><th>agree</th></tr>
@@ -292,9 +303,28 @@ deterministic reference scripts with injected failures. Its figures say nothing 
 """
 
 
-def render_audit(audit: dict[str, Any]) -> str:
+def call_latency(labels_path: str | Path, telemetry_dir: str | Path) -> dict[str, Any]:
+    """Latency percentiles per task over the calls that produced the table's answers (each
+    answer's own call, once), from the telemetry store that the label and collect stages append
+    to; answers with no record there (e.g. pulled from a shared cache) are counted apart."""
+    queried = pl.read_parquet(labels_path).filter(pl.col("queried"))
+    store = open_telemetry(telemetry_dir)
+    out: dict[str, Any] = {}
+    for (task,), group in queried.group_by("task", maintain_order=True):
+        keys = group["cache_key"].unique().to_list()
+        rows = [r for r in (store.get(k) for k in keys) if r is not None]
+        latency = pl.Series([r["latency_s"] for r in rows], dtype=pl.Float64)
+        out[task] = {
+            **_percentiles(latency),
+            "calls": len(rows),
+            "unrecorded": len(keys) - len(rows),
+        }
+    return out
+
+
+def render_audit(audit: dict[str, Any], telemetry_js: str | None = None) -> str:
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
-    return env.from_string(_TEMPLATE).render(a=audit)
+    return env.from_string(_TEMPLATE).render(a=audit, telemetry_js=telemetry_js)
 
 
 def write_audit(
@@ -302,7 +332,19 @@ def write_audit(
     labels_path: str | Path,
     out_path: str | Path,
     masks_path: str | Path | None = None,
+    telemetry_dir: str | Path | None = None,
 ) -> dict[str, Any]:
+    """The audit page (a pure function of rollouts, labels and masks: a DVC output), and beside
+    it `<page>.telemetry.js` with the calls' latency when `telemetry_dir` is given: wall-clock
+    values stay out of what DVC hashes, and the page shows them when the file is there."""
+    out_path = Path(out_path)
     audit = build_audit(rollout_dir, labels_path, masks_path)
-    atomic_write_bytes(out_path, render_audit(audit).encode())
+    script = out_path.name.removesuffix(".html") + TELEMETRY_JS_SUFFIX
+    atomic_write_bytes(out_path, render_audit(audit, script).encode())
+    if telemetry_dir is not None and Path(telemetry_dir).is_dir():
+        audit["latency"] = call_latency(labels_path, telemetry_dir)
+        payload = json.dumps(audit["latency"], sort_keys=True)
+        atomic_write_bytes(
+            out_path.parent / script, f"window.VLMRL_TELEMETRY = {payload};\n".encode()
+        )
     return audit

@@ -4,6 +4,10 @@ Key = sha256(frame bytes' sha256, teacher id, prompt text, decoding params, pars
 same key is never asked twice, in any stage, on any machine that has the cache. Entries live in
 append-only parquet segments (pipeline.segments), one per labelled batch. Only answers are
 cached: a call that got no answer (HTTP error, timeout) is asked again next time.
+
+The cache holds what was answered, never how long it took: it is a DVC output, and the same
+frames, teacher and prompts must give the same bytes on every machine. Call telemetry (latency,
+attempts) goes to a separate store (`telemetry`, outside what DVC hashes) that the audit reads.
 """
 
 from __future__ import annotations
@@ -43,8 +47,26 @@ class CachedAnswer:
     prompt_sha256: str
     raw_text: str
     finish_reason: str | None
+
+
+@dataclass(frozen=True)
+class CallTelemetry:
+    """How the call that produced a cached answer went (for the audit; never hashed by DVC)."""
+
+    key: str
+    teacher_id: str
+    task: str
     latency_s: float
     attempts: int
+
+
+_TELEMETRY_SCHEMA = {
+    "key": pl.String,
+    "teacher_id": pl.String,
+    "task": pl.String,
+    "latency_s": pl.Float64,
+    "attempts": pl.Int64,
+}
 
 
 _SCHEMA = {
@@ -55,18 +77,28 @@ _SCHEMA = {
     "prompt_sha256": pl.String,
     "raw_text": pl.String,
     "finish_reason": pl.String,
-    "latency_s": pl.Float64,
-    "attempts": pl.Int64,
 }
+
+
+def open_telemetry(root: str | Path) -> SegmentStore:
+    """The store of `CallTelemetry` rows at `root` (keyed by cache key)."""
+    return SegmentStore(root, _TELEMETRY_SCHEMA, name="label call telemetry")
 
 
 class LabelCache:
     """The cache at `root` (read and appended to), plus caches it may only read (`read_also`:
-    e.g. the teacher answers a collect stage paid for while acting, kept beside its rollouts)."""
+    e.g. the teacher answers a collect stage paid for while acting, kept beside its rollouts).
+    `telemetry`: where the calls' latency and attempts are appended (None: not kept)."""
 
-    def __init__(self, root: str | Path, read_also: Sequence[str | Path] = ()) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        read_also: Sequence[str | Path] = (),
+        telemetry: str | Path | None = None,
+    ) -> None:
         self._store = SegmentStore(root, _SCHEMA, read_also, name="label cache")
         self.root = self._store.root
+        self.telemetry = None if telemetry is None else open_telemetry(telemetry)
 
     def __len__(self) -> int:
         return len(self._store)
@@ -76,11 +108,17 @@ class LabelCache:
 
     def get(self, key: str) -> CachedAnswer | None:
         row = self._store.get(key)
-        return None if row is None else CachedAnswer(**row)
+        # segments written before telemetry moved out also hold latency_s / attempts: ignored
+        return None if row is None else CachedAnswer(**{name: row[name] for name in _SCHEMA})
 
-    def put_many(self, answers: Sequence[CachedAnswer]) -> None:
-        """Append one segment holding `answers` (skipping keys already cached)."""
+    def put_many(
+        self, answers: Sequence[CachedAnswer], telemetry: Sequence[CallTelemetry] = ()
+    ) -> None:
+        """Append one segment holding `answers` (skipping keys already cached), and their calls'
+        telemetry to the telemetry store when there is one."""
         self._store.put_many([asdict(a) for a in answers])
+        if self.telemetry is not None and telemetry:
+            self.telemetry.put_many([asdict(t) for t in telemetry])
 
 
 def frame_sha256(frame_png: bytes) -> str:
@@ -96,17 +134,25 @@ def prompt_cache_key(prompt: Prompt, teacher: Teacher) -> str:
 def store_replies(
     cache: LabelCache, teacher: Teacher, prompts: Sequence[Prompt], replies: Sequence[Reply]
 ) -> None:
-    """Cache the replies that are answers (one segment); transport failures are not cached."""
+    """Cache the replies that are answers (one segment); transport failures are not cached. The
+    calls' latency and attempts go to the cache's telemetry store."""
+    answered = [
+        (prompt_cache_key(prompt, teacher), prompt, reply)
+        for prompt, reply in zip(prompts, replies, strict=True)
+        if reply.error is None
+    ]
     cache.put_many(
         [
             CachedAnswer(
-                prompt_cache_key(prompt, teacher), teacher.teacher_id, prompt.task,
-                frame_sha256(prompt.frame_png), prompt.text_sha256, reply.text or "",
-                reply.finish_reason, reply.latency_s, reply.attempts,
+                key, teacher.teacher_id, prompt.task, frame_sha256(prompt.frame_png),
+                prompt.text_sha256, reply.text or "", reply.finish_reason,
             )
-            for prompt, reply in zip(prompts, replies, strict=True)
-            if reply.error is None
-        ]
+            for key, prompt, reply in answered
+        ],
+        [
+            CallTelemetry(key, teacher.teacher_id, prompt.task, reply.latency_s, reply.attempts)
+            for key, prompt, reply in answered
+        ],
     )  # fmt: skip
 
 

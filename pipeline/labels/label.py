@@ -2,7 +2,9 @@
 the cache, and write one label table row per (sample, task).
 
 The table is a pure function of (rollouts, teacher, prompts, parser): whether an answer came from
-the cache or from a call is reported by the stage, not stored, so a rerun writes the same bytes.
+the cache or from a call is reported by the stage, not stored, and so is how long a call took
+(latency and attempts go to the cache's telemetry store, which the audit reads), so the same
+inputs write the same bytes on every machine.
 
 Rows of frames between two queries carry the last queried label of the episode, with
 `queried = False` and `source_key` naming the frame whose label they carry (ERPv C.4: the VLM is
@@ -57,8 +59,6 @@ LABEL_TABLE_SCHEMA = {
     "judge": pl.Boolean,
     "raw_text": pl.String,
     "finish_reason": pl.String,
-    "latency_s": pl.Float64,
-    "attempts": pl.Int64,
 }
 
 
@@ -109,10 +109,10 @@ def _row(
     prompt = pending.prompt
     if isinstance(answer, Reply) and answer.error is not None:
         status, detail, value = answer.error, answer.error_detail, None
-        raw, finish, latency, attempts = None, None, answer.latency_s, answer.attempts
+        raw, finish = None, None
     else:
         raw = answer.text if isinstance(answer, Reply) else answer.raw_text
-        finish, latency, attempts = answer.finish_reason, answer.latency_s, answer.attempts
+        finish = answer.finish_reason
         parsed = parse_answer(prompt.task, raw, env_id, space)
         status, detail, value = parsed.status, parsed.detail, parsed.value
         if finish == "length" and not (status.has_value or status == ParseStatus.OUT_OF_RANGE):
@@ -135,8 +135,6 @@ def _row(
         "parse_detail": detail,
         "raw_text": raw,
         "finish_reason": finish,
-        "latency_s": latency,
-        "attempts": attempts,
         **_value_columns(prompt.task, value, space["type"] == "discrete"),
     }
 
@@ -148,13 +146,17 @@ def label_rollouts(
     cache_dir: str | Path,
     out_path: str | Path,
     *,
+    telemetry_dir: str | Path | None = None,
     progress: bool = True,
 ) -> LabelSummary:
-    """Label a finished rollout directory; write the label table (parquet) to `out_path`."""
+    """Label a finished rollout directory; write the label table (parquet) to `out_path`, and
+    the calls' latency and attempts to `telemetry_dir` (not a DVC output) when given."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
     # answers the collect stage paid for while acting (behaviours teacher / rae) are reused
-    cache = LabelCache(cache_dir, read_also=[Path(rollout_dir) / TEACHER_CACHE_DIR])
+    cache = LabelCache(
+        cache_dir, read_also=[Path(rollout_dir) / TEACHER_CACHE_DIR], telemetry=telemetry_dir
+    )
     summary = LabelSummary()
     queried_rows: dict[tuple[str, str], dict[str, Any]] = {}  # (sample_key, task) -> row
     carried: list[tuple[str, str, str]] = []  # (sample_key, task, source sample_key)

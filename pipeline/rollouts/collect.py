@@ -273,13 +273,15 @@ def collect(
     *,
     teacher: Teacher | None = None,
     replace: bool = False,
+    telemetry_dir: str | Path | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Collect `collect_cfg.episodes` episodes of `env_id` into `out_dir`; return the manifest.
 
     Resumes an interrupted or shorter collection made with the same settings. Data made with
     other settings is an error unless `replace`, which deletes it first. Behaviours `teacher` and
-    `rae` need `teacher`; its answers are cached in `out_dir/teacher_cache`.
+    `rae` need `teacher`; its answers are cached in `out_dir/teacher_cache`, the calls' latency
+    and attempts in `telemetry_dir` (outside the rollouts: not hashed by DVC) when given.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -301,7 +303,11 @@ def collect(
     (out_dir / MANIFEST_NAME).unlink(missing_ok=True)  # the journal now speaks for the data
 
     env = make_env(env_id, env_cfg)
-    cache = LabelCache(out_dir / TEACHER_CACHE_DIR) if collect_cfg.uses_teacher else None
+    cache = (
+        LabelCache(out_dir / TEACHER_CACHE_DIR, telemetry=telemetry_dir)
+        if collect_cfg.uses_teacher
+        else None
+    )
     behaviour = make_behaviour(collect_cfg, env.action_space, env_id, teacher, cache)
     spec = action_space_spec(env.action_space)
     writer: AtomicShardWriter | None = None
