@@ -131,7 +131,9 @@ def build_audit(
     schema = label_schema(env_id)
 
     status_counts = (
-        queried.group_by("task", "parse_status").len().sort("task", "len", descending=[False, True])
+        queried.group_by("task", "parse_status")
+        .len()
+        .sort("task", "len", "parse_status", descending=[False, True, False])
     )
     by_task: dict[str, dict[str, int]] = {}
     for task, status, n in status_counts.iter_rows():
@@ -163,7 +165,11 @@ def build_audit(
     if "objects" in set(valid["task"]):
         phrases = valid.filter(pl.col("task") == "objects").select(pl.col("objects").explode())
         distributions["objects"] = (
-            phrases.group_by("objects").len().sort("len", descending=True).head(15).rows()
+            phrases.group_by("objects")
+            .len()
+            .sort("len", "objects", descending=[True, False])  # ties by name: same bytes
+            .head(15)
+            .rows()
         )
     if "judge" in set(valid["task"]):
         distributions["judge"] = (
