@@ -7,13 +7,8 @@ stored once per step; a transition is an index into them (o_{t+1} is the next st
 Pixel observations are stacked at sample time, k frames oldest first on the channel axis, by the
 one stacking rule of pipeline.dataset.stacking.
 
-Conventions of the dataset (pipeline.rollouts.format, RLDS style): an episode of T steps has T + 1
-samples; sample t holds o_t, the action a_t taken there, the reward r_t it earned and the end flags
-that followed it; the last sample (`is_last`) holds o_T with null action and reward. So transition
-t is (sample t's obs, action, reward, terminated; sample t+1's obs). `done` is `terminated` only: a
-truncated episode's last state still bootstraps. A label counts (`has_label`) when `a_v` is present
-and `a_v_status` is one of LABELLED_STATUSES; `next_a_v` is the label of sample t+1 (the VLM
-policy at the next state, which C_V's pre-training bootstraps from without calling the VLM).
+Transitions and their labels follow the dataset's conventions (RLDS style, `done` is `terminated`
+only, `has_label` / `next_a_v`), described in pipeline.dataset.transitions.
 """
 
 from __future__ import annotations
