@@ -195,7 +195,7 @@ def prepare_env(env_id: str, params: Params, args: argparse.Namespace) -> dict[s
 def _constant_dataset(env_id: str, params: Params, rollouts: Path, work: Path) -> dict[str, Any]:
     """Label `rollouts` with the constant teacher, compute masks, build the dataset in `work`."""
     from pipeline.dataset.build import build_dataset
-    from pipeline.labels.label import label_rollouts
+    from pipeline.labelling.label import label_rollouts
     from pipeline.masks import make_mask_backend
     from pipeline.masks.compute import compute_masks
     from pipeline.teachers import make_teacher

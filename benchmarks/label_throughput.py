@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 
 from pipeline.config import CollectConfig, EnvConfig, TeacherConfig
-from pipeline.labels.cache import LabelCache, ask_through_cache
+from pipeline.labels.cache import LabelCache
 from pipeline.labels.tasks import render_prompt
 from pipeline.rollouts.collect import collect
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.teachers import make_teacher
+from pipeline.teachers.cached import ask_through_cache
 from tests.factories import build_tiny_qwen2_vl
 
 

@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pipeline.env_registry import KNOWN_ENVS
+
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
@@ -532,8 +534,6 @@ class Params(_Section):
     @model_validator(mode="after")
     def _envs_are_known_and_configured(self) -> Params:
         """Every cross-section rule at once, one line per problem (key, bad value, the fix)."""
-        from pipeline.envs.registry import KNOWN_ENVS  # local: pipeline.envs imports this module
-
         problems: list[str] = []
         known = ", ".join(KNOWN_ENVS)
         for section in ("env", "collect"):

@@ -30,6 +30,10 @@ from pipeline.envs import STATE, make_env
 from pipeline.evaluation import deployed, play_episodes
 from pipeline.io import atomic_write_json, sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME
+from pipeline.shaping.potential import HysteresisPotential
+from pipeline.shaping.prototypes import GreyEmbedder, OpenClipEmbedder, PrototypeCache
+from pipeline.shaping.reward import HybridReward
+from pipeline.shaping.wrapper import HybridRewardWrapper
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +108,6 @@ def ppo_env_factory(
             make_env(run.env, env_cfg, pixels=False)
         )
 
-    from pipeline.shaping.potential import HysteresisPotential
-    from pipeline.shaping.reward import HybridReward
-    from pipeline.shaping.wrapper import HybridRewardWrapper
-
     hp = params.hybrid_ppo
     assert hp is not None  # config validation guarantees the section
     terms = set(run.reward_terms or ALL_REWARD_TERMS)
@@ -137,8 +137,6 @@ def ppo_env_factory(
 
 def build_prototypes(hp: HybridPPOParams, inputs: TrainInputs):
     """The visual prototype cache of the labelled frames (hybrid VLM-PPO 3.2)."""
-    from pipeline.shaping.prototypes import GreyEmbedder, OpenClipEmbedder, PrototypeCache
-
     if hp.embedder == "grey":
         embedder = GreyEmbedder(hp.grey_size)
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.labels.audit import write_audit
+from pipeline.labelling.audit import write_audit
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ import logging
 import sys
 
 from pipeline.config import ConfigError, load_params
-from pipeline.labels.label import LabelError, label_rollouts
+from pipeline.labelling.label import LabelError, label_rollouts
 from pipeline.segments import StoreError
 from pipeline.teachers import make_teacher
 

@@ -1,8 +1,8 @@
 import polars as pl
 import pytest
 
-from pipeline.labels.audit import build_audit, render_audit, write_audit
-from pipeline.labels.label import label_rollouts
+from pipeline.labelling.audit import build_audit, render_audit, write_audit
+from pipeline.labelling.label import label_rollouts
 from pipeline.rollouts.collect import collect
 from pipeline.teachers.baselines import ConstantTeacher
 from pipeline.teachers.scripted import ScriptedTeacher

@@ -8,7 +8,7 @@ from datasets import load_dataset
 from pipeline.config import MasksConfig
 from pipeline.dataset.build import build_dataset
 from pipeline.dataset.loader import iter_raw, iter_stacked
-from pipeline.labels.label import label_rollouts
+from pipeline.labelling.label import label_rollouts
 from pipeline.masks import make_mask_backend
 from pipeline.masks.compute import compute_masks
 from pipeline.rollouts.collect import collect

@@ -5,8 +5,8 @@ import polars as pl
 import pytest
 
 from pipeline.config import TeacherConfig
+from pipeline.labelling.label import label_rollouts
 from pipeline.labels.cache import open_telemetry
-from pipeline.labels.label import label_rollouts
 from pipeline.labels.status import ParseStatus
 from pipeline.rollouts.collect import collect
 from pipeline.teachers import make_teacher

@@ -4,9 +4,9 @@ import shutil
 import polars as pl
 import pytest
 
+from pipeline.labelling.label import LabelError, label_rollouts
 from pipeline.labels import tasks as tasks_module
 from pipeline.labels.cache import LabelCache
-from pipeline.labels.label import LabelError, label_rollouts
 from pipeline.labels.status import ParseStatus
 from pipeline.rollouts.collect import collect
 from pipeline.teachers.base import Reply

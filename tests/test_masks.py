@@ -4,7 +4,7 @@ import pytest
 
 from pipeline.config import ClipDenseConfig, ClipSegConfig, EnvConfig, MasksConfig
 from pipeline.envs import CONTEXT, PIXELS, make_env
-from pipeline.labels.label import label_rollouts
+from pipeline.labelling.label import label_rollouts
 from pipeline.masks import MaskRequest, decode_mask, make_mask_backend
 from pipeline.masks.compute import compute_masks
 from pipeline.rollouts.collect import collect

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from pipeline.config import TeacherConfig
-from pipeline.labels.label import LabelError, label_rollouts
+from pipeline.labelling.label import LabelError, label_rollouts
 from pipeline.labels.status import ParseStatus
 from pipeline.labels.tasks import render_prompt
 from pipeline.rollouts.collect import collect

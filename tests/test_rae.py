@@ -2,7 +2,7 @@
 
 import polars as pl
 
-from pipeline.labels.label import label_rollouts
+from pipeline.labelling.label import label_rollouts
 from pipeline.rollouts.collect import collect
 from pipeline.rollouts.reader import iter_rollouts
 from pipeline.teachers.scripted import ScriptedTeacher

@@ -303,7 +303,7 @@ def _pipeline_dataset(tmp_path):
     """collect -> label -> masks -> dataset on a tiny continuous env."""
     from pipeline.config import MasksConfig
     from pipeline.dataset.build import build_dataset
-    from pipeline.labels.label import label_rollouts
+    from pipeline.labelling.label import label_rollouts
     from pipeline.masks import make_mask_backend
     from pipeline.masks.compute import compute_masks
     from pipeline.rollouts.collect import collect

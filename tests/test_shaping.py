@@ -79,7 +79,7 @@ def test_hysteresis_locks_a_confirmed_milestone_and_ignores_flicker():
 
 
 def test_prototypes_from_cached_labels(tmp_path):
-    from pipeline.labels.label import label_rollouts
+    from pipeline.labelling.label import label_rollouts
     from pipeline.teachers.scripted import ScriptedTeacher
 
     collect(

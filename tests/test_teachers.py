@@ -3,7 +3,7 @@ import pytest
 
 from pipeline.config import EnvConfig
 from pipeline.envs import CONTEXT, KNOWN_ENVS, PIXELS, make_env
-from pipeline.labels.label import label_rollouts
+from pipeline.labelling.label import label_rollouts
 from pipeline.rollouts.collect import collect
 from pipeline.rollouts.writer import encode_png
 from pipeline.teachers.scripted import ScriptedTeacher, reference_answer

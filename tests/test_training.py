@@ -32,7 +32,7 @@ def train_params(**runs) -> dict:
 def labelled(tmp_path_factory):
     """MountainCar rollouts and a label table, built with the scripted teacher (in this process:
     the training subprocess below must not import it)."""
-    from pipeline.labels.label import label_rollouts
+    from pipeline.labelling.label import label_rollouts
     from pipeline.teachers.scripted import ScriptedTeacher
 
     root = tmp_path_factory.mktemp("mc")

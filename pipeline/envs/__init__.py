@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 
 from pipeline.config import EnvConfig
-from pipeline.envs.registry import KNOWN_ENVS, EnvInfo, UnknownEnvError, env_info
+from pipeline.env_registry import KNOWN_ENVS, EnvInfo, UnknownEnvError, env_info
 from pipeline.envs.wrappers import CONTEXT, PIXELS, STATE, ActionRepeat, ObservationContract
 
 __all__ = [

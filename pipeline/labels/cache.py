@@ -17,16 +17,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from pipeline.labels.parsers import PARSER_VERSION
 from pipeline.segments import SegmentStore
-
-if TYPE_CHECKING:
-    from pipeline.labels.tasks import Prompt
-    from pipeline.teachers.base import Reply, Teacher
 
 
 def cache_key(
@@ -123,46 +119,3 @@ class LabelCache:
 
 def frame_sha256(frame_png: bytes) -> str:
     return hashlib.sha256(frame_png).hexdigest()
-
-
-def prompt_cache_key(prompt: Prompt, teacher: Teacher) -> str:
-    return cache_key(
-        frame_sha256(prompt.frame_png), teacher.teacher_id, prompt.text, teacher.decoding
-    )
-
-
-def store_replies(
-    cache: LabelCache, teacher: Teacher, prompts: Sequence[Prompt], replies: Sequence[Reply]
-) -> None:
-    """Cache the replies that are answers (one segment); transport failures are not cached. The
-    calls' latency and attempts go to the cache's telemetry store."""
-    answered = [
-        (prompt_cache_key(prompt, teacher), prompt, reply)
-        for prompt, reply in zip(prompts, replies, strict=True)
-        if reply.error is None
-    ]
-    cache.put_many(
-        [
-            CachedAnswer(
-                key, teacher.teacher_id, prompt.task, frame_sha256(prompt.frame_png),
-                prompt.text_sha256, reply.text or "", reply.finish_reason,
-            )
-            for key, prompt, reply in answered
-        ],
-        [
-            CallTelemetry(key, teacher.teacher_id, prompt.task, reply.latency_s, reply.attempts)
-            for key, prompt, reply in answered
-        ],
-    )  # fmt: skip
-
-
-def ask_through_cache(
-    cache: LabelCache, teacher: Teacher, prompt: Prompt
-) -> tuple[CachedAnswer | Reply, bool]:
-    """One prompt: the cached answer if there is one (True), else the teacher's, now cached."""
-    hit = cache.get(prompt_cache_key(prompt, teacher))
-    if hit is not None:
-        return hit, True
-    (reply,) = teacher.answer([prompt])
-    store_replies(cache, teacher, [prompt], [reply])
-    return reply, False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.envs.registry import env_info
+from pipeline.env_registry import env_info
 
 
 @dataclass(frozen=True)

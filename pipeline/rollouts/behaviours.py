@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from gymnasium import spaces
 
 from pipeline.config import CollectConfig
 from pipeline.envs import CONTEXT, PIXELS, STATE
-
-if TYPE_CHECKING:
-    from pipeline.labels.cache import LabelCache
-    from pipeline.teachers.base import Teacher
+from pipeline.labels.cache import LabelCache
+from pipeline.labels.tasks import parse_answer, render_prompt
+from pipeline.rollouts.format import action_space_spec
+from pipeline.rollouts.writer import encode_png
+from pipeline.teachers.base import Reply, Teacher
+from pipeline.teachers.cached import ask_through_cache
 
 
 class Behaviour(Protocol):
@@ -144,7 +146,6 @@ class TeacherBehaviour:
         action_space: spaces.Space,
         every_k: int,
     ) -> None:
-        from pipeline.rollouts.format import action_space_spec
 
         self.teacher, self.cache, self.env_id, self.every_k = teacher, cache, env_id, every_k
         self.action_space, self.spec = action_space, action_space_spec(action_space)
@@ -158,11 +159,6 @@ class TeacherBehaviour:
         self._held, self._t = None, 0
 
     def _ask(self, obs: dict[str, np.ndarray], info: dict[str, Any]) -> None:
-        from pipeline.labels.cache import ask_through_cache
-        from pipeline.labels.tasks import parse_answer, render_prompt
-        from pipeline.rollouts.writer import encode_png
-        from pipeline.teachers.base import Reply
-
         # the same frame bytes and prompt the label stage renders, hence the same cache key
         prompt = render_prompt(
             "action", self.env_id, self.spec, encode_png(obs[PIXELS]), info[CONTEXT]

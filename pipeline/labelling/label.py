@@ -27,13 +27,14 @@ from tqdm import tqdm
 
 from pipeline.config import LabelConfig
 from pipeline.io import atomic_write_bytes
-from pipeline.labels.cache import CachedAnswer, LabelCache, cache_key, store_replies
+from pipeline.labels.cache import CachedAnswer, LabelCache, cache_key
 from pipeline.labels.parsers import PARSER_VERSION
 from pipeline.labels.status import LABELLED_STATUSES, TRANSPORT_FAILURES, ParseStatus
 from pipeline.labels.tasks import Prompt, TaskName, parse_answer, render_prompt
 from pipeline.rollouts.format import TEACHER_CACHE_DIR
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.teachers.base import Reply, Teacher
+from pipeline.teachers.cached import store_replies
 
 log = logging.getLogger(__name__)
 
