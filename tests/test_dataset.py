@@ -58,7 +58,7 @@ def dataset(tmp_path_factory):
 def test_hf_dataset_loads_in_one_line_with_labels_and_masks(dataset, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     root, info = dataset
-    ds = load_dataset(str(root / "out"))["train"]
+    ds = load_dataset(str(root / "out"), cache_dir=str(root / "hf_cache"))["train"]
     assert ds.num_rows == info["counts"]["samples"] == 3 * 16
     row = ds[0]
     assert row["image"].size == (32, 32) and row["is_first"]
@@ -76,7 +76,12 @@ def test_hf_dataset_loads_in_one_line_with_labels_and_masks(dataset, monkeypatch
 def test_card_and_info(dataset):
     root, info = dataset
     card = (root / "out" / "README.md").read_text()
-    assert card.startswith("---\nconfigs:") and "path: data/train-*.parquet" in card
+    header = card.split("---\n")[1]  # the YAML header the Hub and load_dataset read
+    assert "configs:" in header and "path: data/train-*.parquet" in header
+    assert "license: mit" in header and "- n<1K" in header
+    assert "Semore" in card and "ERPv" in card and "Macro Semantics" in card  # citations
+    assert f"gymnasium {info['software']['gymnasium']}" in card
+    assert set(info["software"]) >= {"vlmrl-pipeline", "gymnasium", "mujoco"}
     assert "stand-in for a VLM" in card and info["teacher_ids"][0] in card
     on_disk = json.loads((root / "out" / "meta" / "info.json").read_text())
     assert on_disk["format_version"] == 1 and on_disk["counts"] == info["counts"]
@@ -120,3 +125,27 @@ def test_rebuild_replaces_files(dataset, tmp_path):
         sorted(p.name for p in (out / "wds").iterdir()) == ["shard-000000.tar"]
         and info["counts"]["wds_shards"] == 1
     )
+
+
+def test_shared_dataset_keeps_the_labels_provenance(dataset):
+    """Whoever gets the dataset can tell queried frames from carried ones and re-audit the raw
+    answers: per task, queried / source_key / teacher_id / raw_text / parse_detail."""
+    root, _ = dataset
+    ds = load_dataset(str(root / "out"), cache_dir=str(root / "hf_cache"))["train"]
+    labels = pl.read_parquet(root / "labels.parquet").filter(pl.col("task") == "action")
+    by_key = {r["sample_key"]: r for r in labels.iter_rows(named=True)}
+    checked = 0
+    for row in ds:
+        label = by_key.get(row["key"])
+        if label is None:
+            assert row["a_v_queried"] is None and row["a_v_raw_text"] is None
+            continue
+        assert row["a_v_queried"] == label["queried"]
+        assert row["a_v_source_key"] == label["source_key"]
+        assert row["a_v_teacher_id"] == label["teacher_id"]
+        if label["queried"]:
+            assert row["a_v_raw_text"] == label["raw_text"]
+            checked += 1
+        else:  # the raw answer lives on the queried row the carried one names
+            assert row["a_v_raw_text"] is None and row["a_v_source_key"] != row["key"]
+    assert checked > 0

@@ -219,7 +219,9 @@ def test_shared_dataset_reaches_a_fresh_clone_through_a_dvc_remote(built_b, tmp_
 
     from datasets import load_dataset
 
-    ds = load_dataset(str(clone / "data" / "datasets" / env_id))["train"]
+    ds = load_dataset(str(clone / "data" / "datasets" / env_id), cache_dir=str(tmp_path / "hf"))[
+        "train"
+    ]
     assert ds.num_rows == 2 * 21 and ds[0]["image"].size == (32, 32)
 
     # train from the pulled dataset in the clone: a new seed retrains the agent, nothing upstream

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ from pipeline.dataset.layout import (
     LABEL_COLUMNS,
     PARQUET_DIR,
     PARQUET_PATTERN,
+    PROVENANCE_FIELDS,
+    TASK_PREFIX,
     WDS_DIR,
 )
 from pipeline.io import atomic_write_bytes, atomic_write_json, sha256_file
@@ -40,6 +43,9 @@ from pipeline.rollouts.format import MANIFEST_NAME, SHARD_PATTERN
 from pipeline.rollouts.reader import iter_shard, load_manifest
 from pipeline.rollouts.writer import AtomicShardWriter, encode_json
 
+# The packages whose versions decide what a dataset holds (frames, labels, file format).
+SOFTWARE = ("vlmrl-pipeline", "gymnasium", "mujoco", "dm_control", "datasets", "polars")
+
 
 def _label_lookup(labels: pl.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
     """sample_key -> task -> {value columns, status, queried, source_key}."""
@@ -47,7 +53,13 @@ def _label_lookup(labels: pl.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
     for row in labels.iter_rows(named=True):
         entry = {c: row[c] for c in LABEL_COLUMNS[row["task"]] if row[c] is not None}
         entry.update(
-            status=row["parse_status"], queried=row["queried"], source_key=row["source_key"]
+            status=row["parse_status"],
+            queried=row["queried"],
+            source_key=row["source_key"],
+            teacher_id=row["teacher_id"],
+            # the raw answer once, on the queried row; carried rows name it in source_key
+            raw_text=row["raw_text"] if row["queried"] else None,
+            parse_detail=row["parse_detail"] if row["queried"] else None,
         )
         out.setdefault(row["sample_key"], {})[row["task"]] = entry
     return out
@@ -83,6 +95,11 @@ def _features(discrete: bool, has_state: bool) -> Any:
             "judge_status": Value("string"),
             "mask": Image(),
             "mask_phrases": List(Value("string")),
+            **{
+                f"{prefix}_{name}": Value("bool") if name == "queried" else Value("string")
+                for prefix in TASK_PREFIX.values()
+                for name in PROVENANCE_FIELDS
+            },
         }
     )
 
@@ -119,6 +136,11 @@ def _hf_row(
         "judge_status": labels.get("judge", {}).get("status"),
         "mask": None if mask is None else {"bytes": mask["combined"], "path": None},
         "mask_phrases": None if mask is None else mask["phrases"],
+        **{
+            f"{prefix}_{name}": labels.get(task, {}).get(name)
+            for task, prefix in TASK_PREFIX.items()
+            for name in PROVENANCE_FIELDS
+        },
     }
     if has_state:
         row["state"] = record["state"]
@@ -216,6 +238,9 @@ def build_dataset(
         "env_id": env_id,
         "env": manifest["env"],
         "collect": manifest["collect"],
+        "acting_teacher": manifest.get("acting_teacher"),
+        # what produced it; versions, not a commit, so the same inputs give the same bytes
+        "software": {name: version(name) for name in SOFTWARE},
         "observation": manifest["observation"],
         "action_space": space,
         "action_names": list(schema.action_names),

@@ -7,7 +7,32 @@ from typing import Any
 
 from jinja2 import Environment
 
+# The papers whose methods the labels serve (seeds of the project's design).
+CITATIONS = """@article{erpv,
+  title = {ERPv: Enhancing Visual Reinforcement Learning with Partially Reliable Knowledge from VLMs},
+  note = {under double-blind review}
+}
+@article{semore,
+  title = {Semore: VLM-guided Enhanced Semantic Motion Representations for Visual Reinforcement
+           Learning}
+}
+@article{chen_macro_semantics,
+  title = {Macro Semantics, Micro Kinematics: Bridging VLMs and Dense Control in Embodied RL},
+  author = {Chen, Zekai}
+}"""
+
+# The Hub's size categories (number of rows).
+_SIZES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")]
+
+
+def size_category(rows: int) -> str:
+    return next((name for limit, name in _SIZES if rows < limit), "n>1M")
+
+
 _CARD = """---
+license: mit
+size_categories:
+- {{ size_category }}
 configs:
 - config_name: default
   data_files:
@@ -60,6 +85,27 @@ labels `{{ "a_v_index" if info.action_choices else "a_v" }}` (the teacher's acti
 Semore eq. 4, clipped to 1) and `mask_phrases`. Frames between two queries carry the last queried
 label. Training shards in `wds/` hold the same samples with per-phrase masks (`masks.npz`).
 
+Provenance of each label, per task prefix (`a_v`, `milestone`, `objects`, `judge`):
+`<prefix>_queried` (the teacher saw this frame; false: the row carries the label of an earlier
+queried frame of the episode), `<prefix>_source_key` (the `key` of that queried frame),
+`<prefix>_teacher_id` (who answered), `<prefix>_raw_text` (the answer as it came back, on queried
+rows) and `<prefix>_parse_detail` (how it parsed). With them, the answers can be re-audited
+without the pipeline.
+
+## Provenance
+
+{% if info.acting_teacher %}Teacher phases of the collection acted on `{{ info.acting_teacher.id }}` (ERPv D.1's RAE); the labels
+are the labelling teacher's, asked afterwards. {% endif %}Made with {% for name, v in info.software.items() %}`{{ name }} {{ v }}`{{ ", " if not loop.last else "." }}{% endfor %}
+
+## License and citation
+
+The dataset is released under the MIT license, as the pipeline that made it (`LICENSE`). The
+labels serve the methods of these papers; cite them if you use the labels for those methods:
+
+```bibtex
+{{ citations }}
+```
+
 ## Load
 
 ```python
@@ -88,5 +134,12 @@ def render_card(info: dict[str, Any]) -> str:
     return (
         Environment(keep_trailing_newline=True)
         .from_string(_CARD)
-        .render(info=info, c=info["counts"], statuses=statuses, scripted=scripted)
+        .render(
+            info=info,
+            c=info["counts"],
+            statuses=statuses,
+            scripted=scripted,
+            size_category=size_category(info["counts"]["samples"]),
+            citations=CITATIONS,
+        )
     )

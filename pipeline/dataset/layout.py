@@ -39,6 +39,16 @@ LABEL_COLUMNS: dict[str, list[str]] = {
     "objects": ["objects"],
     "judge": ["judge"],
 }
+# The prefix of each task's columns in the parquet (`<prefix>_status`, provenance below).
+TASK_PREFIX: dict[str, str] = {
+    "action": "a_v",
+    "milestone": "milestone",
+    "objects": "objects",
+    "judge": "judge",
+}
+# Provenance of each task's label, so that whoever gets the dataset can tell queried frames from
+# carried ones and re-audit the answers: `<prefix>_<field>`.
+PROVENANCE_FIELDS = ("queried", "source_key", "teacher_id", "raw_text", "parse_detail")
 # Parquet columns of the observations stage two reads, by the agent's `obs` kind.
 OBS_COLUMN: dict[str, str] = {"pixels": "image", "state": "state"}
 # Per-step parquet columns every transition reader needs (RLDS-style episodes, ERPv's a_v).
