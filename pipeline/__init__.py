@@ -1,0 +1,1 @@
+"""vlmrl-pipeline: VLM labels paid for once (stage one), read by RL agents (stage two)."""
