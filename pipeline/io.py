@@ -49,3 +49,19 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def check_writable(*directories: str | Path) -> None:
+    """Fail before any paid work when an output location cannot be written: creates each
+    directory if needed and writes then removes a probe file in it."""
+    for directory in directories:
+        directory = Path(directory)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-probe-"):
+                pass
+        except OSError as exc:
+            raise PermissionError(
+                f"{directory} is not writable ({exc.strerror or exc}); nothing was computed yet: "
+                f"fix its permissions (or choose another location) and rerun"
+            ) from None

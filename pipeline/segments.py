@@ -1,13 +1,25 @@
 """An append-only key -> row store in parquet segments: the storage of the label and mask caches.
 
-Each `put_many` appends one segment (`segment-000000.parquet`, ...) written atomically, so a kill
-loses at most the batch in flight; segments are never rewritten. Read-only layers (`read_also`)
-let one stage reuse entries another stage paid for without writing into its output.
+Each `put_many` appends one segment written atomically, so a kill loses at most the batch in
+flight; segments are never rewritten. A segment is named after the sha256 of its bytes
+(`segment-<sha256>.parquet`):
+
+- its checksum travels with it: every segment is verified before its bytes reach the parquet
+  reader, and a damaged one is reported by name and never read (a flipped bit in a parquet file
+  can otherwise be read silently with changed values, or abort the process inside the reader);
+- names do not depend on how many segments exist, so removing any segment costs only its
+  entries, and two runs that write the same rows write the same file.
+
+Segments of the first format (`segment-000000.parquet`, numbered, no checksum) are still read, and
+renamed to their checksum once read. Read-only layers (`read_also`) let one stage reuse entries
+another stage paid for without writing into its output.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,12 +28,32 @@ import polars as pl
 
 from pipeline.io import atomic_write_bytes
 
-SEGMENT_PATTERN = "segment-%06d.parquet"
 SEGMENT_GLOB = "segment-*.parquet"
+_CHECKSUMMED = re.compile(r"segment-([0-9a-f]{64})\.parquet")
+_NUMBERED = re.compile(r"segment-\d{6}\.parquet")  # the first format: no checksum
 
 
 class StoreError(RuntimeError):
-    pass
+    """A store cannot be used as it is; the message names the file and what to do."""
+
+
+def segment_name(data: bytes) -> str:
+    return f"segment-{hashlib.sha256(data).hexdigest()}.parquet"
+
+
+def verify_segment(path: Path) -> bytes:
+    """The bytes of a checksummed segment, or StoreError if they do not match its name."""
+    match = _CHECKSUMMED.fullmatch(path.name)
+    if match is None:
+        raise StoreError(f"{path}: not a checksummed segment name (segment-<sha256>.parquet)")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != match.group(1):
+        raise StoreError(
+            f"{path} is damaged: its bytes do not match the checksum in its name, so none of its "
+            f"entries are used. Move it out of the directory (e.g. `mv {path} {path}.damaged`) "
+            f"and rerun: only its entries are recomputed."
+        )
+    return data
 
 
 class SegmentStore:
@@ -38,22 +70,41 @@ class SegmentStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._rows: dict[str, dict[str, Any]] = {}
         for other in read_also:
-            self._load(Path(other))
-        self._segments = self._load(self.root)
+            self._load(Path(other), writable=False)
+        self._load(self.root, writable=True)
 
-    def _load(self, directory: Path) -> int:
+    def _read(self, path: Path, data: bytes) -> pl.DataFrame:
+        try:
+            frame = pl.read_parquet(io.BytesIO(data))
+        except (Exception, pl.exceptions.PanicException) as exc:
+            raise StoreError(
+                f"{self.name} segment {path} is unreadable ({type(exc).__name__}: {exc}); move it "
+                f"out of the directory to recompute its entries"
+            ) from None
+        missing = [c for c in self.schema if c not in frame.columns]
+        if missing:
+            raise StoreError(
+                f"{self.name} segment {path} lacks column(s) {', '.join(missing)}; it was not "
+                f"written by this store: move it out of the directory"
+            )
+        return frame
+
+    def _load(self, directory: Path, writable: bool) -> None:
         segments = sorted(directory.glob(SEGMENT_GLOB)) if directory.is_dir() else []
         for path in segments:
-            try:
-                frame = pl.read_parquet(path)
-            except (pl.exceptions.ComputeError, OSError) as exc:
-                raise StoreError(
-                    f"{self.name} segment {path} is unreadable ({exc}); move it away to recompute "
-                    f"its entries"
-                ) from exc
+            if _NUMBERED.fullmatch(path.name):  # first format: no checksum to verify
+                data = path.read_bytes()
+                frame = self._read(path, data)
+                if writable:  # from now on it carries its checksum
+                    path.rename(path.with_name(segment_name(data)))
+            else:
+                try:
+                    data = verify_segment(path)
+                except StoreError as exc:
+                    raise StoreError(f"{self.name} segment {exc}") from None
+                frame = self._read(path, data)
             for row in frame.iter_rows(named=True):
                 self._rows[row["key"]] = row
-        return len(segments)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -71,10 +122,22 @@ class SegmentStore:
             return
         buf = io.BytesIO()
         pl.DataFrame(list(new.values()), schema=self.schema).write_parquet(buf)
-        # Numbered after the segments present: one writer per store directory at a time.
-        path = self.root / (SEGMENT_PATTERN % self._segments)
-        if path.exists():
-            raise StoreError(f"{path} appeared meanwhile: is another run writing to {self.root}?")
-        atomic_write_bytes(path, buf.getvalue())
-        self._segments += 1
+        data = buf.getvalue()
+        path = self.root / segment_name(data)
+        if not path.exists():  # the same rows, already written (by a run killed after it)
+            atomic_write_bytes(path, data)
         self._rows.update(new)
+
+
+def verify_store(root: str | Path) -> list[str]:
+    """Problems of a store directory, one line each with what to do (empty: all segments match
+    their checksums). For `vlmrl-verify`."""
+    problems = []
+    for path in sorted(Path(root).glob(SEGMENT_GLOB)):
+        if _NUMBERED.fullmatch(path.name):
+            continue  # the first format has no checksum; it gets one on the next stage run
+        try:
+            verify_segment(path)
+        except StoreError as exc:
+            problems.append(str(exc))
+    return problems

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             args.rollouts, params.label, teacher, args.cache, args.out,
             telemetry_dir=args.telemetry,
         )  # fmt: skip
-    except (ConfigError, LabelError, StoreError, FileNotFoundError) as exc:
+    except (ConfigError, LabelError, StoreError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     statuses = ", ".join(f"{s} {n}" for s, n in summary.statuses.most_common())

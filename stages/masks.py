@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out,
             batch_size=params.masks.batch_size,
         )
-    except (ConfigError, StoreError, FileNotFoundError) as exc:
+    except (ConfigError, StoreError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(

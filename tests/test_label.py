@@ -173,9 +173,29 @@ def test_too_many_transport_failures_fail_loudly(rollouts, tmp_path):
     def some(prompt, reply):
         return down(prompt, reply) if prompt.task == "milestone" else reply
 
+    (tmp_path / "labels.parquet").write_bytes(b"a table from an earlier run")
     with pytest.raises(LabelError, match="15 of 51 teacher calls got no answer"):
         _label(rollouts, tmp_path, CountingTeacher(ScriptedTeacher(0.8, 0), fail=some))
-    assert (tmp_path / "labels.parquet").exists()  # the failures are on record
+    # a failed stage leaves no table a later stage could take for a good one; the failures are
+    # on record beside it
+    assert not (tmp_path / "labels.parquet").exists()
+    failed = pl.read_parquet(tmp_path / "labels.parquet.failed")
+    queried = failed.filter(pl.col("queried") & (pl.col("parse_status") == "http_error"))
+    assert queried.height == 15
+
+
+def test_a_read_only_cache_fails_before_the_first_paid_call(rollouts, tmp_path):
+    import os
+
+    if os.geteuid() == 0:  # root writes anywhere: make the cache location a file instead
+        (tmp_path / "cache").write_text("not a directory")
+    else:
+        (tmp_path / "cache").mkdir()
+        (tmp_path / "cache").chmod(0o500)
+    counting = CountingTeacher(ScriptedTeacher(0.8, 0))
+    with pytest.raises(PermissionError, match=f"{tmp_path / 'cache'} is not writable"):
+        _label(rollouts, tmp_path, counting)
+    assert counting.asked == []  # nothing paid for
 
 
 def test_truncated_answers_are_classified(rollouts, tmp_path):
@@ -203,8 +223,48 @@ def test_corrupt_cache_segment_is_reported_by_name(rollouts, tmp_path):
     _label(rollouts, tmp_path, ScriptedTeacher(0.8, 0))
     segment = sorted((tmp_path / "cache").glob("segment-*.parquet"))[0]
     segment.write_bytes(segment.read_bytes()[:100])
-    with pytest.raises(StoreError, match=f"label cache segment {segment} is unreadable"):
+    with pytest.raises(StoreError, match=f"label cache segment {segment} is damaged"):
         _label(rollouts, tmp_path, ScriptedTeacher(0.8, 0))
+
+
+def test_every_flipped_bit_of_a_segment_is_reported_by_name_never_served(rollouts, tmp_path):
+    """Flip one bit at a time through a label-cache segment: each flip is reported by name before
+    the parquet reader sees the bytes (no changed label, no traceback, no abort)."""
+    from pipeline.segments import StoreError
+
+    _label(rollouts, tmp_path, ScriptedTeacher(0.8, 0))
+    segment = sorted((tmp_path / "cache").glob("segment-*.parquet"))[0]
+    original = segment.read_bytes()
+    for position in range(len(original)):
+        flipped = bytearray(original)
+        flipped[position] ^= 1 << (position % 8)
+        segment.write_bytes(bytes(flipped))
+        with pytest.raises(StoreError, match=f"{segment} is damaged"):
+            LabelCache(tmp_path / "cache")
+    segment.write_bytes(original)
+    assert len(LabelCache(tmp_path / "cache")) > 0
+
+
+def test_removing_any_segment_costs_only_its_entries(rollouts, tmp_path):
+    """The recovery the error recommends: move a segment away and rerun; only its entries are
+    asked again, and later runs keep working (segment names do not count segments)."""
+    _label(rollouts, tmp_path, ScriptedTeacher(0.8, 0))
+    segments = sorted((tmp_path / "cache").glob("segment-*.parquet"))
+    assert len(segments) > 2
+    lost = pl.read_parquet(segments[1]).height
+    segments[1].rename(tmp_path / "moved-away.parquet")
+    counting = CountingTeacher(ScriptedTeacher(0.8, 0))
+    label_rollouts(
+        rollouts, label_cfg(), counting, tmp_path / "cache", tmp_path / "again.parquet",
+        progress=False,
+    )  # fmt: skip
+    assert len(counting.asked) == lost
+    again = CountingTeacher(ScriptedTeacher(0.8, 0))
+    label_rollouts(
+        rollouts, label_cfg(), again, tmp_path / "cache", tmp_path / "third.parquet",
+        progress=False,
+    )  # fmt: skip
+    assert again.asked == []
 
 
 def test_same_frames_same_teacher_same_bytes_on_any_machine(rollouts, tmp_path):

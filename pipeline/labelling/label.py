@@ -26,7 +26,7 @@ import polars as pl
 from tqdm import tqdm
 
 from pipeline.config import LabelConfig
-from pipeline.io import atomic_write_bytes
+from pipeline.io import atomic_write_bytes, check_writable
 from pipeline.labels.cache import CachedAnswer, LabelCache, cache_key
 from pipeline.labels.parsers import PARSER_VERSION
 from pipeline.labels.status import LABELLED_STATUSES, TRANSPORT_FAILURES, ParseStatus
@@ -61,6 +61,9 @@ LABEL_TABLE_SCHEMA = {
     "raw_text": pl.String,
     "finish_reason": pl.String,
 }
+
+
+FAILED_SUFFIX = ".failed"  # the table of a failed run, beside where the table would be
 
 
 class LabelError(RuntimeError):
@@ -154,6 +157,9 @@ def label_rollouts(
     the calls' latency and attempts to `telemetry_dir` (not a DVC output) when given."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
+    # every answer is paid for: every place it goes must be writable before the first call
+    out_path = Path(out_path)
+    check_writable(cache_dir, out_path.parent, *([telemetry_dir] if telemetry_dir else []))
     # answers the collect stage paid for while acting (behaviours teacher / rae) are reused
     cache = LabelCache(
         cache_dir, read_also=[Path(rollout_dir) / TEACHER_CACHE_DIR], telemetry=telemetry_dir
@@ -248,14 +254,19 @@ def label_rollouts(
     table = pl.DataFrame(rows, schema=LABEL_TABLE_SCHEMA).sort(["episode", "t", "task"])
     buf = io.BytesIO()
     table.write_parquet(buf)
-    atomic_write_bytes(out_path, buf.getvalue())
     summary.rows = table.height
 
     calls = summary.teacher_calls
     if calls and summary.transport_failures / calls > cfg.max_transport_failure_rate:
+        # a failed stage leaves no table a later stage could take for a good one
+        out_path.unlink(missing_ok=True)
+        failed = out_path.with_name(out_path.name + FAILED_SUFFIX)
+        atomic_write_bytes(failed, buf.getvalue())
         raise LabelError(
             f"{summary.transport_failures} of {calls} teacher calls got no answer (more than "
-            f"max_transport_failure_rate={cfg.max_transport_failure_rate}); the table {out_path} "
-            f"records them, rerun to retry them (answers already received are cached)"
+            f"max_transport_failure_rate={cfg.max_transport_failure_rate}); no label table was "
+            f"written ({failed} records the failures for inspection: not an output). Rerun to "
+            f"retry them: answers already received are cached"
         )
+    atomic_write_bytes(out_path, buf.getvalue())
     return summary

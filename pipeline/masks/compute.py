@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from pipeline.io import atomic_write_bytes
+from pipeline.io import atomic_write_bytes, check_writable
 from pipeline.labels.status import LABELLED_STATUSES
 from pipeline.masks.base import MaskBackend, MaskRequest, combine, decode_mask, encode_mask
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
@@ -75,6 +75,7 @@ def compute_masks(
 ) -> MaskSummary:
     manifest = load_manifest(rollout_dir)
     env_id = manifest["env_id"]
+    check_writable(cache_dir, Path(out_path).parent)  # before any (GPU-)paid mask
     objects = (
         pl.read_parquet(labels_path)
         .filter((pl.col("task") == "objects") & pl.col("parse_status").is_in(LABELLED_STATUSES))

@@ -1,0 +1,54 @@
+"""The segment store under the label and mask caches: checksummed names, migration of the first
+(numbered) format, verification for vlmrl-verify."""
+
+import polars as pl
+import pytest
+
+from pipeline.segments import SegmentStore, StoreError, segment_name, verify_store
+
+SCHEMA = {"key": pl.String, "value": pl.Int64}
+
+
+def test_segments_are_named_after_their_bytes_and_rewrites_are_idempotent(tmp_path):
+    store = SegmentStore(tmp_path, SCHEMA)
+    store.put_many([{"key": "a", "value": 1}, {"key": "b", "value": 2}])
+    (path,) = tmp_path.glob("segment-*.parquet")
+    assert path.name == segment_name(path.read_bytes())
+    again = SegmentStore(tmp_path / "other", SCHEMA)
+    again.put_many([{"key": "a", "value": 1}, {"key": "b", "value": 2}])
+    assert [p.name for p in (tmp_path / "other").glob("segment-*")] == [path.name]  # same bytes
+    assert SegmentStore(tmp_path, SCHEMA).get("b") == {"key": "b", "value": 2}
+    assert verify_store(tmp_path) == []
+
+
+def test_a_numbered_segment_of_the_first_format_is_read_and_gets_its_checksum(tmp_path):
+    pl.DataFrame({"key": ["x"], "value": [7]}, schema=SCHEMA).write_parquet(
+        tmp_path / "segment-000000.parquet"
+    )
+    store = SegmentStore(tmp_path, SCHEMA)
+    assert store.get("x")["value"] == 7
+    (path,) = tmp_path.glob("segment-*.parquet")
+    assert path.name == segment_name(path.read_bytes())
+
+
+def test_verify_store_names_a_damaged_segment_and_says_what_to_do(tmp_path):
+    SegmentStore(tmp_path, SCHEMA).put_many([{"key": "a", "value": 1}])
+    (path,) = tmp_path.glob("segment-*.parquet")
+    path.write_bytes(path.read_bytes()[:-3])
+    (problem,) = verify_store(tmp_path)
+    assert str(path) in problem and "mv " in problem
+    with pytest.raises(StoreError, match="is damaged"):
+        SegmentStore(tmp_path, SCHEMA)
+
+
+def test_vlmrl_verify_checks_caches_and_names_the_damaged_segment(tmp_path, capsys):
+    from pipeline.rollouts.verify import main
+
+    SegmentStore(tmp_path / "good", SCHEMA).put_many([{"key": "a", "value": 1}])
+    SegmentStore(tmp_path / "bad", SCHEMA).put_many([{"key": "a", "value": 1}])
+    (path,) = (tmp_path / "bad").glob("segment-*.parquet")
+    path.write_bytes(b"\0" + path.read_bytes()[1:])
+    assert main(["--caches", str(tmp_path / "good")]) == 0
+    assert main(["--caches", str(tmp_path / "good"), str(tmp_path / "bad")]) == 1
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'good'}: ok" in out and f"{path} is damaged" in out
