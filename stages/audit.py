@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from pipeline.labelling.audit import write_audit
+from pipeline.rollouts.reader import RolloutIntegrityError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         audit = write_audit(args.rollouts, args.labels, args.out, args.masks, args.telemetry)
-    except FileNotFoundError as exc:
+    except (RolloutIntegrityError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     agreement = ", ".join(f"{t} {100 * s['rate']:.0f} %" for t, s in audit["agreement"].items())

@@ -13,6 +13,7 @@ import sys
 
 from pipeline.config import ConfigError, load_params
 from pipeline.labelling.label import LabelError, label_rollouts
+from pipeline.rollouts.reader import RolloutIntegrityError
 from pipeline.segments import StoreError
 from pipeline.teachers import make_teacher
 
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             args.rollouts, params.label, teacher, args.cache, args.out,
             telemetry_dir=args.telemetry,
         )  # fmt: skip
-    except (ConfigError, LabelError, StoreError, OSError) as exc:
+    except (ConfigError, LabelError, StoreError, RolloutIntegrityError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     statuses = ", ".join(f"{s} {n}" for s, n in summary.statuses.most_common())

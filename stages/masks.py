@@ -13,6 +13,7 @@ import sys
 from pipeline.config import ConfigError, load_params
 from pipeline.masks import make_mask_backend
 from pipeline.masks.compute import compute_masks
+from pipeline.rollouts.reader import RolloutIntegrityError
 from pipeline.segments import StoreError
 
 
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out,
             batch_size=params.masks.batch_size,
         )
-    except (ConfigError, StoreError, OSError) as exc:
+    except (ConfigError, StoreError, RolloutIntegrityError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(

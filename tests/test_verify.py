@@ -1,5 +1,6 @@
 import json
 import shutil
+import tarfile
 
 import pytest
 
@@ -126,3 +127,36 @@ def test_bad_records_are_reported(rollouts):
     assert any(
         p.startswith("shard-000001.tar: unreadable") and "lacks ['png']" in p for p in problems
     )
+
+
+def test_every_stage_that_reads_rollouts_checks_them_against_the_manifest(tmp_path):
+    """A shard cut at a member boundary, or damaged, is named, never labelled: the label stage run
+    alone (dvc repro -s, or by hand) reads the rollouts through the same check."""
+    import shutil
+
+    from pipeline.labelling.label import label_rollouts
+    from pipeline.rollouts.collect import collect
+    from pipeline.rollouts.reader import RolloutIntegrityError, iter_rollouts
+    from pipeline.teachers.scripted import ScriptedTeacher
+    from tests.conftest import collect_cfg, env_cfg, label_cfg
+
+    good = tmp_path / "good"
+    collect("MountainCar-v0", env_cfg(max_episode_steps=10), collect_cfg(episodes=2), good,
+            progress=False)  # fmt: skip
+    assert len(list(iter_rollouts(good))) == 2 * 11
+    shard = sorted(good.glob("shard-*.tar"))[0]
+    data = shard.read_bytes()
+    with tarfile.open(shard) as tar:
+        members = tar.getmembers()
+    cut_at = members[len(members) // 2].offset  # a member boundary: a valid, shorter tar
+    for name, damaged, message in [
+        ("cut", data[:cut_at] + b"\\0" * 1024, "truncated"),
+        ("flipped", data[:600] + bytes([data[600] ^ 1]) + data[601:], "damaged"),
+    ]:
+        broken = tmp_path / name
+        shutil.copytree(good, broken)
+        (broken / shard.name).write_bytes(damaged)
+        with pytest.raises(RolloutIntegrityError, match=f"{broken / shard.name} is {message}"):
+            label_rollouts(broken, label_cfg(), ScriptedTeacher(0.8, 0), tmp_path / f"{name}c",
+                           tmp_path / f"{name}.parquet", progress=False)  # fmt: skip
+        assert not (tmp_path / f"{name}.parquet").exists()

@@ -13,6 +13,7 @@ import numpy as np
 import webdataset as wds
 from PIL import Image
 
+from pipeline.io import sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME, parse_sample_key
 
 
@@ -52,8 +53,43 @@ def load_manifest(rollout_dir: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+class RolloutIntegrityError(ValueError):
+    """A shard does not match what its manifest recorded; the message names it and the fix."""
+
+
+def _fix(rollout_dir: Path) -> str:
+    return (
+        f"restore it with `dvc checkout {rollout_dir}` (or `dvc pull`), or recollect it "
+        f"(`dvc repro collect@<env>`); `vlmrl-verify {rollout_dir}` lists every problem"
+    )
+
+
 def iter_rollouts(rollout_dir: str | Path) -> Iterator[RolloutSample]:
-    """Every sample of a finished collection, shard by shard, in step order."""
+    """Every sample of a finished collection, shard by shard, in step order. Each shard is
+    checked against its manifest entry (size and sha256 before any sample is read, the sample
+    count after), so no stage labels, masks or trains on a damaged or cut shard."""
     rollout_dir = Path(rollout_dir)
     for shard in load_manifest(rollout_dir)["shards"]:
-        yield from iter_shard(rollout_dir / shard["name"])
+        path = rollout_dir / shard["name"]
+        if not path.exists():
+            raise RolloutIntegrityError(f"{path} is missing; {_fix(rollout_dir)}")
+        size = path.stat().st_size
+        if size != shard["bytes"]:
+            cut = "truncated" if size < shard["bytes"] else "longer than recorded"
+            raise RolloutIntegrityError(
+                f"{path} is {cut}: {size} bytes, its manifest records {shard['bytes']}; "
+                f"{_fix(rollout_dir)}"
+            )
+        if sha256_file(path) != shard["sha256"]:
+            raise RolloutIntegrityError(
+                f"{path} is damaged: its sha256 does not match its manifest; {_fix(rollout_dir)}"
+            )
+        samples = 0
+        for sample in iter_shard(path):
+            samples += 1
+            yield sample
+        if samples != shard["samples"]:
+            raise RolloutIntegrityError(
+                f"{path} holds {samples} samples, its manifest records {shard['samples']}; "
+                f"{_fix(rollout_dir)}"
+            )
