@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"labelling", "dataset", "shaping"},  # label stage + audit; shareable dataset; hybrid PBRS
     {"agents"},  # PPO, SAC, ERPv, Semore, replay, checkpoints
     {"curves", "evaluation"},  # dvclive logs; deployed policies and their evaluation
-    {"training"},  # the train and pretrain_critic stages' logic
+    {"training", "integrity"},  # train / pretrain_critic logic; vlmrl-verify over everything
 ]
 LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 

@@ -1,4 +1,5 @@
 import io
+import json
 
 import numpy as np
 import polars as pl
@@ -6,9 +7,16 @@ import pytest
 from PIL import Image
 
 from pipeline.agents.replay import ReplayBuffer
-from pipeline.dataset.layout import dataset_action_space
+from pipeline.dataset.layout import (
+    DATASET_FORMAT_VERSION,
+    INFO_PATH,
+    DatasetIntegrityError,
+    dataset_action_space,
+    verify_dataset,
+)
 from pipeline.dataset.stacking import FrameStacker
 from pipeline.dataset.transitions import OfflineTransitions, load_offline_transitions
+from pipeline.io import sha256_file
 from pipeline.labels.status import LABELLED_STATUSES
 from pipeline.rollouts.reader import iter_rollouts
 
@@ -247,10 +255,38 @@ SCHEMA = {
 
 
 def write_dataset(root, files: list[list[dict]], drop: tuple[str, ...] = ()) -> None:
+    """Parquet files and the meta/info.json (format version, file checksums) readers verify."""
     (root / "data").mkdir(parents=True, exist_ok=True)
+    names = []
     for i, rows in enumerate(files):
         df = pl.DataFrame(rows, schema=SCHEMA).drop(list(drop))
-        df.write_parquet(root / "data" / f"train-{i:05d}-of-{len(files):05d}.parquet")
+        names.append(f"data/train-{i:05d}-of-{len(files):05d}.parquet")
+        df.write_parquet(root / names[-1])
+    (root / "meta").mkdir(exist_ok=True)
+    info = {
+        "format_version": DATASET_FORMAT_VERSION,
+        "files": {name: sha256_file(root / name) for name in names},
+    }
+    (root / INFO_PATH).write_text(json.dumps(info))
+
+
+def test_a_damaged_or_cut_parquet_is_never_trained_on(tmp_path):
+    """Stage two verifies the files it reads against meta/info.json and names the file."""
+    write_dataset(tmp_path, [dataset_rows({0: 3}, {})])
+    (path,) = (tmp_path / "data").glob("*.parquet")
+    data = path.read_bytes()
+    for damaged, what in [
+        (data[: len(data) // 2], "damaged"),
+        (data[:-20] + b"\0" * 20, "damaged"),
+    ]:
+        path.write_bytes(damaged)
+        with pytest.raises(DatasetIntegrityError, match=f"{path} is {what}.*dvc checkout"):
+            load_offline_transitions(tmp_path, "state")
+        assert verify_dataset(tmp_path)
+    path.write_bytes(data)
+    assert verify_dataset(tmp_path) == []
+    (tmp_path / "data" / "train-00009-of-00010.parquet").write_bytes(data)
+    assert "is not part of this dataset" in verify_dataset(tmp_path)[0]
 
 
 def test_load_offline_transitions_follows_the_rlds_conventions(tmp_path):

@@ -42,7 +42,7 @@ def test_verify_store_names_a_damaged_segment_and_says_what_to_do(tmp_path):
 
 
 def test_vlmrl_verify_checks_caches_and_names_the_damaged_segment(tmp_path, capsys):
-    from pipeline.rollouts.verify import main
+    from pipeline.integrity import main
 
     SegmentStore(tmp_path / "good", SCHEMA).put_many([{"key": "a", "value": 1}])
     SegmentStore(tmp_path / "bad", SCHEMA).put_many([{"key": "a", "value": 1}])
@@ -51,4 +51,4 @@ def test_vlmrl_verify_checks_caches_and_names_the_damaged_segment(tmp_path, caps
     assert main(["--caches", str(tmp_path / "good")]) == 0
     assert main(["--caches", str(tmp_path / "good"), str(tmp_path / "bad")]) == 1
     out = capsys.readouterr().out
-    assert f"{tmp_path / 'good'}: ok" in out and f"{path} is damaged" in out
+    assert f"{tmp_path / 'good'} (cache): ok" in out and f"{path} is damaged" in out

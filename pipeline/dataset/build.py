@@ -261,6 +261,12 @@ def build_dataset(
             "wds_shards": wds_shards,
         },
         "parse_status": statuses,
+        # every file's checksum: readers verify what they read against it
+        "files": {
+            str(path.relative_to(out_dir)): sha256_file(path)
+            for pattern in (f"{PARQUET_DIR}/*.parquet", f"{WDS_DIR}/*.tar")
+            for path in sorted(out_dir.glob(pattern))
+        },
         "sources": {
             "rollout_manifest_sha256": sha256_file(rollout_dir / MANIFEST_NAME),
             "labels_sha256": sha256_file(labels_path),

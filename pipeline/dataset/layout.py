@@ -58,24 +58,58 @@ MASK_COLUMN = "mask"  # Semore eq. 4's combined mask (8-bit PNG), null where the
 JUDGE_COLUMNS = ("judge", "judge_status")
 
 
+class DatasetIntegrityError(ValueError):
+    """A dataset file does not match the checksum meta/info.json records for it."""
+
+
+def verify_dataset(dataset_dir: str | Path) -> list[str]:
+    """Problems of a dataset directory against its meta/info.json, one line each with the fix
+    (empty: every file it records is there with its checksum, and no parquet is unrecorded)."""
+    dataset_dir = Path(dataset_dir)
+    fix = f"restore it with `dvc checkout {dataset_dir}` or rebuild it (`dvc repro dataset@<env>`)"
+    try:
+        recorded = read_info(dataset_dir).get("files")
+    except (FileNotFoundError, ValueError) as exc:
+        return [f"{exc}"]
+    if recorded is None:
+        return [f"{dataset_dir / INFO_PATH} records no file checksums (older dataset); {fix}"]
+    problems = []
+    for name, sha in sorted(recorded.items()):
+        path = dataset_dir / name
+        if not path.exists():
+            problems.append(f"{path} is missing; {fix}")
+        elif sha256_file(path) != sha:
+            problems.append(f"{path} is damaged: its sha256 does not match {INFO_PATH}; {fix}")
+    for path in sorted(dataset_dir.glob(PARQUET_GLOB)):
+        if str(path.relative_to(dataset_dir)) not in recorded:
+            problems.append(f"{path} is not part of this dataset ({INFO_PATH}); remove it")
+    return problems
+
+
 def parquet_files(dataset_dir: str | Path) -> list[Path]:
-    """The dataset's parquet files in order; an error that says what to do when there are none."""
-    files = sorted(Path(dataset_dir).glob(PARQUET_GLOB))
+    """The dataset's parquet files in order, each verified against the checksum meta/info.json
+    records, so that no damaged file reaches the parquet reader (or training)."""
+    dataset_dir = Path(dataset_dir)
+    files = sorted(dataset_dir.glob(PARQUET_GLOB))
     if not files:
         raise FileNotFoundError(
             f"no parquet files ({PARQUET_GLOB}) in {dataset_dir}: build the dataset first "
             f"(`dvc repro dataset@<env>`)"
         )
+    problems = verify_dataset(dataset_dir)
+    if problems:
+        raise DatasetIntegrityError("\n".join(problems))
     return files
 
 
 def dataset_hashes(dataset_dir: str | Path) -> dict[str, str]:
-    """sha256 of each parquet file, keyed `dataset/data/<name>`: what a model trained on it
-    records as its data."""
+    """sha256 of each (verified) parquet file, keyed `dataset/data/<name>`: what a model trained
+    on it records as its data."""
     dataset_dir = Path(dataset_dir)
+    recorded = read_info(dataset_dir)["files"]
     return {
-        f"dataset/{path.relative_to(dataset_dir)}": sha256_file(path)
-        for path in parquet_files(dataset_dir)
+        f"dataset/{name}": recorded[name]
+        for name in (str(p.relative_to(dataset_dir)) for p in parquet_files(dataset_dir))
     }
 
 

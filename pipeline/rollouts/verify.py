@@ -26,7 +26,6 @@ from pipeline.rollouts.format import (
     action_problem,
 )
 from pipeline.rollouts.reader import iter_shard
-from pipeline.segments import verify_store
 
 MAX_PROBLEMS_PER_SHARD = 20
 
@@ -220,27 +219,11 @@ def verify_rollouts(rollout_dir: str | Path, *, check_frames: bool = True) -> Ve
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="Check rollout directories, and label / mask caches, for integrity."
-    )
-    parser.add_argument("rollout_dirs", nargs="*", help="directories written by collect")
-    parser.add_argument(
-        "--caches",
-        nargs="+",
-        default=[],
-        help="label / mask cache directories (e.g. data/label_cache/* data/mask_cache/*): every "
-        "segment is checked against the checksum in its name",
-    )
+    parser = argparse.ArgumentParser(description="Check rollout directories for integrity.")
+    parser.add_argument("rollout_dirs", nargs="+", help="directories written by collect")
     parser.add_argument("--json", help="write the reports (counts and problems) to this file")
     parser.add_argument("--no-frames", action="store_true", help="skip decoding every PNG")
     args = parser.parse_args(argv)
-    if not args.rollout_dirs and not args.caches:
-        parser.error("give rollout directories and/or --caches")
-    cache_problems = {d: verify_store(d) for d in args.caches}
-    for directory, problems in cache_problems.items():
-        print(f"{directory}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
-        for problem in problems:
-            print(f"  {problem}")
     reports = [verify_rollouts(d, check_frames=not args.no_frames) for d in args.rollout_dirs]
     for report in reports:
         status = "ok" if report.ok else f"{len(report.problems)} problem(s)"
@@ -253,8 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         out = {r.rollout_dir: {**asdict(r), "ok": r.ok} for r in reports}
         atomic_write_json(args.json, out if len(reports) > 1 else next(iter(out.values())))
-    caches_ok = not any(cache_problems.values())
-    return 0 if all(r.ok for r in reports) and caches_ok else 1
+    return 0 if all(r.ok for r in reports) else 1
 
 
 if __name__ == "__main__":
