@@ -2,8 +2,11 @@
 what was asked for gets a failure status and no value; out-of-range numbers are kept, flagged.
 
 Formats asked for (see the prompt files): one `key: value` line per field, as ERPv's prompts ask
-for `throttle:` and `steer:` (fig. 12-14). A JSON object (structured output) is read the same way. Markdown emphasis around keys (`**steer:** 0`, as in
-ERPv fig. 14) is accepted as the requested format.
+for `throttle:` and `steer:` (fig. 12-14). Named fields on one line separated by commas or
+semicolons (`throttle: 0.3, steer: -0.2`) are the same format, and so is a JSON object (structured
+output). Markdown emphasis around keys (`**steer:** 0`, as in ERPv fig. 14) is accepted. A field
+given twice with different values is `ambiguous` (a model changing its mind, or a repetition
+loop), never "the last one wins".
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pipeline.labels.schema import EnvLabelSchema
 from pipeline.labels.status import ParseStatus
 
 # Part of every cache key: bump it when a parser changes what it returns for some text.
-PARSER_VERSION = "2"
+PARSER_VERSION = "3"
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _NON_FINITE = r"[-+]?(?:nan|inf(?:inity)?)"
@@ -70,21 +73,47 @@ def _json_as_lines(text: str) -> str:
     return "\n".join(lines)
 
 
+# `, steer:` / `; milestone =`: a separator followed by a field name and its `:` or `=`
+_NEXT_FIELD = re.compile(r"\s*[,;]\s*(?=[*_`]*[A-Za-z][A-Za-z_ ]{0,24}?[*_`]*\s*[:=])")
+
+
+def _normalise(text: str) -> str:
+    """JSON objects and one-line `a: 1, b: 2` answers as one `key: value` line per field."""
+    return "\n".join(_NEXT_FIELD.sub("\n", line) for line in _json_as_lines(text).split("\n"))
+
+
+def _field(text: str, key: str) -> tuple[str | None, ParseResult | None]:
+    """The value of `key` (None: absent), or an `ambiguous` result when the answer gives the
+    field more than once with different values."""
+    values = [v.strip() for v in _key_line(key).findall(text)]
+    if not values:
+        return None, None
+    distinct = list(dict.fromkeys(v.lower() for v in values))
+    if len(distinct) > 1:
+        return None, ParseResult(
+            ParseStatus.AMBIGUOUS,
+            detail=f"{key} given {len(values)} times with different values: {distinct[:3]}",
+        )
+    return values[-1], None
+
+
 def parse_action(
     text: str | None, schema: EnvLabelSchema, action_space: dict[str, Any]
 ) -> ParseResult:
     """Continuous: one number per named dimension. Discrete: one of the named choices."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
-    text = _json_as_lines(text)
+    text = _normalise(text)
     if schema.action_choices is not None:
         return _parse_discrete_action(text, schema, action_space)
 
     values: list[float] = []
     missing: list[str] = []
     for name in schema.action_names:
-        matches = _key_line(name).findall(text)
-        numbers = _NUMBER_RE.findall(matches[-1]) if matches else []
+        value, conflict = _field(text, name)
+        if conflict is not None:
+            return conflict
+        numbers = _NUMBER_RE.findall(value) if value is not None else []
         if len(numbers) != 1:
             missing.append(name)
         else:
@@ -137,9 +166,11 @@ def _parse_discrete_action(
     choices = schema.action_choices
     assert choices is not None
     (name,) = schema.action_names
-    matches = _key_line(name).findall(text)
-    if matches:
-        answer = matches[-1].strip().strip("\"'").lower()
+    value, conflict = _field(text, name)
+    if conflict is not None:
+        return conflict
+    if value is not None:
+        answer = value.strip("\"'").lower()
         if answer in choices:
             return ParseResult(ParseStatus.OK, choices.index(answer) + action_space["start"])
         if re.fullmatch(r"\d+", answer):
@@ -178,14 +209,16 @@ def parse_milestone(text: str | None, schema: EnvLabelSchema) -> ParseResult:
     """One label of the env's milestone set; value = (label, Phi_raw)."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
-    text = _json_as_lines(text)
+    text = _normalise(text)
     labels = tuple(schema.milestones)
-    matches = _key_line("milestone").findall(text)
-    if matches:
-        answer = matches[-1].strip().strip("\"'").upper().replace(" ", "_").replace("-", "_")
+    value, conflict = _field(text, "milestone")
+    if conflict is not None:
+        return conflict
+    if value is not None:
+        answer = value.strip("\"'").upper().replace(" ", "_").replace("-", "_")
         if answer in schema.milestones:
             return ParseResult(ParseStatus.OK, (answer, schema.milestones[answer]))
-        found = _choices_in(matches[-1], labels)
+        found = _choices_in(value, labels)
         if len(found) > 1:
             return ParseResult(ParseStatus.AMBIGUOUS, detail=f"milestone line names {found}")
         if not answer:
@@ -208,10 +241,12 @@ def parse_objects(text: str | None) -> ParseResult:
     """Key object phrases (Semore): `objects: a, b, c`; a bulleted list is the fallback."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
-    text = _json_as_lines(text)
-    matches = _key_line("objects").findall(text)
-    if matches:
-        phrases, status = re.split(r"[,;]", matches[-1]), ParseStatus.OK
+    text = _normalise(text)
+    value, conflict = _field(text, "objects")
+    if conflict is not None:
+        return conflict
+    if value is not None:
+        phrases, status = re.split(r"[,;]", value), ParseStatus.OK
     else:
         phrases = re.findall(r"^\s*(?:[-*•]|\d+[.)])\s+(.+?)\s*$", text, re.MULTILINE)
         status = ParseStatus.REGEX_FALLBACK
@@ -221,7 +256,7 @@ def parse_objects(text: str | None) -> ParseResult:
         if phrase and phrase not in cleaned:
             cleaned.append(phrase)
     if not cleaned:
-        if matches:
+        if value is not None:
             return ParseResult(ParseStatus.EMPTY, detail="empty objects line")
         return ParseResult(ParseStatus.FORMAT_COLLAPSE, detail="no `objects:` line and no list")
     too_long = [p for p in cleaned if len(p.split()) > MAX_OBJECT_WORDS]
@@ -241,10 +276,12 @@ def parse_judge(text: str | None) -> ParseResult:
     """Semore's selective-buffer judgement: is the stored action reasonable here? value = bool."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
-    text = _json_as_lines(text)
-    matches = _key_line("reasonable").findall(text)
-    if matches:
-        answer = matches[-1].strip().strip("\"'").lower()
+    text = _normalise(text)
+    value, conflict = _field(text, "reasonable")
+    if conflict is not None:
+        return conflict
+    if value is not None:
+        answer = value.strip("\"'").lower()
         if answer in _YES:
             return ParseResult(ParseStatus.OK, True)
         if answer in _NO:
