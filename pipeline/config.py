@@ -81,6 +81,11 @@ class OpenAITeacherConfig(_Section):
 
     base_url: str = Field(description="Server URL up to /v1, e.g. http://127.0.0.1:8000/v1 (vLLM).")
     model: str = Field(description="Model name the server knows it by.")
+    revision: str = Field(
+        description="Which weights the server serves under `model` (a hub commit, a checkpoint "
+        "hash, a deployment tag: your choice). Part of the teacher id, so answers of different "
+        "weights served under one name never share cache entries."
+    )
     api_key_env: str | None = Field(
         default=None, description="Environment variable holding the API key; null: no key."
     )

@@ -63,10 +63,14 @@ class SegmentStore:
         schema: dict[str, pl.DataType],
         read_also: Sequence[str | Path] = (),
         name: str = "cache",
+        optional: Sequence[str] = (),
     ) -> None:
+        """`optional`: columns added to the schema later; segments written before lack them
+        and read as null."""
         if "key" not in schema:
             raise ValueError("a segment store schema needs a `key` column")
         self.root, self.schema, self.name = Path(root), schema, name
+        self.optional = set(optional)
         self.root.mkdir(parents=True, exist_ok=True)
         self._rows: dict[str, dict[str, Any]] = {}
         for other in read_also:
@@ -81,6 +85,11 @@ class SegmentStore:
                 f"{self.name} segment {path} is unreadable ({type(exc).__name__}: {exc}); move it "
                 f"out of the directory to recompute its entries"
             ) from None
+        frame = frame.with_columns(
+            pl.lit(None, dtype=self.schema[c]).alias(c)
+            for c in self.optional
+            if c not in frame.columns
+        )
         missing = [c for c in self.schema if c not in frame.columns]
         if missing:
             raise StoreError(

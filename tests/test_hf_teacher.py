@@ -67,15 +67,17 @@ def test_hf_teacher_labels_and_classifies_garbage(tiny_vlm, rollouts, tmp_path):
     telemetry = open_telemetry(tmp_path / "telemetry")
     assert all(telemetry.get(k)["latency_s"] > 0 for k in queried["cache_key"].unique())
 
+    cached_teacher = _teacher(tiny_vlm)
     again = label_rollouts(
         rollouts,
         cfg,
-        _teacher(tiny_vlm),
+        cached_teacher,
         tmp_path / "cache",
         tmp_path / "t2.parquet",
         progress=False,
     )
     assert again.teacher_calls == 0 and again.cache_hits == summary.queried
+    assert cached_teacher.model is None  # every prompt a cache hit: the weights never loaded
 
 
 def test_batched_generation_matches_one_at_a_time(tiny_vlm, rollouts):

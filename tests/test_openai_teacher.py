@@ -37,6 +37,7 @@ def _teacher(base_url, model="tiny", **overrides):
     settings = {
         "base_url": base_url,
         "model": model,
+        "revision": "r1",
         "timeout_s": 5.0,
         "max_retries": 1,
         "backoff_s": 0.01,
@@ -132,6 +133,7 @@ class _Scripted(BaseHTTPRequestHandler):
         text, finish = body if isinstance(body, tuple) else (body, "stop")
         payload = {
             "id": "x", "object": "chat.completion", "created": 0, "model": request["model"],
+            "system_fingerprint": "fp_scripted",
             "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": text}}],
         }  # fmt: skip
         data = json.dumps(payload).encode()
@@ -229,3 +231,24 @@ def test_unreachable_server_is_a_clear_error(rollouts, tmp_path):
             tmp_path / "t.parquet",
             progress=False,
         )
+
+
+def test_teacher_id_names_the_revision_and_answers_record_the_server_build(
+    scripted_server, prompt, tmp_path
+):
+    """Other weights served under the same model name never share cache entries, and every
+    answer records the server's system_fingerprint."""
+    url, handler = scripted_server
+    assert _teacher(url).teacher_id == "openai:tiny@r1"
+    assert _teacher(url, revision="r2").teacher_id != _teacher(url).teacher_id
+    handler.script = [(0, 200, "milestone: BOTTOM")]
+    (reply,) = _teacher(url).answer([prompt])
+    assert reply.system_fingerprint == "fp_scripted"
+    from pipeline.labels.cache import LabelCache
+    from pipeline.teachers.cached import ask_through_cache
+
+    cache = LabelCache(tmp_path / "cache")
+    handler.script = [(0, 200, "milestone: BOTTOM")]
+    ask_through_cache(cache, _teacher(url), prompt)
+    hit, cached = ask_through_cache(LabelCache(tmp_path / "cache"), _teacher(url), prompt)
+    assert cached and hit.system_fingerprint == "fp_scripted"

@@ -60,6 +60,7 @@ LABEL_TABLE_SCHEMA = {
     "judge": pl.Boolean,
     "raw_text": pl.String,
     "finish_reason": pl.String,
+    "system_fingerprint": pl.String,  # the server's build, where the teacher's API reports one
 }
 
 
@@ -139,6 +140,7 @@ def _row(
         "parse_detail": detail,
         "raw_text": raw,
         "finish_reason": finish,
+        "system_fingerprint": answer.system_fingerprint,
         **_value_columns(prompt.task, value, space["type"] == "discrete"),
     }
 

@@ -43,6 +43,7 @@ class CachedAnswer:
     prompt_sha256: str
     raw_text: str
     finish_reason: str | None
+    system_fingerprint: str | None = None  # the server's build, where its API reports one
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ _SCHEMA = {
     "prompt_sha256": pl.String,
     "raw_text": pl.String,
     "finish_reason": pl.String,
+    "system_fingerprint": pl.String,
 }
 
 
@@ -92,7 +94,9 @@ class LabelCache:
         read_also: Sequence[str | Path] = (),
         telemetry: str | Path | None = None,
     ) -> None:
-        self._store = SegmentStore(root, _SCHEMA, read_also, name="label cache")
+        self._store = SegmentStore(
+            root, _SCHEMA, read_also, name="label cache", optional=["system_fingerprint"]
+        )
         self.root = self._store.root
         self.telemetry = None if telemetry is None else open_telemetry(telemetry)
 

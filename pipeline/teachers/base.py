@@ -25,6 +25,7 @@ class Reply:
     error_detail: str = ""
     latency_s: float = 0.0  # wall time of the call that produced it (a batch's time is shared)
     attempts: int = 1
+    system_fingerprint: str | None = None  # the server's build, where an API reports one
 
 
 class Teacher(Protocol):

@@ -32,6 +32,7 @@ def store_replies(
             CachedAnswer(
                 key, teacher.teacher_id, prompt.task, frame_sha256(prompt.frame_png),
                 prompt.text_sha256, reply.text or "", reply.finish_reason,
+                reply.system_fingerprint,
             )
             for key, prompt, reply in answered
         ],

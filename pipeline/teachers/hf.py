@@ -46,23 +46,33 @@ class HFTeacher:
         max_new_tokens: int,
         batch_size: int,
     ) -> None:
+        from transformers import AutoConfig
+
+        self._source, self._revision, self._dtype = model, revision, dtype
+        self.device, self.batch_size = device, batch_size
+        # The id needs the exact revision, not the weights: a local checkpoint's file fingerprint
+        # or the hub commit its config resolves to. The model itself (gigabytes for a 7B VLM)
+        # loads on the first prompt that is not a cache hit, so a fully cached rerun never loads.
+        if Path(model).is_dir():
+            resolved = f"local-{local_checkpoint_fingerprint(Path(model))}"
+        else:
+            config = AutoConfig.from_pretrained(model, revision=revision)
+            resolved = getattr(config, "_commit_hash", None) or revision or "main"
+        self.teacher_id = f"hf:{model}@{resolved}:{dtype}"
+        self.decoding: dict[str, Any] = {"do_sample": False, "max_new_tokens": max_new_tokens}
+        self.model: Any = None  # loaded by _load on first use
+
+    def _load(self) -> None:
         import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         self._torch = torch
-        self.processor = AutoProcessor.from_pretrained(model, revision=revision)
+        self.processor = AutoProcessor.from_pretrained(self._source, revision=self._revision)
         self.processor.tokenizer.padding_side = "left"  # decoder-only batching pads on the left
         self.model = AutoModelForImageTextToText.from_pretrained(
-            model, revision=revision, dtype=getattr(torch, dtype)
-        ).to(device)
+            self._source, revision=self._revision, dtype=getattr(torch, self._dtype)
+        ).to(self.device)
         self.model.eval()
-        self.device, self.batch_size = device, batch_size
-        if Path(model).is_dir():
-            resolved = f"local-{local_checkpoint_fingerprint(Path(model))}"
-        else:
-            resolved = getattr(self.model.config, "_commit_hash", None) or revision or "main"
-        self.teacher_id = f"hf:{model}@{resolved}:{dtype}"
-        self.decoding: dict[str, Any] = {"do_sample": False, "max_new_tokens": max_new_tokens}
         self._eos = self.model.generation_config.eos_token_id
 
     def _messages(self, prompt: Prompt) -> list[dict[str, Any]]:
@@ -72,6 +82,8 @@ class HFTeacher:
         ]
 
     def answer(self, prompts: Sequence[Prompt]) -> list[Reply]:
+        if self.model is None and prompts:
+            self._load()
         replies: list[Reply] = []
         for start in range(0, len(prompts), self.batch_size):
             replies += self._answer_batch(prompts[start : start + self.batch_size])

@@ -56,6 +56,7 @@ class OpenAITeacher:
         self,
         base_url: str,
         model: str,
+        revision: str,
         api_key_env: str | None,
         timeout_s: float,
         max_retries: int,
@@ -78,8 +79,9 @@ class OpenAITeacher:
         self.base_url, self.model = base_url, model
         self.max_retries, self.backoff_s, self.concurrency = max_retries, backoff_s, concurrency
         self.json_schema = json_schema
-        # The server URL is not part of the id: the same model served elsewhere gives the same answers.
-        self.teacher_id = f"openai:{model}"
+        # The server URL is not part of the id: the same weights served elsewhere give the same
+        # answers; the revision is, since a name alone may serve other weights tomorrow.
+        self.teacher_id = f"openai:{model}@{revision}"
         self.decoding: dict[str, Any] = {
             "temperature": 0.0,
             "max_tokens": max_tokens,
@@ -131,6 +133,8 @@ class OpenAITeacher:
                     finish_reason=choice.finish_reason,
                     latency_s=time.perf_counter() - started,
                     attempts=attempt,
+                    # the server's build (vLLM, OpenAI): recorded with the answer where given
+                    system_fingerprint=getattr(response, "system_fingerprint", None),
                 )
             if attempt <= self.max_retries:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
