@@ -451,6 +451,13 @@ class SACParams(_Section):
     log_every: int = Field(
         default=1000, ge=1, description="Agent steps per row of training metrics."
     )
+    checkpoint_every: int = Field(
+        default=0,
+        ge=0,
+        description="Agent steps between resume checkpoints (taken at the next episode end, in "
+        "the stage's resume directory): a killed run goes on from the last one, with the same "
+        "final result. 0: none.",
+    )
     eval_episodes: int = Field(
         default=1,
         ge=0,

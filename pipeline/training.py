@@ -8,6 +8,9 @@ finished episode, whatever reward the agent was trained on.
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import logging
 import shutil
 from collections.abc import Callable
@@ -17,6 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from pipeline.agents.erpv import ERPvAgent, VLMCritic, pretrain_vlm_critic
 from pipeline.agents.ppo import train_ppo
@@ -28,7 +32,7 @@ from pipeline.dataset.layout import dataset_action_space, dataset_hashes
 from pipeline.dataset.transitions import load_offline_transitions
 from pipeline.envs import STATE, make_env
 from pipeline.evaluation import deployed, play_episodes
-from pipeline.io import atomic_write_json, sha256_file
+from pipeline.io import atomic_write_bytes, atomic_write_json, sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME
 from pipeline.shaping.potential import HysteresisPotential
 from pipeline.shaping.prototypes import GreyEmbedder, OpenClipEmbedder, PrototypeCache
@@ -236,11 +240,58 @@ def pretrain_critic(
     return logs
 
 
+class ResumeFile:
+    """`train_off_policy`'s resume state in `directory` (outside the stage's DVC outputs, which
+    DVC deletes before a rerun), tagged with a fingerprint of everything the run depends on: a
+    changed run never resumes another's state. Written atomically; removed when the run ends."""
+
+    STATE = "state.pt"
+
+    def __init__(self, directory: str | Path, fingerprint: str, every: int) -> None:
+        self.directory, self.fingerprint, self.every = Path(directory), fingerprint, every
+
+    def load(self) -> dict[str, Any] | None:
+        path = self.directory / self.STATE
+        if not path.exists():
+            return None
+        state = torch.load(io.BytesIO(path.read_bytes()), weights_only=False)  # our own file
+        if state.get("fingerprint") != self.fingerprint:
+            log.warning("%s belongs to other settings or data: starting over", path)
+            return None
+        log.info("resuming %s from step %d", self.directory, state["step"])
+        return state
+
+    def save(self, state: dict[str, Any]) -> None:
+        buffer = io.BytesIO()
+        torch.save({**state, "fingerprint": self.fingerprint}, buffer)
+        atomic_write_bytes(self.directory / self.STATE, buffer.getvalue())
+
+    def clear(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def run_fingerprint(name: str, run: TrainRun, hp: Any, env_cfg: Any, data: dict) -> str:
+    material = {
+        "run": name,
+        "train": run.model_dump(mode="json"),
+        "hyperparameters": hp.model_dump(mode="json"),
+        "env": env_cfg.model_dump(mode="json"),
+        "data": data,
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
 def train_sac_run(
-    name: str, run: TrainRun, params: Params, inputs: TrainInputs, progress: bool = True
+    name: str,
+    run: TrainRun,
+    params: Params,
+    inputs: TrainInputs,
+    progress: bool = True,
+    resume_dir: str | Path | None = None,
 ) -> tuple[Any, list[tuple[int, float]], list[dict[str, float]], dict[str, Any]]:
     """Train one sac / erpv run; return (agent, curve, metric rows, checkpoint metadata). The
-    replay's offline part is the env's labelled dataset; ERPv's guidance reads its labels."""
+    replay's offline part is the env's labelled dataset; ERPv's guidance reads its labels. With
+    `resume_dir` and `checkpoint_every`, a killed run goes on from its last resume state."""
     hp: SACParams | None = params.sac if run.method == "sac" else params.erpv
     assert hp is not None
     obs = hp.network.obs
@@ -290,6 +341,10 @@ def train_sac_run(
         frame_stack=hp.network.frame_stack,
         offline=offline,
     )
+    resume = None
+    if resume_dir is not None and hp.checkpoint_every:
+        fingerprint = run_fingerprint(name, run, hp, env_cfg, data_hashes)
+        resume = ResumeFile(resume_dir, fingerprint, hp.checkpoint_every)
     try:
         curve, logs = train_off_policy(
             env,
@@ -303,11 +358,14 @@ def train_sac_run(
             log_every=hp.log_every,
             eval_fn=eval_fn if eval_env is not None else None,
             progress=progress,
+            checkpoint=resume,
         )
     finally:
         env.close()
         if eval_env is not None:
             eval_env.close()
+    if resume is not None:
+        resume.clear()  # finished: nothing to resume
     meta = {
         "run": name,
         "env": run.env,
@@ -327,6 +385,7 @@ def train_run(
     out_dir: str | Path,
     log_dir: str | Path,
     summary_path: str | Path,
+    resume_dir: str | Path | None = None,
 ) -> list[tuple[int, float]]:
     """Train `train.<name>` of params.yaml; write the checkpoint to `out_dir`, and the learning
     curve with (SAC family) the training metrics through dvclive to `log_dir` + `summary_path`."""
@@ -338,7 +397,7 @@ def train_run(
         agent, curve, meta = train_ppo_run(name, run, params, inputs)
         logs: list[dict[str, float]] = []
     else:
-        agent, curve, logs, meta = train_sac_run(name, run, params, inputs)
+        agent, curve, logs, meta = train_sac_run(name, run, params, inputs, resume_dir=resume_dir)
     agent.save(out_dir, meta)
     write_training_log(log_dir, summary_path, curve, logs)
     return curve

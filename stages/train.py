@@ -34,12 +34,19 @@ def main(argv: list[str] | None = None) -> int:
         "--live", required=True, help="dvclive directory: learning curve and training metrics"
     )
     parser.add_argument("--summary", required=True, help="last values of the metrics (JSON)")
+    parser.add_argument(
+        "--resume-dir",
+        help="where a resumable run keeps its state (not a DVC output: DVC deletes outputs "
+        "before a rerun); a killed run goes on from there",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         params = load_params(args.params)
         inputs = TrainInputs(args.rollouts, args.labels, args.dataset, args.critics)
-        curve = train_run(args.run, params, inputs, args.out, args.live, args.summary)
+        curve = train_run(
+            args.run, params, inputs, args.out, args.live, args.summary, args.resume_dir
+        )
     except (ConfigError, TrainError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

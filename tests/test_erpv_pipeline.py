@@ -126,3 +126,46 @@ def test_a_saved_and_reloaded_agent_acts_like_the_trained_one(pipeline_dir, tmp_
     for s in states.astype(np.float32):
         policy.begin({"state": s})  # state agents stack nothing: each act reads its state
         assert np.array_equal(policy.act({"state": s}), agent.act(s, deterministic=True))
+
+
+def test_a_killed_training_resumes_to_the_uninterrupted_result(pipeline_dir, tmp_path):
+    """SIGKILL a train stage after its first resume checkpoint; the rerun goes on from there and
+    ends with the checkpoint and curves byte-identical to a run never interrupted (CPU)."""
+    import os
+    import signal
+    import time
+
+    d = pipeline_dir
+    raw = yaml.safe_load((d / "params.yaml").read_text())
+    raw["train"] = {"long": {"env": ENV, "method": "sac", "steps": 450, "seed": 0}}
+    raw["sac"].update(checkpoint_every=100, log_every=100)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+
+    def argv(out):
+        return ["--params", str(tmp_path / "params.yaml"), "--run", "long", "--rollouts",
+                f"{d}/rollouts", "--labels", f"{d}/labels.parquet", "--dataset", f"{d}/dataset",
+                "--out", f"{out}/model", "--live", f"{out}/live", "--summary",
+                f"{out}/summary.json", "--resume-dir", f"{out}/resume"]  # fmt: skip
+
+    def run(out):
+        code = f"from stages.train import main; raise SystemExit(main({argv(out)!r}))"
+        return subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
+
+    assert run(tmp_path / "whole").wait(timeout=300) == 0
+    killed = run(tmp_path / "killed")
+    state = tmp_path / "killed" / "resume" / "state.pt"
+    deadline = time.monotonic() + 300
+    while not state.exists() and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert state.exists() and not (tmp_path / "killed" / "model" / "agent.json").exists()
+    assert run(tmp_path / "killed").wait(timeout=300) == 0
+    assert not (tmp_path / "killed" / "resume").exists()  # cleared once finished
+    for name in ("model/agent.safetensors", "model/agent.json", "summary.json"):
+        whole, resumed = tmp_path / "whole" / name, tmp_path / "killed" / name
+        assert resumed.read_bytes() == whole.read_bytes(), name
+    tsv = sorted(p.relative_to(tmp_path / "whole") for p in (tmp_path / "whole").rglob("*.tsv"))
+    assert tsv and all(
+        (tmp_path / "killed" / p).read_bytes() == (tmp_path / "whole" / p).read_bytes() for p in tsv
+    )

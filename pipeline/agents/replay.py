@@ -13,6 +13,8 @@ only, `has_label` / `next_a_v`), described in pipeline.dataset.transitions.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -204,6 +206,27 @@ class ReplayBuffer:
                 )
             self.offline = _Part.from_offline(offline, k)
         self._episode_open = False
+
+    _ONLINE_FIELDS = (
+        "obs", "episode_start", "obs_index", "action", "reward", "terminated", "a_v",
+        "has_label", "next_a_v", "has_next_label", "n_obs", "n_transitions", "oldest",
+    )  # fmt: skip
+
+    def online_state(self) -> dict[str, Any]:
+        """The online part (what training added), for a resumable training's checkpoint; the
+        offline part is rebuilt from its dataset."""
+        state = {name: getattr(self.online, name) for name in self._ONLINE_FIELDS}
+        return {**state, "episode_open": self._episode_open}
+
+    def load_online_state(self, state: dict[str, Any]) -> None:
+        if state["obs"].shape != self.online.obs.shape:
+            raise ValueError(
+                f"saved replay holds observations {state['obs'].shape}, this buffer "
+                f"{self.online.obs.shape}"
+            )
+        for name in self._ONLINE_FIELDS:
+            setattr(self.online, name, state[name])
+        self._episode_open = state["episode_open"]
 
     @property
     def online_size(self) -> int:

@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -323,6 +323,33 @@ class SACAgent:
         """Extra alpha loss (ERPv: lambda_2 E[(alpha - alpha_bar)^2], eq. 7). Plain SAC: none."""
         return None, {}
 
+    def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {
+            "critic": self.critic_optimizer,
+            "model": self.model_optimizer,
+            "actor": self.actor_optimizer,
+            "alpha": self.alpha_optimizer,
+        }
+
+    def training_state(self) -> dict[str, Any]:
+        """Everything an interrupted training needs to go on exactly: networks and targets,
+        optimiser states, log_alpha, the update counter."""
+        return {
+            "modules": {name: m.state_dict() for name, m in self._modules().items()},
+            "optimizers": {name: o.state_dict() for name, o in self._optimizers().items()},
+            "log_alpha": self.log_alpha.detach().clone(),
+            "update_step": self.update_step,
+        }
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        for name, module in self._modules().items():
+            module.load_state_dict(state["modules"][name])
+        for name, optimizer in self._optimizers().items():
+            optimizer.load_state_dict(state["optimizers"][name])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])  # in place: the optimiser holds this tensor
+        self.update_step = int(state["update_step"])
+
     # --- checkpoints (pipeline.agents.checkpoint's layout) -----------------------------------
 
     def checkpoint_meta(self) -> dict[str, Any]:
@@ -386,6 +413,24 @@ class SACAgent:
 SAC_FAMILY_CONFIGS: dict[str, type[SACParams]] = {"sac": SACParams, "erpv": ERPvParams}
 
 
+class LoopCheckpoint(Protocol):
+    """Where `train_off_policy` keeps its resume state (pipeline.training's file-backed one)."""
+
+    every: int  # agent steps between saves (taken at the next episode end); 0: never
+
+    def load(self) -> dict[str, Any] | None: ...
+
+    def save(self, state: dict[str, Any]) -> None: ...
+
+
+def episode_reset_seed(seed: int, episode: int) -> int:
+    """Episode i's reset seed depends on (run seed, i) alone, so a run resumed at an episode
+    boundary needs no env state: episode 0 uses the run seed itself."""
+    if episode == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, episode]).generate_state(1)[0])
+
+
 def _mean_rows(rows: list[dict[str, float]]) -> dict[str, float]:
     """Per-key means; a key counts over the rows that have it (actor metrics every 2nd update)."""
     keys = {k for row in rows for k in row}
@@ -405,6 +450,7 @@ def train_off_policy(
     eval_fn: Callable[[SACAgent], dict[str, float]] | None = None,
     log_every: int = 1000,
     progress: bool = True,
+    checkpoint: LoopCheckpoint | None = None,
 ) -> tuple[list[tuple[int, float]], list[dict[str, float]]]:
     """Interact for `steps` agent steps with an env of the pipeline's observation contract,
     storing every step in `buffer`'s online part, and train `agent` on mixed batches.
@@ -415,6 +461,10 @@ def train_off_policy(
     - Every `log_every` steps a row of metrics (means over the updates since the last row, plus
       `eval_fn(agent)` when given) is appended, keyed also by `step`. `eval_fn` must play in an
       env of its own: resetting `env` would cut the training episode short.
+    - With `checkpoint`, the whole loop state (agent and optimisers, the buffer's online part,
+      every RNG, counters, curve and rows so far) is saved at the first episode end after every
+      `checkpoint.every` steps, and a run that finds a saved state goes on from it: the result
+      is the uninterrupted run's, bit for bit (each episode's reset is seeded from (seed, i)).
     Returns (step, return) of every finished episode and the metric rows.
     """
     kind = agent.cfg.network.obs
@@ -431,14 +481,25 @@ def train_off_policy(
     rng = np.random.default_rng(seed)
     env.action_space.seed(seed)
     stacker = FrameStacker(agent.cfg.network.frame_stack, kind)
-    obs, _ = env.reset(seed=seed)
-    x = stacker.reset(obs[kind])
-    buffer.begin_episode(obs[kind])
-    episode_return = 0.0
+    episode, first, last_saved = 0, 0, 0
     curve: list[tuple[int, float]] = []
     logs: list[dict[str, float]] = []
     window: list[dict[str, float]] = []
-    bar = tqdm(range(steps), desc="train", unit="step", disable=not progress)
+    state = checkpoint.load() if checkpoint is not None else None
+    if state is not None:  # go on where the saved run stopped: at the start of an episode
+        agent.load_training_state(state["agent"])
+        buffer.load_online_state(state["buffer"])
+        rng.bit_generator.state = state["rng"]
+        env.action_space.np_random.bit_generator.state = state["action_space_rng"]
+        torch.set_rng_state(state["torch_rng"])
+        episode, first, last_saved = state["episode"], state["step"], state["step"]
+        curve, logs, window = state["curve"], state["logs"], state["window"]
+    obs, _ = env.reset(seed=episode_reset_seed(seed, episode))
+    x = stacker.reset(obs[kind])
+    if state is None:
+        buffer.begin_episode(obs[kind])
+    episode_return = 0.0
+    bar = tqdm(range(first, steps), desc="train", unit="step", disable=not progress)
     for step in bar:
         action = env.action_space.sample() if step < start_steps else agent.act(x)
         obs, reward, terminated, truncated, _ = env.step(action)
@@ -448,7 +509,8 @@ def train_off_policy(
         if terminated or truncated:
             curve.append((step + 1, episode_return))
             bar.set_postfix(episode_return=f"{episode_return:.1f}")
-            obs, _ = env.reset()
+            episode += 1
+            obs, _ = env.reset(seed=episode_reset_seed(seed, episode))
             x = stacker.reset(obs[kind])
             buffer.begin_episode(obs[kind])
             episode_return = 0.0
@@ -462,5 +524,27 @@ def train_off_policy(
             if eval_fn is not None:
                 row |= eval_fn(agent)
             logs.append(row)
+        if (
+            checkpoint is not None
+            and checkpoint.every
+            and (terminated or truncated)
+            and step + 1 - last_saved >= checkpoint.every
+            and step + 1 < steps
+        ):
+            last_saved = step + 1
+            checkpoint.save(
+                {
+                    "step": step + 1,
+                    "episode": episode,
+                    "agent": agent.training_state(),
+                    "buffer": buffer.online_state(),
+                    "rng": rng.bit_generator.state,
+                    "action_space_rng": env.action_space.np_random.bit_generator.state,
+                    "torch_rng": torch.get_rng_state(),
+                    "curve": curve,
+                    "logs": logs,
+                    "window": window,
+                }
+            )
     bar.close()
     return curve, logs
