@@ -114,8 +114,13 @@ def test_attention_rows_sum_to_one_and_shapes_match():
     for a in (a_sm, a_ms):
         torch.testing.assert_close(a.sum(-1), torch.ones(2, 9))
         assert (a >= 0).all()
-    # bidirectional: one score matrix, softmax over either axis
-    _, _, b_sm, b_ms = attention(f_s, f_m, f_s)
+    # bidirectional (eq. 6): one score matrix Q_s K_m^T / sqrt(dim), softmax over either axis
+    q = attention.reduce_s(f_v).flatten(2).transpose(1, 2)  # (2, 9, 3)
+    k = attention.reduce_m(f_m).flatten(2).transpose(1, 2)
+    scores = q @ k.transpose(1, 2) / 3**0.5
+    torch.testing.assert_close(a_sm, scores.softmax(-1))
+    torch.testing.assert_close(a_ms, scores.transpose(1, 2).softmax(-1))
+    _, _, b_sm, _ = attention(f_s, f_m, f_s)
     assert not torch.allclose(a_sm, b_sm)  # the query (F_v vs F_s) sets the weights
     # F_v weighs, never enters the values: with uniform weights the query does not matter
     attention.reduce_s.weight.data.zero_()
