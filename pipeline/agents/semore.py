@@ -129,11 +129,11 @@ _VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def gaussian_window(size: int, sigma: float) -> torch.Tensor:
-    """Normalised 2-D Gaussian (size, size): SSIM's weighting window (Wang et al. 2004)."""
+    """Normalised 1-D Gaussian (size,); SSIM's 2-D window (Wang et al. 2004) is its outer product,
+    applied here as two 1-D passes (2 * size instead of size^2 multiplies per output)."""
     x = torch.arange(size, dtype=torch.float32) - (size - 1) / 2
     g = torch.exp(-(x**2) / (2 * sigma**2))
-    g = g / g.sum()
-    return g[:, None] * g[None, :]
+    return g / g.sum()
 
 
 def ssim(
@@ -144,15 +144,13 @@ def ssim(
     if min(x.shape[-2:]) < window:
         raise ValueError(f"feature maps {tuple(x.shape[-2:])} are smaller than the window {window}")
     c = x.shape[1]
-    w = gaussian_window(window, sigma).to(x)[None, None].expand(c, 1, window, window)
-
-    def blur(t: torch.Tensor) -> torch.Tensor:
-        return F.conv2d(t, w, groups=c)  # depthwise, valid: (B, C, h', w')
-
-    mu_x, mu_y = blur(x), blur(y)
-    var_x = blur(x * x) - mu_x**2
-    var_y = blur(y * y) - mu_y**2
-    cov = blur(x * y) - mu_x * mu_y
+    g = gaussian_window(window, sigma).to(x)
+    # the five local moments in one depthwise, separable, valid convolution
+    stats = torch.cat([x, y, x * x, y * y, x * y], dim=1)  # (B, 5C, h, w)
+    stats = F.conv2d(stats, g.view(1, 1, window, 1).expand(5 * c, 1, window, 1), groups=5 * c)
+    stats = F.conv2d(stats, g.view(1, 1, 1, window).expand(5 * c, 1, 1, window), groups=5 * c)
+    mu_x, mu_y, xx, yy, xy = stats.chunk(5, dim=1)  # (B, C, h', w') each
+    var_x, var_y, cov = xx - mu_x**2, yy - mu_y**2, xy - mu_x * mu_y
     c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
     ssim_map = ((2 * mu_x * mu_y + c1) * (2 * cov + c2)) / (
         (mu_x**2 + mu_y**2 + c1) * (var_x + var_y + c2)
