@@ -339,3 +339,18 @@ def test_a_tiny_update_loop_reduces_the_losses():
     for key in ("critic_loss", "reward_loss", "similarity_loss", "transition_loss"):
         # the similarity target moves with the target encoder: it falls slowest (0.25 -> 0.15)
         assert mean(key, slice(-5, None)) < 0.8 * mean(key, slice(0, 5)), key
+
+
+def test_updates_on_replay_buffer_batches_without_masks():
+    """Online rows as the ReplayBuffer samples them (no mask, no judge): plain Semore losses."""
+    from pipeline.agents.replay import ReplayBuffer
+
+    rng = np.random.default_rng(0)
+    buffer = ReplayBuffer("pixels", (SIDE, SIDE, 3), 2, capacity=50, frame_stack=3)
+    buffer.begin_episode(rng.integers(0, 256, (SIDE, SIDE, 3), dtype=np.uint8))
+    for _ in range(10):
+        frame = rng.integers(0, 256, (SIDE, SIDE, 3), dtype=np.uint8)
+        buffer.add(SPACE.sample(), 1.0, frame, False)
+    agent = SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params())
+    metrics = agent.update(buffer.sample(8, 0.0, rng), step=1)
+    assert "similarity_loss" not in metrics and np.isfinite(metrics["loss"])

@@ -311,7 +311,7 @@ class CrossAttention(nn.Module):
         the attention maps (B, N, N)."""
         reduced = self.reduce_s(f_s)  # (B, dim, h', w')
         hw_r = reduced.shape[-2:]
-        q_s = self._tokens(self.reduce_s(query))  # (B, N, dim)
+        q_s = self._tokens(reduced if query is f_s else self.reduce_s(query))  # (B, N, dim)
         k_m = self._tokens(self.reduce_m(f_m))  # (B, N, dim)
         v_s = self._tokens(reduced)  # (B, N, dim)
         scores = q_s @ k_m.transpose(1, 2) / math.sqrt(self.dim)  # eq. 6, (B, N_s, N_m)

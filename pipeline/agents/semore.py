@@ -347,7 +347,8 @@ class SemoreAgent:
         action = self.scale.normalise(b["action"].float())  # (B, A)
         f_v = has_mask = None
         if (self.w_similarity > 0 or self.encoder.attention is not None) and "mask" in b:
-            has_mask = b.get("has_mask", torch.ones(len(action), dtype=torch.bool)).to(self.device)
+            has_mask = b.get("has_mask", torch.ones(len(action), dtype=torch.bool))
+            has_mask = has_mask.to(self.device).bool()  # (B,)
             if has_mask.any():
                 f_v = self.knowledge_map(b["obs"], b["mask"])
             else:
