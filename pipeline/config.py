@@ -478,6 +478,101 @@ class ERPvParams(SACParams):
     )
 
 
+class SemoreNetworkParams(NetworkParams):
+    """Semore's networks (seed 001, "Feature Extraction", "Motion Enhancement and Interaction"):
+    the SAC / ERPv network fields (`encoder_layers` / `encoder_filters` / `feature_dim` size each
+    stream, `hidden_dim` the actor and Q heads, `transition_hidden_dim` the eq. 8 predictor and
+    the eq. 9 reward head) plus the cross-attention of eq. 6-7. Pixels only."""
+
+    attention_dim: int = Field(
+        ge=1,
+        description="Channels of the reduced maps F_v^, F_m^ that eq. 6 multiplies (not given in "
+        "the paper; ours: 32).",
+    )
+    attention_stride: int = Field(
+        ge=1,
+        description="Kernel and stride of eq. 6's 'convolution layer for reducing the spatial "
+        "complexity' (not given; ours: 5, so a 35x35 map at 84x84 frames becomes 7x7 = 49 tokens, "
+        "a 25x25 map at 64x64 frames 5x5).",
+    )
+
+    @model_validator(mode="after")
+    def _pixels_and_residuals(self) -> SemoreNetworkParams:
+        if self.obs != "pixels":
+            raise ValueError("Semore reads pixels: set `obs: pixels`")
+        if self.frame_stack < 2:
+            raise ValueError(
+                "the motion stream reads residuals of adjacent frames: frame_stack must be >= 2 "
+                "(the paper: 3 frames, 2 residuals)"
+            )
+        return self
+
+
+SemoreVariant = Literal["sac", "m1", "m2", "m3", "m4"]
+
+
+class SemoreParams(SACParams):
+    """Semore (`semore`): the SAC settings (merged from `sac` with `<<: *sac`; `network` is a
+    SemoreNetworkParams) plus eq. 5, 8, 9 and 12's weights, the similarity loss and the offline
+    selective replay (pipeline.agents.semore). `aux_weight` is read by variant `sac` alone (the
+    DeepMDP heads of the pixel SAC baseline); the Semore variants weigh eq. 8 and 9 apart."""
+
+    network: SemoreNetworkParams
+    variant: SemoreVariant = Field(
+        description="Table 2's ablations: m1 semantic stream alone on the stacked frames, no "
+        "similarity loss; m2 semantic (current frame) + motion (residuals) concatenated; m3 m2 + "
+        "the eq. 5 similarity loss; m4 m3 + motion supervision (eq. 8) and the cross-attention "
+        "(eq. 6-7): full Semore. `sac`: plain pixel SAC on the same encoder (the baseline)."
+    )
+    similarity_weight: float = Field(
+        ge=0, description="Weight of the eq. 5 similarity loss in eq. 12 (not given; ours: 1)."
+    )
+    transition_weight: float = Field(
+        ge=0, description="Weight of the eq. 8 transition constraint in eq. 12 (not given: 1)."
+    )
+    reward_weight: float = Field(
+        ge=0, description="Weight of the eq. 9 reward head in eq. 12 (not given; DeepMDP: 1)."
+    )
+    ssim_alpha: float = Field(
+        ge=0,
+        le=1,
+        description="Eq. 5 as Zhao et al. 2016's mix: alpha (1 - SSIM) + (1 - alpha) L1, "
+        "single-scale (their value: 0.84).",
+    )
+    ssim_window: int = Field(
+        ge=1,
+        description="Side of SSIM's Gaussian window on the feature maps (Wang et al. 2004: 11); "
+        "must not exceed the map side.",
+    )
+    ssim_sigma: float = Field(gt=0, description="Std of SSIM's Gaussian window (Zhao / Wang: 1.5).")
+    selective_start: float = Field(
+        ge=0,
+        le=1,
+        description="Selective replay: share of each batch drawn from judged-reasonable "
+        "transitions at the first update (the paper's initial probability: 1).",
+    )
+    selective_end: float = Field(
+        ge=0,
+        le=1,
+        description="Share reached after `selective_steps` updates, after which batches are drawn "
+        "from all transitions (the paper stops selecting at 0.5).",
+    )
+    selective_steps: int = Field(
+        ge=0,
+        description="Updates over which the share decays linearly from start to end (not given "
+        "in the paper); 0 turns selective replay off.",
+    )
+
+    @model_validator(mode="after")
+    def _selective_decays(self) -> SemoreParams:
+        if self.selective_end > self.selective_start:
+            raise ValueError(
+                f"selective_end ({self.selective_end}) must not exceed selective_start "
+                f"({self.selective_start}): the probability decays"
+            )
+        return self
+
+
 class CriticConfig(_Section):
     """pretrain_critic (`critic`): C_V by TD on each listed env's labelled RAE data, with the
     network and TD settings of `erpv` (the agent must be able to read what C_V reads)."""
