@@ -66,15 +66,13 @@ def random_batch(size: int, batch: int, seed: int) -> dict[str, torch.Tensor]:
 
 
 def sac_agent_runner(size: int, hidden: int, batch: dict[str, torch.Tensor]) -> Callable | None:
-    """The repo's SACAgent at the same sizes, or None where its config API is not the one this
-    script knows (sac.py is being moved from dataclass configs to pipeline.config.SACParams)."""
-    try:
-        from pipeline.agents.sac import NetworkConfig, SACAgent, SACConfig
-    except ImportError:
-        return None
-    network = NetworkConfig(obs="pixels", frame_stack=3, hidden_dim=hidden)
+    """The repo's SACAgent at the same sizes."""
+    from pipeline.agents.sac import SACAgent
+    from pipeline.config import NetworkParams, SACParams
+
+    network = NetworkParams(obs="pixels", frame_stack=3, hidden_dim=hidden)
     agent = SACAgent(
-        (size, size, 3), SPACE, SACConfig(network=network, batch_size=len(batch["obs"]))
+        (size, size, 3), SPACE, SACParams(network=network, batch_size=len(batch["obs"]))
     )
     sac_batch = {k: batch[k] for k in ("obs", "next_obs", "action", "reward", "done")}
 

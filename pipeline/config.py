@@ -582,7 +582,7 @@ class CriticConfig(_Section):
     seed: int = Field(ge=0, description="Seed of the networks and the sampling.")
 
 
-TrainMethod = Literal["ppo", "hybrid_ppo", "sac", "erpv"]
+TrainMethod = Literal["ppo", "hybrid_ppo", "sac", "erpv", "semore"]
 RewardTerm = Literal["env", "kinematic", "potential"]
 
 
@@ -592,7 +592,8 @@ class TrainRun(_Section):
     env: str = Field(description="Env id (must be listed in `envs`: the run reads its labels).")
     method: TrainMethod = Field(
         description="ppo (native reward, state) | hybrid_ppo (eq. 2 reward; state policy, frames "
-        "feed Phi only) | sac | erpv (SAC + VPG + VER from the pre-trained C_V of `critic`)."
+        "feed Phi only) | sac | erpv (SAC + VPG + VER from the pre-trained C_V of `critic`) | "
+        "semore (dual-stream pixels; the dataset's masks and judge labels)."
     )
     steps: int = Field(ge=1, description="Env steps of training (agent steps).")
     seed: int = Field(ge=0, description="Seed of the networks, the envs and the sampling.")
@@ -635,6 +636,9 @@ class Params(_Section):
     hybrid_ppo: HybridPPOParams | None = Field(default=None, description="Hybrid VLM-PPO.")
     sac: SACParams | None = Field(default=None, description="SAC.")
     erpv: ERPvParams | None = Field(default=None, description="ERPv.")
+    semore: SemoreParams | None = Field(
+        default=None, description="Semore (and its ablations M1-M4, pixel SAC baseline)."
+    )
     critic: CriticConfig | None = Field(default=None, description="The pretrain_critic stage.")
     evaluate: EvaluateConfig | None = Field(default=None, description="The evaluate stage.")
 

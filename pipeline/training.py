@@ -26,10 +26,24 @@ from pipeline.agents.erpv import ERPvAgent, VLMCritic, pretrain_vlm_critic
 from pipeline.agents.ppo import train_ppo
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import SACAgent, env_obs_shape, train_off_policy
-from pipeline.config import ERPvParams, HybridPPOParams, Params, PPOParams, SACParams, TrainRun
+from pipeline.agents.semore import (
+    SemoreAgent,
+    reasonable_indices,
+    selective_probability,
+    selective_sample,
+)
+from pipeline.config import (
+    ERPvParams,
+    HybridPPOParams,
+    Params,
+    PPOParams,
+    SACParams,
+    SemoreParams,
+    TrainRun,
+)
 from pipeline.curves import write_training_log
 from pipeline.dataset.layout import dataset_action_space, dataset_hashes
-from pipeline.dataset.transitions import load_offline_transitions
+from pipeline.dataset.transitions import OfflineTransitions, load_offline_transitions
 from pipeline.envs import STATE, make_env
 from pipeline.evaluation import deployed, play_episodes
 from pipeline.io import atomic_write_bytes, atomic_write_json, sha256_file
@@ -281,6 +295,26 @@ def run_fingerprint(name: str, run: TrainRun, hp: Any, env_cfg: Any, data: dict)
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
+def selective_pool(hp: SemoreParams, offline: OfflineTransitions):
+    """Semore's selective replay, offline: the offline rows of update i come from the
+    transitions the teacher judged reasonable with probability `selective_probability(i)`
+    (1 -> `selective_end` over `selective_steps` updates, then all transitions). The paper
+    filters what enters its buffer online; here the judgements exist for dataset rows only."""
+    assert offline.semantics is not None
+    everything = np.arange(len(offline))
+    reasonable = reasonable_indices(offline.semantics.judge)
+    if hp.selective_steps == 0 or len(reasonable) == 0:
+        return None
+
+    def pool(update: int, rng: np.random.Generator) -> np.ndarray | None:
+        p = selective_probability(update, hp.selective_start, hp.selective_end, hp.selective_steps)
+        if p == 0.0:
+            return None
+        return selective_sample(rng, everything, reasonable, hp.batch_size, p)
+
+    return pool
+
+
 def train_sac_run(
     name: str,
     run: TrainRun,
@@ -292,7 +326,7 @@ def train_sac_run(
     """Train one sac / erpv run; return (agent, curve, metric rows, checkpoint metadata). The
     replay's offline part is the env's labelled dataset; ERPv's guidance reads its labels. With
     `resume_dir` and `checkpoint_every`, a killed run goes on from its last resume state."""
-    hp: SACParams | None = params.sac if run.method == "sac" else params.erpv
+    hp: SACParams | None = getattr(params, run.method)  # sac, erpv or semore
     assert hp is not None
     obs = hp.network.obs
     env_cfg = params.env[run.env]
@@ -311,11 +345,13 @@ def train_sac_run(
 
     data_hashes: dict[str, Any] = {}
     offline = None
-    if hp.offline_fraction > 0 or run.method == "erpv":
+    semantics = run.method == "semore"  # Semore reads the dataset's masks and judge labels
+    if hp.offline_fraction > 0 or run.method in ("erpv", "semore"):
         if inputs.dataset is None:
             raise TrainError(f"train.{name}: the labelled dataset is needed (--dataset)")
-        offline = load_offline_transitions(inputs.dataset, obs)
+        offline = load_offline_transitions(inputs.dataset, obs, semantics=semantics)
         data_hashes = inputs.dataset_hashes()
+    offline_pool_fn = None
     if run.method == "erpv":
         assert isinstance(hp, ERPvParams)
         if inputs.critics is None:
@@ -330,7 +366,11 @@ def train_sac_run(
             raise TrainError(f"{path} does not exist: run pretrain_critic@{run.env} first")
         critic = VLMCritic.load(path)
         data_hashes["critic"] = critic.data_hashes
-        agent: SACAgent = ERPvAgent.for_env(env, hp, critic, seed=run.seed)
+        agent: Any = ERPvAgent.for_env(env, hp, critic, seed=run.seed)
+    elif run.method == "semore":
+        assert isinstance(hp, SemoreParams) and offline is not None
+        agent = SemoreAgent(env_obs_shape(env, hp.network), env.action_space, hp, seed=run.seed)
+        offline_pool_fn = selective_pool(hp, offline)
     else:
         agent = SACAgent.for_env(env, hp, seed=run.seed)
     buffer = ReplayBuffer(
@@ -340,6 +380,7 @@ def train_sac_run(
         hp.replay_capacity,
         frame_stack=hp.network.frame_stack,
         offline=offline,
+        semantics=semantics,
     )
     resume = None
     if resume_dir is not None and hp.checkpoint_every:
@@ -359,6 +400,7 @@ def train_sac_run(
             eval_fn=eval_fn if eval_env is not None else None,
             progress=progress,
             checkpoint=resume,
+            offline_pool_fn=offline_pool_fn,
         )
     finally:
         env.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import gymnasium as gym
@@ -12,7 +13,6 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 
 from pipeline.agents.networks import CrossAttention, SemoreEncoder, motion_input, transition_nll
-from pipeline.agents.replay import FrameStacker
 from pipeline.agents.semore import (
     SemoreAgent,
     reasonable_indices,
@@ -21,7 +21,8 @@ from pipeline.agents.semore import (
     similarity_loss,
     ssim,
 )
-from pipeline.config import SemoreParams
+from pipeline.config import SemoreParams, load_params
+from pipeline.dataset.stacking import FrameStacker
 
 SIDE = 24  # frames 24x24: 2 convs -> 9x9 feature maps
 SPACE = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
@@ -149,7 +150,7 @@ def test_motion_input_is_the_residual_of_the_right_frames():
     rng = np.random.default_rng(0)
     o = [rng.integers(0, 256, (5, 5, 3), dtype=np.uint8) for _ in range(3)]
     f = [torch.tensor(x, dtype=torch.float32).permute(2, 0, 1) / 255 for x in o]  # (3, H, W)
-    stacker = FrameStacker("pixels", 3)
+    stacker = FrameStacker(3, "pixels")
     stacks = [stacker.reset(o[0]), stacker.step(o[1]), stacker.step(o[2])]  # (9, H, W) each
     got = [motion_input(torch.as_tensor(s)[None])[0] for s in stacks]  # (6, H, W): newest first
     zero = torch.zeros(3, 5, 5)
@@ -296,7 +297,7 @@ def test_deployed_policy_acts_without_any_mask(monkeypatch):
         raise AssertionError("acting must not compute F_v")
 
     monkeypatch.setattr(agent, "knowledge_map", no_masks)
-    stacker = FrameStacker("pixels", 3)
+    stacker = FrameStacker(3, "pixels")
     obs = stacker.reset(np.random.default_rng(0).integers(0, 256, (SIDE, SIDE, 3), dtype=np.uint8))
     action = agent.act(obs, deterministic=True)
     assert action.shape == (2,) and np.all(np.abs(action) <= 2.0)
@@ -354,3 +355,59 @@ def test_updates_on_replay_buffer_batches_without_masks():
     agent = SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params())
     metrics = agent.update(buffer.sample(8, 0.0, rng), step=1)
     assert "similarity_loss" not in metrics and np.isfinite(metrics["loss"])
+
+
+def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segmenter(
+    tmp_path_factory,
+):
+    """collect -> label -> masks -> dataset (CarRacing frames, tiny), then `train` with method
+    semore in a fresh interpreter: it reads the masks and judge labels from the dataset and
+    imports no teacher, segmenter, transformers or open_clip; the deployed policy acts."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from pipeline.evaluation import evaluate_policy, load_policy
+    from stages import collect, dataset, label, masks
+    from tests.conftest import REPO
+
+    env = "CarRacing-v3"
+    d = tmp_path_factory.mktemp("semore")
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["envs"] = [env]
+    raw["env"][env].update(image_size=48, max_episode_steps=120)
+    raw["collect"][env].update(episodes=2)
+    raw["semore"].update(start_steps=20, log_every=20, batch_size=8, ssim_window=5)
+    raw["train"] = {"s": {"env": env, "method": "semore", "steps": 40, "seed": 0}}
+    raw["evaluate"]["episodes"] = 1
+    raw["critic"]["envs"] = []
+    (d / "params.yaml").write_text(yaml.safe_dump(raw))
+    p = str(d / "params.yaml")
+    assert collect.main(["--params", p, "--env", env, "--out", f"{d}/r"]) == 0
+    assert label.main(["--params", p, "--rollouts", f"{d}/r", "--cache", f"{d}/lc", "--out",
+                       f"{d}/labels.parquet"]) == 0  # fmt: skip
+    assert masks.main(["--params", p, "--rollouts", f"{d}/r", "--labels", f"{d}/labels.parquet",
+                       "--cache", f"{d}/mc", "--out", f"{d}/masks.parquet"]) == 0  # fmt: skip
+    assert dataset.main(["--params", p, "--rollouts", f"{d}/r", "--labels",
+                         f"{d}/labels.parquet", "--masks", f"{d}/masks.parquet", "--out",
+                         f"{d}/ds"]) == 0  # fmt: skip
+    argv = ["--params", p, "--run", "s", "--rollouts", f"{d}/r", "--labels", f"{d}/labels.parquet",
+            "--dataset", f"{d}/ds", "--out", f"{d}/model", "--live", f"{d}/live", "--summary",
+            f"{d}/summary.json"]  # fmt: skip
+    code = (
+        "import sys\nfrom stages.train import main\n"
+        f"assert main({argv!r}) == 0\nprint('\\n'.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    modules = out.stdout.split()
+    assert "pipeline.agents.semore" in modules
+    forbidden = ("pipeline.teachers", "pipeline.masks", "transformers", "open_clip")
+    assert not [m for m in modules if m.startswith(forbidden)]
+    summary = json.loads((d / "summary.json").read_text())
+    assert "similarity_loss" in summary or any(k.startswith("similarity") for k in summary)
+    policy = load_policy(d / "model")  # as deployed: no mask anywhere
+    result = evaluate_policy(policy, env, load_params(p).env[env], 1, seed=0)
+    assert result.episodes == 1 and np.isfinite(result.return_mean)

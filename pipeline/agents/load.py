@@ -12,6 +12,7 @@ from pipeline.agents.checkpoint import CheckpointError, read_meta
 from pipeline.agents.ppo import ARCHITECTURE as PPO_ARCHITECTURE
 from pipeline.agents.ppo import ActorCritic
 from pipeline.agents.sac import SACAgent
+from pipeline.agents.semore import SemoreAgent
 
 
 class Agent(Protocol):
@@ -36,7 +37,9 @@ def load_agent(directory: str | Path, device: torch.device | str = "cpu") -> Age
         return ActorCritic.load(directory)
     if architecture == "sac":
         return SACAgent.load(directory, device=device)
+    if architecture == SemoreAgent.algorithm:
+        return SemoreAgent.load(directory, device=device)
     raise CheckpointError(
         f"{Path(directory) / 'agent.json'}: unknown agent architecture {architecture!r} "
-        f"(known: {PPO_ARCHITECTURE}, sac)"
+        f"(known: {PPO_ARCHITECTURE}, sac, {SemoreAgent.algorithm})"
     )

@@ -451,6 +451,7 @@ def train_off_policy(
     log_every: int = 1000,
     progress: bool = True,
     checkpoint: LoopCheckpoint | None = None,
+    offline_pool_fn: Callable[[int, np.random.Generator], np.ndarray | None] | None = None,
 ) -> tuple[list[tuple[int, float]], list[dict[str, float]]]:
     """Interact for `steps` agent steps with an env of the pipeline's observation contract,
     storing every step in `buffer`'s online part, and train `agent` on mixed batches.
@@ -465,6 +466,8 @@ def train_off_policy(
       every RNG, counters, curve and rows so far) is saved at the first episode end after every
       `checkpoint.every` steps, and a run that finds a saved state goes on from it: the result
       is the uninterrupted run's, bit for bit (each episode's reset is seeded from (seed, i)).
+    - `offline_pool_fn(update index, rng)` may name the offline transitions a batch's offline
+      rows are drawn from (Semore's selective replay); None: all.
     Returns (step, return) of every finished episode and the metric rows.
     """
     kind = agent.cfg.network.obs
@@ -516,7 +519,10 @@ def train_off_policy(
             episode_return = 0.0
         if step + 1 >= start_steps and (step + 1) % update_every == 0:
             for _ in range(update_every):
-                batch = buffer.sample(agent.cfg.batch_size, offline_fraction, rng)
+                pool = offline_pool_fn(agent.update_step, rng) if offline_pool_fn else None
+                batch = buffer.sample(
+                    agent.cfg.batch_size, offline_fraction, rng, offline_pool=pool
+                )
                 window.append(agent.update(batch))
         if (step + 1) % log_every == 0:
             row = {"step": float(step + 1), **_mean_rows(window)}

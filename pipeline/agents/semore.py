@@ -74,7 +74,6 @@ the indices.
 from __future__ import annotations
 
 import copy
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -83,10 +82,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
 from torch import nn
 
+from pipeline.agents.checkpoint import (
+    CheckpointError,
+    load_module_tensors,
+    module_tensors,
+    read_checkpoint,
+    read_meta,
+    write_checkpoint,
+)
 from pipeline.agents.networks import (
     Actor,
     Critic,
@@ -95,20 +100,8 @@ from pipeline.agents.networks import (
     TransitionModel,
     transition_nll,
 )
-from pipeline.agents.sac import (
-    CHECKPOINT_FORMAT_VERSION,
-    CONFIG_NAME,
-    WEIGHTS_NAME,
-    ActionScale,
-    adam,
-    box_bounds,
-    frozen,
-    read_checkpoint_config,
-    sac_alpha_loss,
-    soft_update,
-)
+from pipeline.agents.sac import ActionScale, adam, box_bounds, frozen, sac_alpha_loss, soft_update
 from pipeline.config import SemoreParams
-from pipeline.io import atomic_write_bytes, atomic_write_json
 
 # What each variant builds (see the module docstring's table).
 _VARIANTS: dict[str, dict[str, Any]] = {
@@ -338,11 +331,11 @@ class SemoreAgent:
             frame = self.encoder_target.semantic_frames(obs) * m  # (B, 3, H, W)
             return self.encoder_target.semantic.feature_map(frame)
 
-    def update(self, batch: dict[str, torch.Tensor], step: int) -> dict[str, float]:
+    def update(self, batch: dict[str, torch.Tensor], step: int | None = None) -> dict[str, float]:
         """One gradient step of eq. 12 (critic + encoder + heads); every `actor_update_freq`
         steps the actor and alpha (eq. 11); every `target_update_freq` steps the targets.
-        `step` is the update's index (0, 1, ...); returns float metrics."""
-        self.update_step = step + 1
+        `step` is the update's index (0, 1, ...; default: the next one); returns float metrics."""
+        self.update_step = (self.update_step if step is None else step) + 1
         b = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
         action = self.scale.normalise(b["action"].float())  # (B, A)
         f_v = has_mask = None
@@ -430,69 +423,66 @@ class SemoreAgent:
             "entropy": -log_pi.detach().mean(),
         }
 
-    # --- checkpoints: safetensors weights + JSON config -------------------------------------
+    # --- the agent interface shared with the SAC family (pipeline.agents.load) --------------
 
-    def config_json(self) -> dict[str, Any]:
+    @property
+    def cfg(self) -> SemoreParams:
+        return self.params
+
+    @property
+    def obs_kind(self) -> str:
+        return "pixels"
+
+    @property
+    def frame_stack(self) -> int:
+        return self.params.network.frame_stack
+
+    # --- checkpoints (pipeline.agents.checkpoint's layout) -----------------------------------
+
+    def checkpoint_meta(self) -> dict[str, Any]:
         return {
-            "format_version": CHECKPOINT_FORMAT_VERSION,
+            "architecture": self.algorithm,
             "algorithm": self.algorithm,
-            "semore": self.params.model_dump(mode="json"),
+            "config": self.params.model_dump(mode="json"),
             "obs_shape": list(self.obs_shape),
             "action_low": self.scale.low_np.tolist(),
             "action_high": self.scale.high_np.tolist(),
             "update_step": self.update_step,
         }
 
-    def save(self, path: str | Path) -> None:
-        """Write `path/model.safetensors` (every network, targets, log_alpha) and
-        `path/config.json`. Optimiser states are not kept (as sac.py: acting, evaluation, warm
-        starts)."""
-        tensors = {
-            f"{name}.{key}": value.detach().contiguous().cpu()
-            for name, module in self._modules().items()
-            for key, value in module.state_dict().items()
-        }
+    def save(self, path: str | Path, meta: dict[str, Any] | None = None) -> None:
+        """Every network, the targets and log_alpha, with `checkpoint_meta()` and `meta`.
+        Optimiser states are not kept (as sac.py: acting, evaluation, warm starts)."""
+        tensors = module_tensors(self._modules())
         tensors["log_alpha"] = self.log_alpha.detach().cpu().reshape(1)
-        path = Path(path)
-        atomic_write_bytes(path / WEIGHTS_NAME, save_safetensors(tensors))
-        atomic_write_json(path / CONFIG_NAME, self.config_json())
+        write_checkpoint(path, tensors, {**(meta or {}), **self.checkpoint_meta()})
 
     def load_weights(self, path: str | Path) -> None:
         """Load a checkpoint saved by an agent with the same params and observation shape."""
-        path = Path(path)
-        config = read_semore_config(path)
-        mine = json.loads(json.dumps(self.params.model_dump(mode="json")))
-        if config["semore"] != mine or config["obs_shape"] != list(self.obs_shape):
-            raise ValueError(
+        meta, tensors = read_checkpoint(path)
+        if meta.get("architecture") != self.algorithm:
+            raise CheckpointError(f"{path}: a {meta.get('architecture')!r} checkpoint, not semore")
+        if meta["config"] != self.params.model_dump(mode="json") or meta["obs_shape"] != list(
+            self.obs_shape
+        ):
+            raise CheckpointError(
                 f"{path}: saved with other params or observation shape than this agent"
             )
-        tensors = load_safetensors((path / WEIGHTS_NAME).read_bytes())
-        for name, module in self._modules().items():
-            prefix = f"{name}."
-            state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-            module.load_state_dict(state, strict=True)
+        load_module_tensors(self._modules(), tensors)
         with torch.no_grad():
             self.log_alpha.copy_(tensors["log_alpha"][0])
-        self.update_step = int(config["update_step"])
+        self.update_step = int(meta["update_step"])
 
     @classmethod
     def load(cls, path: str | Path, device: torch.device | str = "cpu") -> SemoreAgent:
-        config = read_semore_config(Path(path))
+        meta = read_meta(path)
+        if meta.get("architecture") != cls.algorithm:
+            raise CheckpointError(f"{path}: a {meta.get('architecture')!r} checkpoint, not semore")
         space = gym.spaces.Box(
-            np.asarray(config["action_low"], np.float32),
-            np.asarray(config["action_high"], np.float32),
+            np.asarray(meta["action_low"], np.float32),
+            np.asarray(meta["action_high"], np.float32),
         )
-        params = SemoreParams.model_validate(config["semore"])
-        agent = cls(tuple(config["obs_shape"]), space, params, device=device)
+        params = SemoreParams.model_validate(meta["config"])
+        agent = cls(tuple(meta["obs_shape"]), space, params, device=device)
         agent.load_weights(path)
         return agent
-
-
-def read_semore_config(path: Path) -> dict[str, Any]:
-    """sac.py's checkpoint checks (files, format version) plus: it is a Semore checkpoint."""
-    config = read_checkpoint_config(path)
-    if config.get("algorithm") != SemoreAgent.algorithm:
-        raise ValueError(
-            f"{path / CONFIG_NAME}: a {config.get('algorithm')!r} checkpoint, not semore"
-        )
-    return config

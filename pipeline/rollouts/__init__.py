@@ -1,0 +1,1 @@
+"""Rollouts: collection (behaviours, shard writer), the shard format, reader and verification."""
