@@ -176,7 +176,7 @@ def test_check_params_stage_stops_with_the_projects_message(tmp_path, capsys):
     path = write_params(tmp_path / "params.yaml", raw)
     out = tmp_path / "checked.json"
     assert check_params.main(["--params", str(path), "--out", str(out)]) == 2
-    assert "train.a.method: Input should be 'ppo', 'hybrid_ppo', 'sac' or 'erpv'" in (
+    assert "train.a.method: Input should be 'ppo', 'hybrid_ppo', 'sac', 'erpv' or 'semore'" in (
         capsys.readouterr().err
     )
     assert not out.exists()
