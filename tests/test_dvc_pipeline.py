@@ -97,6 +97,7 @@ def _copy(built, tmp_path):
     return tmp_path / "repo", output
 
 
+@pytest.mark.slow  # a second full build (about 2 min): CI runs it with `pytest -m slow`
 def test_same_inputs_give_the_same_bytes_in_two_directories(built_a, built_b):
     """Every stage's outputs are a pure function of its inputs: no wall-clock value or path."""
     lock_a = yaml.safe_load((built_a[0] / "dvc.lock").read_text())
@@ -199,13 +200,13 @@ def _bash(script: str, cwd) -> str:
     return _run(["bash", "-euo", "pipefail", "-c", script], cwd, extra_env=git_user)
 
 
-def test_shared_dataset_reaches_a_fresh_clone_through_a_dvc_remote(built_b, tmp_path):
+def test_shared_dataset_reaches_a_fresh_clone_through_a_dvc_remote(built_a, tmp_path):
     """Share as the README says, running its commands as written (paths substituted); a fresh
     clone `dvc pull`s and has everything: nothing to recollect or relabel, and the dataset loads
     in one line."""
     env_id = "MountainCarContinuous-v0"
     params = _params()
-    repo, _ = _copy(built_b, tmp_path)
+    repo, _ = _copy(built_a, tmp_path)
     _run(["git", "add", "-A"], repo)  # the project's own files, as in a real repository
     _bash("git commit -qm project", repo)
     remote = tmp_path / "remote"
