@@ -316,6 +316,16 @@ class PPOParams(_Section):
     learning_rate: float = Field(gt=0, description="Adam learning rate (2.5e-4).")
     anneal_lr: bool = Field(description="Anneal the learning rate linearly to 0.")
     hidden: int = Field(ge=1, description="Units of each of the two tanh layers (64).")
+    normalize_obs: bool = Field(
+        description="Standardise observations by running mean/std (SB3 VecNormalize, rl-zoo3's "
+        "`normalize: true`); the statistics are saved with the agent and frozen at deployment. "
+        "Off: rescale by the observation space's bounds."
+    )
+    normalize_reward: bool = Field(
+        description="Divide rewards by the running std of the discounted return (VecNormalize)."
+    )
+    clip_obs: float = Field(default=10.0, gt=0, description="Clip of normalised observations.")
+    clip_reward: float = Field(default=10.0, gt=0, description="Clip of normalised rewards.")
 
     @model_validator(mode="after")
     def _minibatches_fit(self) -> PPOParams:
@@ -350,6 +360,18 @@ class HybridPPOParams(PPOParams):
         description="Prototype embedding: grey (offline, downsampled grey frame) or open_clip."
     )
     grey_size: int = Field(default=16, ge=2, le=128, description="Side of the grey embedding.")
+    kinematic: Literal["reward", "potential"] = Field(
+        default="reward",
+        description="Eq. 1's form: 'reward' as printed (a per-step reward, which pays for "
+        "hovering below the flag) or 'potential' (ours: R_kin as a PBRS potential).",
+    )
+    position_table_spacing: float | None = Field(
+        default=None,
+        gt=0,
+        description="MountainCar only: look Phi up in a table of the frames' potentials by cart "
+        "position at this spacing (labelled positions exact) instead of rendering every step; "
+        "None renders and embeds each frame.",
+    )
     open_clip: OpenClipEmbedderConfig | None = Field(
         default=None, description="Settings of embedder open_clip."
     )

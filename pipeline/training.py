@@ -51,7 +51,8 @@ from pipeline.rollouts.format import MANIFEST_NAME
 from pipeline.shaping.potential import HysteresisPotential
 from pipeline.shaping.prototypes import GreyEmbedder, OpenClipEmbedder, PrototypeCache
 from pipeline.shaping.reward import HybridReward
-from pipeline.shaping.wrapper import HybridRewardWrapper
+from pipeline.shaping.tabulated import PositionPotentialTable
+from pipeline.shaping.wrapper import HybridRewardWrapper, TablePotential
 
 log = logging.getLogger(__name__)
 
@@ -135,20 +136,32 @@ def ppo_env_factory(
         use_env="env" in terms,
         use_kinematic="kinematic" in terms,
         use_potential="potential" in terms,
+        kinematic=hp.kinematic,
     )
+    table = None
     if reward.use_potential:
         if inputs is None:
             raise TrainError("the potential term needs the env's rollouts and label table")
         embedder, cache = build_prototypes(hp, inputs)
+        if hp.position_table_spacing is not None:
+            if not run.env.startswith("MountainCar-") or cache.positions is None:
+                raise TrainError(
+                    f"hybrid_ppo.position_table_spacing applies to MountainCar-v0 (its frame is "
+                    f"a function of the cart position), not {run.env}: set it to null"
+                )
+            table = PositionPotentialTable.build(
+                cache, embedder, env_cfg, hp.position_table_spacing, cache.positions
+            )
     else:
         embedder, cache = None, None
 
     def make() -> gym.Env:
         env = gym.wrappers.RecordEpisodeStatistics(
-            make_env(run.env, env_cfg, pixels=reward.use_potential)
+            make_env(run.env, env_cfg, pixels=reward.use_potential and table is None)
         )
         potential = HysteresisPotential(cache, hp.confirm_steps) if cache is not None else None
-        return HybridRewardWrapper(env, potential, embedder, reward)
+        source = TablePotential(table) if table is not None else None
+        return HybridRewardWrapper(env, potential, embedder, reward, source)
 
     return make
 

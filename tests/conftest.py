@@ -45,6 +45,8 @@ PPO_DEFAULTS = {
     "learning_rate": 2.5e-4,
     "anneal_lr": True,
     "hidden": 64,
+    "normalize_obs": False,
+    "normalize_reward": False,
 }
 
 

@@ -32,10 +32,29 @@ def _layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
     return layer
 
 
+class RunningMeanStd:
+    """Running mean and variance over batches (Chan et al.'s parallel update), as in
+    Stable-Baselines3's VecNormalize: mean 0, var 1 and a count of 1e-4 before any data."""
+
+    def __init__(self, shape: tuple[int, ...] = ()) -> None:
+        self.mean = np.zeros(shape, np.float64)
+        self.var = np.ones(shape, np.float64)
+        self.count = 1e-4
+
+    def update(self, batch: np.ndarray) -> None:
+        batch = np.asarray(batch, np.float64)
+        b_mean, b_var, b_count = batch.mean(0), batch.var(0), batch.shape[0]
+        delta, total = b_mean - self.mean, self.count + b_count
+        m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
+        self.mean, self.var, self.count = self.mean + delta * b_count / total, m2 / total, total
+
+
 class ActorCritic(nn.Module):
-    """Separate tanh MLPs for the policy and the value. Observations are rescaled to [-1, 1] by
-    `obs_low` / `obs_high` when given (MountainCar's velocity spans +-0.07, its position 1.8);
-    the bounds are buffers, so a checkpoint carries them."""
+    """Separate tanh MLPs for the policy and the value. The policy input is the observation
+    either rescaled to [-1, 1] by `obs_low` / `obs_high` (MountainCar's velocity spans +-0.07, its
+    position 1.8) or, with `normalize_obs`, standardised by running statistics and clipped to
+    +-`clip_obs` (SB3's VecNormalize, rl-zoo3's `normalize: true`). Bounds and statistics are
+    buffers: a checkpoint carries them, and deployment uses them frozen."""
 
     def __init__(
         self,
@@ -44,6 +63,8 @@ class ActorCritic(nn.Module):
         hidden: int,
         obs_low: np.ndarray | None = None,
         obs_high: np.ndarray | None = None,
+        normalize_obs: bool = False,
+        clip_obs: float = 10.0,
     ) -> None:
         super().__init__()
         low = torch.as_tensor(
@@ -56,7 +77,10 @@ class ActorCritic(nn.Module):
             raise ValueError(f"obs bounds must be ({obs_dim},) with high > low; got {low}, {high}")
         self.register_buffer("obs_center", (high + low) / 2)
         self.register_buffer("obs_half_range", (high - low) / 2)
+        self.register_buffer("obs_mean", torch.zeros(obs_dim))
+        self.register_buffer("obs_var", torch.ones(obs_dim))
         self.obs_dim, self.n_actions, self.hidden = obs_dim, n_actions, hidden
+        self.normalize_obs, self.clip_obs = normalize_obs, clip_obs
         self.critic = nn.Sequential(
             _layer(obs_dim, hidden),
             nn.Tanh(),
@@ -72,15 +96,23 @@ class ActorCritic(nn.Module):
             _layer(hidden, n_actions, 0.01),
         )
 
-    def _scale(self, obs: torch.Tensor) -> torch.Tensor:
+    def set_obs_stats(self, stats: RunningMeanStd) -> None:
+        self.obs_mean.copy_(torch.as_tensor(stats.mean, dtype=torch.float32))
+        self.obs_var.copy_(torch.as_tensor(stats.var, dtype=torch.float32))
+
+    def policy_input(self, obs: torch.Tensor) -> torch.Tensor:
+        """Raw observations (B, D) -> what the networks read (B, D)."""
+        if self.normalize_obs:
+            x = (obs - self.obs_mean) / torch.sqrt(self.obs_var + 1e-8)
+            return x.clamp(-self.clip_obs, self.clip_obs)
         return (obs - self.obs_center) / self.obs_half_range
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self._scale(obs)).squeeze(-1)  # (B,)
+        return self.critic(self.policy_input(obs)).squeeze(-1)  # (B,)
 
     def sample(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
-        """Actions of a batch of observations (B, D) -> (B,): sampled, or the argmax."""
-        logits = self.actor(self._scale(obs))
+        """Actions of a batch of raw observations (B, D) -> (B,): sampled, or the argmax."""
+        logits = self.actor(self.policy_input(obs))
         return logits.argmax(-1) if deterministic else Categorical(logits=logits).sample()
 
     # --- the agent interface shared with the SAC family (pipeline.agents.load) --------------
@@ -100,11 +132,19 @@ class ActorCritic(nn.Module):
     def save(self, directory: str | Path, meta: dict[str, Any] | None = None) -> None:
         """The agents' checkpoint layout (pipeline.agents.checkpoint): the weights, the shapes to
         rebuild the network, and `meta`."""
-        shapes = {"obs_dim": self.obs_dim, "n_actions": self.n_actions, "hidden": self.hidden}
-        tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        shapes = {
+            "obs_dim": self.obs_dim,
+            "n_actions": self.n_actions,
+            "hidden": self.hidden,
+            "normalize_obs": self.normalize_obs,
+            "clip_obs": self.clip_obs,
+        }
         write_checkpoint(
-            directory, tensors, {**(meta or {}), "architecture": ARCHITECTURE, **shapes}
+            directory, self.tensors(), {**(meta or {}), "architecture": ARCHITECTURE, **shapes}
         )
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
 
     @classmethod
     def load(cls, directory: str | Path) -> ActorCritic:
@@ -113,15 +153,22 @@ class ActorCritic(nn.Module):
             raise CheckpointError(
                 f"{directory}: a {meta.get('architecture')!r} checkpoint, not PPO's"
             )
-        agent = cls(meta["obs_dim"], meta["n_actions"], meta["hidden"])
+        agent = cls(
+            meta["obs_dim"],
+            meta["n_actions"],
+            meta["hidden"],
+            normalize_obs=meta.get("normalize_obs", False),
+            clip_obs=meta.get("clip_obs", 10.0),
+        )
         agent.load_state_dict(tensors)
         return agent.eval()
 
-    def evaluate(
-        self, obs: torch.Tensor, actions: torch.Tensor
+    def evaluate_input(
+        self, x: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dist = Categorical(logits=self.actor(self._scale(obs)))
-        return dist.log_prob(actions), dist.entropy(), self.value(obs)
+        """Log-probabilities, entropies and values from policy inputs (already normalised)."""
+        dist = Categorical(logits=self.actor(x))
+        return dist.log_prob(actions), dist.entropy(), self.critic(x).squeeze(-1)
 
 
 def gae(
@@ -172,7 +219,12 @@ def train_ppo(
     one in its wrapper chain, that one is read: put it below a reward-shaping wrapper to record
     the native return rather than the shaped one. `obs_fn` maps a batch of observations to the
     policy input (B, D), e.g. `lambda o: o["state"]` for the pipeline's {pixels, state} contract;
-    `obs_bounds` (low, high) rescale that input to [-1, 1] inside the agent."""
+    `obs_bounds` (low, high) rescale that input to [-1, 1] inside the agent unless
+    `cfg.normalize_obs` standardises it by running statistics.
+
+    `cfg.normalize_reward` divides rewards by the running standard deviation of the discounted
+    return and clips them (SB3's VecNormalize): only what PPO learns from changes, the recorded
+    curve stays the env's return."""
     torch.manual_seed(seed)
     envs = gym.vector.SyncVectorEnv(
         [lambda: _with_episode_stats(make_env) for _ in range(cfg.num_envs)],
@@ -185,15 +237,33 @@ def train_ppo(
             f"{envs.single_action_space}"
         )
     obs, _ = envs.reset(seed=seed)
-    obs_t = torch.as_tensor(obs_fn(obs), dtype=torch.float32)  # (N, obs_dim)
+    raw = np.asarray(obs_fn(obs), dtype=np.float32)  # (N, obs_dim)
     low, high = obs_bounds if obs_bounds is not None else (None, None)
-    agent = ActorCritic(obs_t.shape[1], int(envs.single_action_space.n), cfg.hidden, low, high)
+    agent = ActorCritic(
+        raw.shape[1],
+        int(envs.single_action_space.n),
+        cfg.hidden,
+        low,
+        high,
+        normalize_obs=cfg.normalize_obs,
+        clip_obs=cfg.clip_obs,
+    )
+    obs_stats, return_stats = RunningMeanStd((raw.shape[1],)), RunningMeanStd()
+    discounted = np.zeros(cfg.num_envs)  # running discounted return, for reward normalisation
+
+    def policy_input(raw_obs: np.ndarray, update: bool) -> torch.Tensor:
+        if cfg.normalize_obs and update:
+            obs_stats.update(raw_obs)
+            agent.set_obs_stats(obs_stats)
+        return agent.policy_input(torch.as_tensor(raw_obs, dtype=torch.float32))
+
+    x_t = policy_input(raw, update=True)
     optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
     n, t_steps = cfg.num_envs, cfg.rollout_steps
     batch = n * t_steps
     updates = max(1, total_steps // batch)
     curve: list[tuple[int, float]] = []
-    buf_obs = torch.zeros((t_steps, n, obs_t.shape[1]))
+    buf_x = torch.zeros((t_steps, n, raw.shape[1]))
     buf_act = torch.zeros((t_steps, n), dtype=torch.long)
     buf_logp, buf_rew, buf_done, buf_val = (torch.zeros((t_steps, n)) for _ in range(4))
     step = 0
@@ -203,14 +273,24 @@ def train_ppo(
             optimizer.param_groups[0]["lr"] = cfg.learning_rate * (1.0 - update / updates)
         for t in range(t_steps):
             with torch.no_grad():
-                action = agent.sample(obs_t)
-                logp, _, value = agent.evaluate(obs_t, action)
-            buf_obs[t], buf_act[t], buf_logp[t], buf_val[t] = obs_t, action, logp, value
+                logits = agent.actor(x_t)
+                action = Categorical(logits=logits).sample()
+                logp, _, value = agent.evaluate_input(x_t, action)
+            buf_x[t], buf_act[t], buf_logp[t], buf_val[t] = x_t, action, logp, value
             obs, reward, terminated, truncated, info = envs.step(action.numpy())
             step += n
+            reward = np.asarray(reward, dtype=np.float64)
+            done = terminated | truncated
+            if cfg.normalize_reward:
+                discounted = discounted * cfg.gamma + reward
+                return_stats.update(discounted[:, None])
+                reward = np.clip(
+                    reward / np.sqrt(return_stats.var + 1e-8), -cfg.clip_reward, cfg.clip_reward
+                )
+                discounted[done] = 0.0
+            reward = reward.astype(np.float32)
             # Truncation bootstraps from the final observation's value (CleanRL treats it as done;
             # with same-step autoreset the final obs is in info["final_obs"]).
-            reward = np.asarray(reward, dtype=np.float32)
             if truncated.any() and "final_obs" in info:
                 for i in np.nonzero(truncated & ~terminated)[0]:
                     final_obs = info["final_obs"][i]  # one env's observation: batch it for obs_fn
@@ -219,25 +299,25 @@ def train_ppo(
                         if isinstance(final_obs, dict)
                         else final_obs[None]
                     )
-                    final = torch.as_tensor(obs_fn(one), dtype=torch.float32)
+                    final = policy_input(np.asarray(obs_fn(one), dtype=np.float32), update=False)
                     with torch.no_grad():
-                        reward[i] += cfg.gamma * agent.value(final).item()
+                        reward[i] += cfg.gamma * agent.critic(final).item()
             buf_rew[t] = torch.as_tensor(reward)
-            buf_done[t] = torch.as_tensor(terminated | truncated, dtype=torch.float32)
+            buf_done[t] = torch.as_tensor(done, dtype=torch.float32)
             finished = info.get("final_info", {})  # same-step autoreset: stats of ended episodes
             if "episode" in finished:
                 for i in np.nonzero(finished["_episode"])[0]:
                     curve.append((step, float(finished["episode"]["r"][i])))
-            obs_t = torch.as_tensor(obs_fn(obs), dtype=torch.float32)
+            x_t = policy_input(np.asarray(obs_fn(obs), dtype=np.float32), update=True)
         bar.update(batch)
         if curve:
             bar.set_postfix(last_return=f"{curve[-1][1]:.1f}")
         with torch.no_grad():
             advantages = gae(
-                buf_rew, buf_val, buf_done, agent.value(obs_t), cfg.gamma, cfg.gae_lambda
+                buf_rew, buf_val, buf_done, agent.critic(x_t).squeeze(-1), cfg.gamma, cfg.gae_lambda
             )
             returns = advantages + buf_val
-        b_obs, b_act = buf_obs.reshape(batch, -1), buf_act.reshape(batch)
+        b_x, b_act = buf_x.reshape(batch, -1), buf_act.reshape(batch)
         b_logp, b_adv, b_ret = (
             buf_logp.reshape(batch),
             advantages.reshape(batch),
@@ -248,7 +328,7 @@ def train_ppo(
             order = torch.randperm(batch)
             for start in range(0, batch, mb):
                 idx = order[start : start + mb]
-                logp, entropy, value = agent.evaluate(b_obs[idx], b_act[idx])
+                logp, entropy, value = agent.evaluate_input(b_x[idx], b_act[idx])
                 ratio = (logp - b_logp[idx]).exp()
                 adv = (b_adv[idx] - b_adv[idx].mean()) / (b_adv[idx].std() + 1e-8)
                 pg_loss = torch.max(
@@ -262,4 +342,4 @@ def train_ppo(
                 optimizer.step()
     bar.close()
     envs.close()
-    return agent, curve
+    return agent.eval(), curve

@@ -25,11 +25,14 @@ class HysteresisPotential:
         self._candidate, self._streak = None, 0
 
     def __call__(self, embedding: np.ndarray) -> float:
-        level = self.cache.nearest_potential(embedding)
+        return self.update(self.cache.nearest_potential(embedding), self.cache.potential(embedding))
+
+    def update(self, level: float, phi_rbf: float) -> float:
+        """One step given the nearest prototype's level and the RBF potential of the frame."""
         if level == self._candidate:
             self._streak += 1
         else:
             self._candidate, self._streak = level, 1
         if self._streak >= self.confirm_steps and level > self.locked:
             self.locked = level
-        return max(self.locked, self.cache.potential(embedding))
+        return max(self.locked, phi_rbf)

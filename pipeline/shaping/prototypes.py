@@ -71,6 +71,7 @@ class PrototypeCache:
     embeddings: np.ndarray  # (N, D) float32
     potentials: np.ndarray  # (N,) Phi_raw of each prototype's milestone
     bandwidth: float  # RBF sigma, in embedding distance units
+    positions: np.ndarray | None = None  # (N,) MountainCar cart position of each prototype
 
     def __post_init__(self) -> None:
         if len(self.embeddings) == 0:
@@ -109,14 +110,18 @@ class PrototypeCache:
             .select("sample_key", "potential")
         )
         potential_of = dict(labelled.iter_rows())
-        frames, potentials = [], []
+        frames, potentials, positions = [], [], []
         for sample in iter_rollouts(rollout_dir):
             if sample.key in potential_of:
                 with Image.open(io.BytesIO(sample.frame_png)) as image:
                     frames.append(np.asarray(image.convert("RGB")))
                 potentials.append(potential_of[sample.key])
+                positions.append(sample.record.get("context", {}).get("position"))
         if not frames:
             raise ValueError(
                 f"{labels_path} has no parsed milestone labels to build prototypes from"
             )
-        return cls(embedder.embed(np.stack(frames)), np.asarray(potentials, np.float32), bandwidth)
+        known = None if None in positions else np.asarray(positions, np.float64)
+        return cls(
+            embedder.embed(np.stack(frames)), np.asarray(potentials, np.float32), bandwidth, known
+        )
