@@ -153,3 +153,74 @@ def test_hybrid_reward_wrapper_adds_eq_2_terms_and_resets_the_lock():
     assert steps == 30 and locked_before > 0.5  # pushed right: later milestones confirmed
     wrapped.reset(seed=0)
     assert wrapped.potential.locked < locked_before  # a new episode starts a new lock
+
+
+def test_kinematic_potential_form_telescopes_and_stops_paying_for_hovering():
+    """Eq. 1 as printed pays max(0, 2(x + 0.4)) every step: hovering at x = 0.4 for 100 steps
+    earns 160 (the hovering optimum). Our potential form pays gamma R(s') - R(s): hovering earns
+    about (gamma - 1) R per step, <= 0, and a whole trajectory telescopes."""
+    printed = HybridReward(1.0, 0.0, use_env=False, use_potential=False)
+    ours = HybridReward(0.99, 0.0, use_env=False, use_potential=False, kinematic="potential")
+    assert sum(printed(0.0, 0.4, 0, 0) for _ in range(100)) == pytest.approx(160.0)
+    hover = sum(ours(0.0, 0.4, 0, 0, position_prev=0.4) for _ in range(100))
+    assert hover == pytest.approx(100 * (0.99 - 1.0) * 1.6) and hover < 0
+    path = [-0.5, -0.3, 0.0, 0.2, 0.1, 0.45]
+    total = sum(
+        0.99**t * ours(0.0, b, 0, 0, position_prev=a)
+        for t, (a, b) in enumerate(itertools.pairwise(path))
+    )
+    assert total == pytest.approx(
+        0.99 ** (len(path) - 1) * kinematic_reward(path[-1]) - kinematic_reward(path[0])
+    )
+    # reaching the flag: the terminal state's potential is 0
+    assert ours(0.0, 0.5, 0, 0, position_prev=0.49, terminated=True) == pytest.approx(
+        -kinematic_reward(0.49)
+    )
+    with pytest.raises(ValueError, match="previous position"):
+        ours(0.0, 0.4, 0, 0)
+
+
+def test_position_table_gives_the_labelled_frames_their_own_potentials(tmp_path):
+    """The table of Phi by cart position holds each labelled frame's position exactly: its entry
+    is the potential of that frame, rendered in the rollouts. Elsewhere the nearest entry."""
+    from pipeline.config import EnvConfig
+    from pipeline.shaping.tabulated import PositionPotentialTable, mountaincar_frames_at
+
+    env = EnvConfig(image_size=84, action_repeat=1, max_episode_steps=60, include_state=True)
+    positions = np.array([-0.9, -0.52, -0.3, 0.05, 0.42])
+    frames = mountaincar_frames_at(positions, 84)
+    embedder = GreyEmbedder(16)
+    cache = PrototypeCache(
+        embedder.embed(frames), np.array([0.0, 0.2, 0.4, 0.7, 1.0], np.float32), 0.1, positions
+    )
+    table = PositionPotentialTable.build(
+        cache, embedder, env, spacing=0.01, exact_positions=positions
+    )
+    for p, e, level in zip(positions, embedder.embed(frames), cache.potentials, strict=True):
+        assert table.lookup(float(p)) == (
+            pytest.approx(level),
+            pytest.approx(cache.potential(e), abs=0),
+        )
+    error = table.max_error(cache, embedder, 84, samples=40, seed=0)
+    assert 0.0 <= error < 0.2
+    with pytest.raises(ValueError, match="spacing"):
+        PositionPotentialTable.build(cache, embedder, env, spacing=0.0)
+
+
+def test_mountaincar_frames_at_match_the_env_observations():
+    from pipeline.config import EnvConfig
+    from pipeline.envs import make_env
+    from pipeline.shaping.tabulated import mountaincar_frames_at
+
+    env = make_env(
+        "MountainCar-v0",
+        EnvConfig(image_size=32, action_repeat=1, max_episode_steps=20, include_state=True),
+    )
+    obs, info = env.reset(seed=3)
+    seen = [(info["context"]["position"], obs["pixels"])]
+    for _ in range(10):
+        obs, _, _, _, info = env.step(2)
+        seen.append((info["context"]["position"], obs["pixels"]))
+    rendered = mountaincar_frames_at([p for p, _ in seen], 32)
+    for (_, frame), again in zip(seen, rendered, strict=True):
+        np.testing.assert_array_equal(frame, again)
