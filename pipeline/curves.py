@@ -16,29 +16,32 @@ import csv
 from collections.abc import Iterable
 from pathlib import Path
 
-from dvclive import Live
-
 RETURN = "return"  # the env's native return of each finished training episode
 METRICS_SUBDIR = "plots/metrics"  # where dvclive writes a run's per-metric TSVs
 
 
-class _Live(Live):
+def _live(directory: str | Path, summary_path: str | Path):
     """dvclive's Live as a file logger: its summary goes to `summary_path` (declared as a DVC
     metric by the stage) instead of inside the plots directory, and it leaves the repository
     alone: the stages declare their outputs in dvc.yaml, while dvclive's own repository discovery
-    `dvc init`s a git repository that has no DVC, and fails in one with no commit yet."""
+    `dvc init`s a git repository that has no DVC, and fails in one with no commit yet. Imported
+    here, not at module level: dvclive pulls in dvc, which readers of curves do not need."""
+    from dvclive import Live
 
-    def __init__(self, directory: str | Path, summary_path: str | Path) -> None:
-        self._summary_path = str(summary_path)  # read by the cleanup inside Live.__init__
-        Path(summary_path).parent.mkdir(parents=True, exist_ok=True)
-        super().__init__(str(directory), dvcyaml=False, save_dvc_exp=False, report=None)
+    class _Live(Live):
+        def __init__(self) -> None:
+            self._summary_path = str(summary_path)  # read by the cleanup inside Live.__init__
+            Path(summary_path).parent.mkdir(parents=True, exist_ok=True)
+            super().__init__(str(directory), dvcyaml=False, save_dvc_exp=False, report=None)
 
-    @property
-    def metrics_file(self) -> str:
-        return self._summary_path
+        @property
+        def metrics_file(self) -> str:
+            return self._summary_path
 
-    def _init_dvc(self) -> None:  # dvclive==3.49.1 (pinned): see the class docstring
-        self._dvc_file = None
+        def _init_dvc(self) -> None:  # dvclive==3.49.1 (pinned): see the docstring above
+            self._dvc_file = None
+
+    return _Live()
 
 
 def write_training_log(
@@ -49,7 +52,7 @@ def write_training_log(
 ) -> None:
     """Replace `directory` with the run's curves: `return` at the env step of each finished
     episode, and every other metric of `rows` (each with a `step`) where it has a value."""
-    with _Live(directory, summary_path) as live:
+    with _live(directory, summary_path) as live:
         for step, episode_return in curve:
             live.step = int(step)
             live.log_metric(RETURN, float(episode_return))

@@ -112,7 +112,7 @@ def native_state_bounds(env: gym.Env) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def ppo_env_factory(
-    run: TrainRun, params: Params, inputs: TrainInputs | None
+    run: TrainRun, params: Params, inputs: TrainInputs | None, table_cache: Path | None = None
 ) -> Callable[[], gym.Env]:
     """Env builder for the PPO family. Native reward is recorded below the shaping wrapper, so the
     learning curve shows the return of the task, comparable across methods. Frames are rendered
@@ -142,15 +142,18 @@ def ppo_env_factory(
     if reward.use_potential:
         if inputs is None:
             raise TrainError("the potential term needs the env's rollouts and label table")
-        embedder, cache = build_prototypes(hp, inputs)
+        embedder, cache = build_prototypes(hp, inputs, table_cache)
         if hp.position_table_spacing is not None:
             if not run.env.startswith("MountainCar-") or cache.positions is None:
                 raise TrainError(
                     f"hybrid_ppo.position_table_spacing applies to MountainCar-v0 (its frame is "
                     f"a function of the cart position), not {run.env}: set it to null"
                 )
-            table = PositionPotentialTable.build(
-                cache, embedder, env_cfg, hp.position_table_spacing, cache.positions
+            args = (cache, embedder, env_cfg, hp.position_table_spacing, cache.positions)
+            table = (
+                PositionPotentialTable.cached(table_cache, *args)
+                if table_cache is not None
+                else PositionPotentialTable.build(*args)
             )
     else:
         embedder, cache = None, None
@@ -166,8 +169,10 @@ def ppo_env_factory(
     return make
 
 
-def build_prototypes(hp: HybridPPOParams, inputs: TrainInputs):
-    """The visual prototype cache of the labelled frames (hybrid VLM-PPO 3.2)."""
+def build_prototypes(hp: HybridPPOParams, inputs: TrainInputs, keep_in: Path | None = None):
+    """The visual prototype cache of the labelled frames (hybrid VLM-PPO 3.2). With `keep_in`,
+    it is kept there under a hash of the rollouts' manifest, the label table and the embedding,
+    so that later runs (a benchmark's) read neither the frames nor the labels again."""
     if hp.embedder == "grey":
         embedder = GreyEmbedder(hp.grey_size)
     else:
@@ -175,7 +180,16 @@ def build_prototypes(hp: HybridPPOParams, inputs: TrainInputs):
         embedder = OpenClipEmbedder(
             hp.open_clip.model, hp.open_clip.pretrained, hp.open_clip.device
         )
-    cache = PrototypeCache.from_labels(inputs.rollouts, inputs.labels, embedder, hp.bandwidth)
+    kept = None
+    if keep_in is not None:
+        key = json.dumps([inputs.hashes(), embedder.embedder_id, hp.bandwidth]).encode()
+        kept = keep_in / f"prototypes-{hashlib.sha256(key).hexdigest()[:16]}.npz"
+    if kept is not None and kept.exists():
+        cache = PrototypeCache.load(kept)
+    else:
+        cache = PrototypeCache.from_labels(inputs.rollouts, inputs.labels, embedder, hp.bandwidth)
+        if kept is not None:
+            cache.save(kept)
     log.info(
         "prototype cache: %d labelled frames, potentials %s",
         len(cache.potentials),
@@ -185,12 +199,20 @@ def build_prototypes(hp: HybridPPOParams, inputs: TrainInputs):
 
 
 def train_ppo_run(
-    name: str, run: TrainRun, params: Params, inputs: TrainInputs, progress: bool = True
+    name: str,
+    run: TrainRun,
+    params: Params,
+    inputs: TrainInputs,
+    progress: bool = True,
+    table_cache: Path | None = None,
 ) -> tuple[Any, list[tuple[int, float]], dict[str, Any]]:
-    """Train one ppo / hybrid_ppo run; return (agent, curve, checkpoint metadata)."""
+    """Train one ppo / hybrid_ppo run; return (agent, curve, checkpoint metadata).
+    `table_cache` keeps hybrid_ppo's position tables between runs (benchmarks)."""
     hp: PPOParams | None = params.ppo if run.method == "ppo" else params.hybrid_ppo
     assert hp is not None
-    make = ppo_env_factory(run, params, inputs if run.method == "hybrid_ppo" else None)
+    make = ppo_env_factory(
+        run, params, inputs if run.method == "hybrid_ppo" else None, table_cache
+    )
     probe = make()
     bounds = native_state_bounds(probe)
     probe.close()
