@@ -204,3 +204,33 @@ def test_training_log_leaves_the_repository_alone(tmp_path, monkeypatch):
     assert read_metric("live", "critic_loss") == [(10, 1.0), (20, 0.5)]
     assert read_metric("live", "alpha") == [(20, 0.1)]  # not a zero at step 10
     assert json.loads((tmp_path / "summary.json").read_text())["alpha"] == 0.1
+
+
+def test_hybrid_with_the_position_table_renders_no_training_frame(labelled, tmp_path, monkeypatch):
+    """With hybrid_ppo.position_table_spacing the env steps never render: Phi comes from the
+    table (built once from frames rendered at grid positions), with the normalised PPO preset."""
+    import pipeline.envs.gym_envs as gym_envs
+
+    def no_frames(env, obs):
+        raise AssertionError("a training step rendered a frame")
+
+    monkeypatch.setattr(gym_envs, "mountaincar_frame", no_frames)
+    run = {"env": "MountainCar-v0", "method": "hybrid_ppo", "steps": 256, "seed": 0}
+    raw = train_params(hyb=run)
+    raw["hybrid_ppo"].update(
+        position_table_spacing=0.01,
+        kinematic="potential",
+        normalize_obs=True,
+        normalize_reward=True,
+    )
+    curve = train_run(
+        "hyb",
+        parse_params(raw),
+        labelled,
+        tmp_path / "agent",
+        tmp_path / "live",
+        tmp_path / "s.json",
+    )
+    assert len(curve) == 4 and all(r == -50.0 for _, r in curve)
+    meta = json.loads((tmp_path / "agent" / "agent.json").read_text())
+    assert meta["config"]["kinematic"] == "potential" and meta["normalize_obs"] is True
