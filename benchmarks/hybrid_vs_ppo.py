@@ -304,9 +304,7 @@ def main() -> None:
     parser.add_argument("--labels", type=Path, default=Path(f"data/labels/{ENV}.parquet"))
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--steps", type=int, default=300_000)
-    parser.add_argument(
-        "--variants", nargs="+", default=list(VARIANTS), choices=list(ALL_VARIANTS)
-    )
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(ALL_VARIANTS))
     parser.add_argument("--window", type=int, default=10)
     parser.add_argument("--eval-episodes", type=int, default=20)
     parser.add_argument("--workers", type=int, default=1)

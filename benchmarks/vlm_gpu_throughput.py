@@ -109,12 +109,16 @@ def make_inputs(batch: int, size: int, text_tokens: int, device: str, dtype: Any
     ids = torch.randint(0, 150000, (batch, text_tokens), generator=torch.Generator().manual_seed(0))
     image = torch.tensor([VISION_START] + [IMAGE_PAD] * image_tokens + [VISION_END])
     input_ids = torch.cat([ids[:, :before], image.expand(batch, -1), ids[:, before:]], dim=1)
-    return {
-        "input_ids": input_ids.to(device),
-        "attention_mask": torch.ones_like(input_ids).to(device),
-        "pixel_values": pixels["pixel_values"].to(device, dtype),
-        "image_grid_thw": grid.to(device),
-    }, image_tokens, int(grid[0].prod())
+    return (
+        {
+            "input_ids": input_ids.to(device),
+            "attention_mask": torch.ones_like(input_ids).to(device),
+            "pixel_values": pixels["pixel_values"].to(device, dtype),
+            "image_grid_thw": grid.to(device),
+        },
+        image_tokens,
+        int(grid[0].prod()),
+    )
 
 
 def synchronize(device: str) -> None:

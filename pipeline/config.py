@@ -326,6 +326,12 @@ class PPOParams(_Section):
     )
     clip_obs: float = Field(default=10.0, gt=0, description="Clip of normalised observations.")
     clip_reward: float = Field(default=10.0, gt=0, description="Clip of normalised rewards.")
+    checkpoint_every: int = Field(
+        default=0,
+        ge=0,
+        description="Updates between resume states of `train` (0: never); a killed run goes on "
+        "from the last one.",
+    )
 
     @model_validator(mode="after")
     def _minibatches_fit(self) -> PPOParams:

@@ -205,17 +205,22 @@ def train_ppo_run(
     inputs: TrainInputs,
     progress: bool = True,
     table_cache: Path | None = None,
+    resume_dir: str | Path | None = None,
 ) -> tuple[Any, list[tuple[int, float]], dict[str, Any]]:
     """Train one ppo / hybrid_ppo run; return (agent, curve, checkpoint metadata).
-    `table_cache` keeps hybrid_ppo's position tables between runs (benchmarks)."""
+    `table_cache` keeps hybrid_ppo's position tables between runs (benchmarks); with
+    `resume_dir` and `checkpoint_every`, a killed run goes on from its last resume state."""
     hp: PPOParams | None = params.ppo if run.method == "ppo" else params.hybrid_ppo
     assert hp is not None
-    make = ppo_env_factory(
-        run, params, inputs if run.method == "hybrid_ppo" else None, table_cache
-    )
+    make = ppo_env_factory(run, params, inputs if run.method == "hybrid_ppo" else None, table_cache)
     probe = make()
     bounds = native_state_bounds(probe)
     probe.close()
+    data = inputs.hashes() if run.method == "hybrid_ppo" else {}
+    resume = None
+    if resume_dir is not None and hp.checkpoint_every:
+        fingerprint = run_fingerprint(name, run, hp, params.env[run.env], data)
+        resume = ResumeFile(resume_dir, fingerprint, hp.checkpoint_every)
     agent, curve = train_ppo(
         make,
         hp,
@@ -224,7 +229,10 @@ def train_ppo_run(
         obs_fn=lambda obs: obs[STATE],
         progress=progress,
         obs_bounds=bounds,
+        checkpoint=resume,
     )
+    if resume is not None:
+        resume.clear()  # finished: nothing to resume
     meta = {
         "run": name,
         "env": run.env,
@@ -236,7 +244,7 @@ def train_ppo_run(
         "steps": run.steps,
         "seed": run.seed,
         "config": hp.model_dump(mode="json"),
-        "data": inputs.hashes() if run.method == "hybrid_ppo" else {},
+        "data": data,
     }
     return agent, curve, meta
 
@@ -290,7 +298,7 @@ def pretrain_critic(
 
 
 class ResumeFile:
-    """`train_off_policy`'s resume state in `directory` (outside the stage's DVC outputs, which
+    """A training loop's resume state in `directory` (outside the stage's DVC outputs, which
     DVC deletes before a rerun), tagged with a fingerprint of everything the run depends on: a
     changed run never resumes another's state. Written atomically; removed when the run ends."""
 
@@ -471,7 +479,7 @@ def train_run(
         raise TrainError(f"params.yaml has no run train.{name} (runs: {known})")
     run = params.train[name]
     if run.method in ("ppo", "hybrid_ppo"):
-        agent, curve, meta = train_ppo_run(name, run, params, inputs)
+        agent, curve, meta = train_ppo_run(name, run, params, inputs, resume_dir=resume_dir)
         logs: list[dict[str, float]] = []
     else:
         agent, curve, logs, meta = train_sac_run(name, run, params, inputs, resume_dir=resume_dir)

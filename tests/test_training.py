@@ -234,3 +234,73 @@ def test_hybrid_with_the_position_table_renders_no_training_frame(labelled, tmp_
     assert len(curve) == 4 and all(r == -50.0 for _, r in curve)
     meta = json.loads((tmp_path / "agent" / "agent.json").read_text())
     assert meta["config"]["kinematic"] == "potential" and meta["normalize_obs"] is True
+
+
+def test_a_killed_ppo_training_resumes_to_the_uninterrupted_result(labelled, tmp_path):
+    """SIGKILL a hybrid_ppo train stage after its first resume state (saved mid-episode, with
+    the envs, the lock and the normalisers); the rerun goes on from there and ends with the
+    checkpoint and curve byte-identical to a run never interrupted (CPU)."""
+    import os
+    import signal
+    import time
+
+    import yaml
+
+    run = {"env": "MountainCar-v0", "method": "hybrid_ppo", "steps": 8192, "seed": 0}
+    raw = train_params(long=run)
+    raw["hybrid_ppo"].update(
+        position_table_spacing=0.01, normalize_obs=True, normalize_reward=True, checkpoint_every=4
+    )
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+
+    def start(out):
+        argv = ["--params", str(tmp_path / "params.yaml"), "--run", "long", "--rollouts",
+                str(labelled.rollouts), "--labels", str(labelled.labels), "--out",
+                f"{out}/model", "--live", f"{out}/live", "--summary", f"{out}/summary.json",
+                "--resume-dir", f"{out}/resume"]  # fmt: skip
+        code = f"from stages.train import main; raise SystemExit(main({argv!r}))"
+        return subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
+
+    assert start(tmp_path / "whole").wait(timeout=300) == 0
+    killed = start(tmp_path / "killed")
+    state = tmp_path / "killed" / "resume" / "state.pt"
+    deadline = time.monotonic() + 300
+    while not state.exists() and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert state.exists() and not (tmp_path / "killed" / "model" / "agent.json").exists()
+    assert start(tmp_path / "killed").wait(timeout=300) == 0
+    assert not (tmp_path / "killed" / "resume").exists()  # cleared once finished
+    for name in ("model/agent.safetensors", "model/agent.json", "summary.json"):
+        whole, resumed = tmp_path / "whole" / name, tmp_path / "killed" / name
+        assert resumed.read_bytes() == whole.read_bytes(), name
+    tsv = sorted(p.relative_to(tmp_path / "whole") for p in (tmp_path / "whole").rglob("*.tsv"))
+    assert tsv and all(
+        (tmp_path / "killed" / p).read_bytes() == (tmp_path / "whole" / p).read_bytes() for p in tsv
+    )
+
+
+def test_resumable_ppo_refuses_envs_it_cannot_pickle():
+    """Rendering MountainCar holds pygame surfaces: resumable PPO says what to change, at once."""
+    from pipeline.agents.ppo import train_ppo
+    from pipeline.config import EnvConfig
+    from pipeline.envs import make_env
+    from tests.conftest import ppo_params
+
+    class Never:
+        every = 1
+
+        def load(self):
+            return None
+
+        def save(self, state):
+            raise AssertionError("no save expected")
+
+    def make():
+        cfg = EnvConfig(image_size=16, action_repeat=1, max_episode_steps=20, include_state=True)
+        return make_env("MountainCar-v0", cfg)
+
+    with pytest.raises(ValueError, match="checkpoint_every: 0"):
+        train_ppo(make, ppo_params(num_envs=1, rollout_steps=8, minibatches=1), 64, 0,
+                  obs_fn=lambda o: o["state"], checkpoint=Never())  # fmt: skip

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors.torch import load as load_safetensors
@@ -81,3 +81,13 @@ def read_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, to
     if not weights.exists():
         raise CheckpointError(f"{weights} does not exist: the checkpoint is incomplete")
     return meta, load_safetensors(weights.read_bytes())
+
+
+class LoopCheckpoint(Protocol):
+    """Where a training loop keeps its resume state (pipeline.training's file-backed one)."""
+
+    every: int  # steps (SAC family) or updates (PPO) between saves; 0: never
+
+    def load(self) -> dict[str, Any] | None: ...
+
+    def save(self, state: dict[str, Any]) -> None: ...

@@ -8,6 +8,7 @@ reward comes from pipeline.shaping, applied by an env wrapper, so this file know
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,12 @@ from torch import nn
 from torch.distributions import Categorical
 from tqdm import tqdm
 
-from pipeline.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from pipeline.agents.checkpoint import (
+    CheckpointError,
+    LoopCheckpoint,
+    read_checkpoint,
+    write_checkpoint,
+)
 from pipeline.config import PPOParams
 
 ARCHITECTURE = "ppo_actor_critic"
@@ -213,6 +219,7 @@ def train_ppo(
     obs_fn: Callable[[object], np.ndarray] = lambda obs: obs,
     progress: bool = False,
     obs_bounds: tuple[np.ndarray, np.ndarray] | None = None,
+    checkpoint: LoopCheckpoint | None = None,
 ) -> tuple[ActorCritic, list[tuple[int, float]]]:
     """Train for `total_steps` env steps; return the agent and (step, episode return) pairs of
     every finished episode, from the env's RecordEpisodeStatistics. If `make_env` already puts
@@ -224,7 +231,13 @@ def train_ppo(
 
     `cfg.normalize_reward` divides rewards by the running standard deviation of the discounted
     return and clips them (SB3's VecNormalize): only what PPO learns from changes, the recorded
-    curve stays the env's return."""
+    curve stays the env's return.
+
+    With `checkpoint`, the whole loop state is saved every `checkpoint.every` updates: networks,
+    optimiser, normalisation statistics, the torch RNG, counters, the curve so far, and the
+    vector env's envs themselves (pickled mid-episode: cart states, time limits, episode
+    statistics, their RNGs, the hybrid wrapper's lock). A run that finds a saved state goes on
+    from it, to the uninterrupted run's result bit for bit on CPU."""
     torch.manual_seed(seed)
     envs = gym.vector.SyncVectorEnv(
         [lambda: _with_episode_stats(make_env) for _ in range(cfg.num_envs)],
@@ -266,9 +279,45 @@ def train_ppo(
     buf_x = torch.zeros((t_steps, n, raw.shape[1]))
     buf_act = torch.zeros((t_steps, n), dtype=torch.long)
     buf_logp, buf_rew, buf_done, buf_val = (torch.zeros((t_steps, n)) for _ in range(4))
-    step = 0
-    bar = tqdm(total=updates * batch, desc="ppo", unit="step", disable=not progress)
-    for update in range(updates):
+    step, first = 0, 0
+    if checkpoint is not None and checkpoint.every:
+        try:  # fail now, not at the first save
+            pickle.dumps(envs.envs)
+        except Exception as exc:
+            envs.close()
+            raise ValueError(
+                f"resumable PPO pickles its envs mid-episode, and these cannot be pickled ({exc}); "
+                f"set checkpoint_every: 0 (or, for hybrid_ppo on MountainCar, "
+                f"position_table_spacing, which renders no frames)"
+            ) from exc
+    saved = checkpoint.load() if checkpoint is not None else None
+    if saved is not None:
+        first, step, curve = saved["update"], saved["step"], saved["curve"]
+        agent.load_state_dict(saved["agent"])
+        optimizer.load_state_dict(saved["optimizer"])
+        obs_stats.mean, obs_stats.var, obs_stats.count = saved["obs_stats"]
+        return_stats.mean, return_stats.var, return_stats.count = saved["return_stats"]
+        discounted, x_t = saved["discounted"], saved["x_t"]
+        envs.envs = pickle.loads(saved["envs"])
+        torch.set_rng_state(saved["torch_rng"])
+    bar = tqdm(total=updates * batch, initial=step, desc="ppo", unit="step", disable=not progress)
+    for update in range(first, updates):
+        if (
+            checkpoint is not None
+            and checkpoint.every
+            and update > first
+            and (update % checkpoint.every == 0)
+        ):
+            checkpoint.save(
+                {
+                    "update": update, "step": step, "curve": list(curve),
+                    "agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
+                    "obs_stats": (obs_stats.mean, obs_stats.var, obs_stats.count),
+                    "return_stats": (return_stats.mean, return_stats.var, return_stats.count),
+                    "discounted": discounted.copy(), "x_t": x_t.clone(),
+                    "envs": pickle.dumps(envs.envs), "torch_rng": torch.get_rng_state(),
+                }
+            )  # fmt: skip
         if cfg.anneal_lr:
             optimizer.param_groups[0]["lr"] = cfg.learning_rate * (1.0 - update / updates)
         for t in range(t_steps):

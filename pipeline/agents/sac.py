@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 from pipeline.agents.checkpoint import (
     CheckpointError,
+    LoopCheckpoint,
     load_module_tensors,
     module_tensors,
     read_checkpoint,
@@ -411,16 +412,6 @@ class SACAgent:
 
 # The config each SAC-family algorithm's checkpoint holds (ERPv's adds VPG / VER to SAC's).
 SAC_FAMILY_CONFIGS: dict[str, type[SACParams]] = {"sac": SACParams, "erpv": ERPvParams}
-
-
-class LoopCheckpoint(Protocol):
-    """Where `train_off_policy` keeps its resume state (pipeline.training's file-backed one)."""
-
-    every: int  # agent steps between saves (taken at the next episode end); 0: never
-
-    def load(self) -> dict[str, Any] | None: ...
-
-    def save(self, state: dict[str, Any]) -> None: ...
 
 
 def episode_reset_seed(seed: int, episode: int) -> int:

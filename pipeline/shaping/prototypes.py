@@ -93,7 +93,7 @@ class PrototypeCache:
     @classmethod
     def load(cls, path: str | Path) -> PrototypeCache:
         with np.load(path) as data:
-            positions = data["positions"] if "positions" in data else None
+            positions = data.get("positions", None)
             return cls(data["embeddings"], data["potentials"], float(data["bandwidth"]), positions)
 
     def potential(self, embedding: np.ndarray) -> float:

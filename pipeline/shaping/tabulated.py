@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.config import EnvConfig
-from pipeline.io import atomic_write_bytes
 from pipeline.envs.gym_envs import make_gym_base
 from pipeline.envs.wrappers import resize_frame
+from pipeline.io import atomic_write_bytes
 from pipeline.shaping.prototypes import Embedder, PrototypeCache
 
 POSITION_RANGE = (-1.2, 0.6)  # MountainCar-v0's min_position and max_position
@@ -78,7 +78,9 @@ class PositionPotentialTable:
         h = hashlib.sha256()
         for part in (cache.embeddings, cache.potentials, np.asarray(exact_positions, np.float64)):
             h.update(np.ascontiguousarray(part).tobytes())
-        h.update(f"{cache.bandwidth}|{embedder.embedder_id}|{env_cfg.image_size}|{spacing}".encode())
+        h.update(
+            f"{cache.bandwidth}|{embedder.embedder_id}|{env_cfg.image_size}|{spacing}".encode()
+        )
         path = Path(cache_dir) / f"position-table-{h.hexdigest()[:16]}.npz"
         if path.exists():
             with np.load(path) as data:
