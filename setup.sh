@@ -5,5 +5,5 @@ cd "$(dirname "$0")"
 python3 -m venv .venv
 . .venv/bin/activate
 pip install --upgrade pip
-pip install -e '.[dev]'
+pip install -e '.[dev,ray]'
 dvc repro "$@"

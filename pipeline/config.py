@@ -220,6 +220,28 @@ class CollectConfig(_Section):
 LabelTaskName = Literal["action", "milestone", "objects", "judge"]
 
 
+class RayExecutorConfig(_Section):
+    """Where and how `executor: ray` runs the teacher calls (`label.ray`): Ray Data's
+    `map_batches` over an actor pool, each actor building its teacher once."""
+
+    address: str | None = Field(
+        default=None,
+        description="Ray cluster to connect to (e.g. ray://head:10001 or auto); null: the "
+        "RAY_ADDRESS environment variable if set, else a local cluster started for the stage.",
+    )
+    concurrency: int = Field(default=1, ge=1, description="Teacher actors (one model each).")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs per actor (1 for an hf VLM).")
+    num_cpus: float = Field(default=1.0, gt=0, description="CPUs per actor.")
+    batch_size: int = Field(
+        default=64, ge=1, description="Prompts per actor call; each finished batch is cached."
+    )
+    object_store_mb: int | None = Field(
+        default=None,
+        ge=64,
+        description="Object store of a local cluster (MB); small /dev/shm in containers needs it.",
+    )
+
+
 class LabelConfig(_Section):
     """The label stage (`label`): one teacher for all envs."""
 
@@ -236,6 +258,14 @@ class LabelConfig(_Section):
         le=1.0,
         description="Fail the stage when more than this fraction of teacher calls got no answer "
         "(HTTP errors, timeouts). Failures are still written to the table, and are not cached.",
+    )
+    executor: Literal["local", "ray"] = Field(
+        default="local",
+        description="`local`: calls in this process; `ray`: the uncached prompts go through Ray "
+        "Data (section `ray`; `pip install .[ray]`). The table is the same bytes either way.",
+    )
+    ray: RayExecutorConfig = Field(
+        default_factory=RayExecutorConfig, description="Settings of executor ray."
     )
 
     @model_validator(mode="after")

@@ -145,6 +145,26 @@ def _row(
     }
 
 
+def _queried_prompts(
+    sample: Any, cfg: LabelConfig, teacher: Teacher, env_id: str, space: dict
+) -> list[tuple[TaskName, Prompt, str, str]]:
+    """(task, prompt, cache key, frame sha256) of each task asked about this sample."""
+    frame_sha = hashlib.sha256(sample.frame_png).hexdigest()
+    record, out = sample.record, []
+    for task, k in cfg.tasks.items():
+        if task == "judge" and record["is_last"]:
+            continue  # no action was taken in the final observation
+        if sample.t % k != 0:
+            continue
+        prompt = render_prompt(
+            task, env_id, space, sample.frame_png, record["context"],
+            stored_action=record["action"] if task == "judge" else None,
+        )  # fmt: skip
+        key = cache_key(frame_sha, teacher.teacher_id, prompt.text, teacher.decoding)
+        out.append((task, prompt, key, frame_sha))
+    return out
+
+
 def label_rollouts(
     rollout_dir: str | Path,
     cfg: LabelConfig,
@@ -154,9 +174,12 @@ def label_rollouts(
     *,
     telemetry_dir: str | Path | None = None,
     progress: bool = True,
+    ray_build: Any = None,
 ) -> LabelSummary:
     """Label a finished rollout directory; write the label table (parquet) to `out_path`, and
-    the calls' latency and attempts to `telemetry_dir` (not a DVC output) when given."""
+    the calls' latency and attempts to `telemetry_dir` (not a DVC output) when given. With
+    `cfg.executor == "ray"`, the uncached prompts are asked through Ray Data first (actors build
+    their teacher with `ray_build`, default `make_teacher(cfg.teacher)`)."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
     # every answer is paid for: every place it goes must be writable before the first call
@@ -212,22 +235,31 @@ def label_rollouts(
             parse_fail=f"{failed / max(1, summary.teacher_calls + summary.cache_hits):.0%}",
         )
 
+    if cfg.executor == "ray":
+        # the prompts not yet cached go through Ray Data first; the loop below then finds every
+        # answer in the cache (and the transport failures in `answered`), as a rerun would
+        from pipeline.labelling.ray_executor import RayAnswers, RayExecutorError, ask_with_ray
+
+        missing: dict[str, Prompt] = {}
+        for sample in iter_rollouts(rollout_dir):
+            for _, prompt, key, _ in _queried_prompts(sample, cfg, teacher, env_id, space):
+                if key not in missing and cache.get(key) is None:
+                    missing[key] = prompt
+        try:
+            failures = ask_with_ray(list(missing.values()), cfg, teacher, cache, ray_build)
+        except RayExecutorError as exc:
+            raise LabelError(str(exc)) from exc
+        teacher = RayAnswers(teacher, failures)
+
     try:
         for sample in iter_rollouts(rollout_dir):
-            frame_sha = hashlib.sha256(sample.frame_png).hexdigest()
-            record = sample.record
             for task, k in cfg.tasks.items():
-                if task == "judge" and record["is_last"]:
-                    continue  # no action was taken in the final observation
-                if sample.t % k != 0:
+                if sample.t % k != 0 and not (task == "judge" and sample.record["is_last"]):
                     if task != "judge" and (sample.episode, task) in last_queried:
                         carried.append((sample.key, task, last_queried[(sample.episode, task)]))
-                    continue
-                prompt = render_prompt(
-                    task, env_id, space, sample.frame_png, record["context"],
-                    stored_action=record["action"] if task == "judge" else None,
-                )  # fmt: skip
-                key = cache_key(frame_sha, teacher.teacher_id, prompt.text, teacher.decoding)
+            for task, prompt, key, frame_sha in _queried_prompts(
+                sample, cfg, teacher, env_id, space
+            ):
                 pending = _Pending(prompt, key, frame_sha, sample.key)
                 last_queried[(sample.episode, task)] = sample.key
                 summary.queried += 1

@@ -1,0 +1,119 @@
+"""`label.executor: ray` on a local Ray cluster (2 CPUs, a small object store) shared by these
+tests: the same table bytes as a local run, only uncached prompts asked, a raising teacher actor
+loses only unfinished batches."""
+
+import pytest
+
+from pipeline.labelling.label import LabelError, label_rollouts
+from pipeline.labels.cache import LabelCache
+from pipeline.rollouts.collect import collect
+from pipeline.teachers.scripted import ScriptedTeacher
+from tests.conftest import collect_cfg, env_cfg, label_cfg
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install -e '.[ray]'")
+
+TASKS = {"action": 2, "milestone": 3, "judge": 4}
+RAY = {"concurrency": 2, "batch_size": 8, "num_cpus": 0.5, "object_store_mb": 128}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, object_store_memory=128 * 1024 * 1024, include_dashboard=False,
+             log_to_driver=False)  # fmt: skip
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def rollouts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ray-rollouts")
+    collect("MountainCar-v0", env_cfg(max_episode_steps=40), collect_cfg(episodes=2), root,
+            progress=False)  # fmt: skip
+    return root
+
+
+class CountingTeacher(ScriptedTeacher):
+    """The scripted teacher, counting prompts in a file (actors are other processes)."""
+
+    def __init__(self, reliability, seed, log_path, fail_after=None):
+        super().__init__(reliability, seed)
+        self.log_path, self.fail_after = log_path, fail_after
+
+    def answer(self, prompts):
+        with open(self.log_path, "a") as f:
+            f.write(f"{len(prompts)}\n")
+        asked = sum(int(n) for n in open(self.log_path).read().split())
+        if self.fail_after is not None and asked > self.fail_after:
+            raise RuntimeError("the teacher's model crashed")
+        return super().answer(prompts)
+
+
+def counted(path):
+    return sum(int(n) for n in path.read_text().split()) if path.exists() else 0
+
+
+def test_ray_table_is_byte_identical_to_local(cluster, rollouts, tmp_path):
+    teacher = ScriptedTeacher(0.8, 0)
+    local = label_rollouts(rollouts, label_cfg(tasks=TASKS), teacher, tmp_path / "c1",
+                           tmp_path / "local.parquet", progress=False)  # fmt: skip
+    cfg = label_cfg(tasks=TASKS, executor="ray", ray=RAY)
+    remote = label_rollouts(rollouts, cfg, teacher, tmp_path / "c2", tmp_path / "ray.parquet",
+                            progress=False)  # fmt: skip
+    assert (tmp_path / "ray.parquet").read_bytes() == (tmp_path / "local.parquet").read_bytes()
+    assert remote.rows == local.rows and remote.queried == local.queried
+    assert len(LabelCache(tmp_path / "c2")) == len(LabelCache(tmp_path / "c1"))
+
+
+def test_a_raising_actor_loses_only_unfinished_batches(cluster, rollouts, tmp_path):
+    """An actor's teacher crashes after some batches: the stage fails with a message that says
+    what survived; the rerun pays only for the prompts that were not answered."""
+    log_path = tmp_path / "asked.txt"
+    cfg = label_cfg(tasks=TASKS, executor="ray", ray={**RAY, "concurrency": 1})
+    teacher = ScriptedTeacher(0.8, 0)
+
+    def crashing():
+        return CountingTeacher(0.8, 0, log_path, fail_after=24)
+
+    with pytest.raises(LabelError, match="finished batches are cached"):
+        label_rollouts(rollouts, cfg, teacher, tmp_path / "cache", tmp_path / "t.parquet",
+                       progress=False, ray_build=crashing)  # fmt: skip
+    assert not (tmp_path / "t.parquet").exists()
+    kept = len(LabelCache(tmp_path / "cache"))
+    assert 0 < kept <= 24
+
+    again = tmp_path / "again.txt"
+    summary = label_rollouts(
+        rollouts,
+        cfg,
+        teacher,
+        tmp_path / "cache",
+        tmp_path / "t.parquet",
+        progress=False,
+        ray_build=lambda: CountingTeacher(0.8, 0, again),
+    )
+    unique = len(LabelCache(tmp_path / "cache"))  # distinct prompts (repeated frames share one)
+    assert summary.cache_hits == summary.queried and counted(again) == unique - kept  # the rest
+    label_rollouts(rollouts, label_cfg(tasks=TASKS), teacher, tmp_path / "ref",
+                   tmp_path / "ref.parquet", progress=False)  # fmt: skip
+    assert (tmp_path / "t.parquet").read_bytes() == (tmp_path / "ref.parquet").read_bytes()
+
+
+def test_transport_failures_are_recorded_as_locally(cluster, rollouts, tmp_path):
+    from pipeline.labels.status import ParseStatus
+    from pipeline.teachers.base import Reply
+
+    class Unreachable(ScriptedTeacher):
+        def answer(self, prompts):
+            return [
+                Reply(text=None, error=ParseStatus.TIMEOUT, error_detail="no server")
+                for _ in prompts
+            ]
+
+    for executor, name in (("local", "l"), ("ray", "r")):
+        cfg = label_cfg(tasks={"milestone": 5}, executor=executor, ray=RAY,
+                        max_transport_failure_rate=1.0)  # fmt: skip
+        with pytest.raises(LabelError, match="answered none"):
+            label_rollouts(rollouts, cfg, Unreachable(0.8, 0), tmp_path / name,
+                           tmp_path / f"{name}.parquet", progress=False,
+                           ray_build=lambda: Unreachable(0.8, 0))  # fmt: skip
+        assert len(LabelCache(tmp_path / name)) == 0  # failures are not cached
