@@ -3,6 +3,12 @@
 in the same run.
 
     python -m benchmarks.label_throughput [--frames 64] [--batch-size 16] [--device cpu]
+    python -m benchmarks.label_throughput --executors [--latency 0.2]
+
+`--executors`: the label stage with `executor: local` vs `ray` with 1 and 2 teacher actors on a
+local Ray cluster (2 CPUs), with the scripted teacher plus a simulated latency per call (a
+stand-in for a VLM server or GPU) and with the tiny hf model; wall time of the whole stage,
+actor start-up included, and the ratio to local.
 """
 
 from __future__ import annotations
@@ -31,7 +37,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--executors", action="store_true", help="local vs ray 1 / 2 actors")
+    parser.add_argument("--latency", type=float, default=0.2, help="simulated s per call")
     args = parser.parse_args()
+    if args.executors:
+        return executors(args)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -87,6 +97,72 @@ def main() -> None:
         print(f"  {name:<16} {fps:8.1f} frames/s   x{fps / base:.2f}")
     print(f"  cache miss (call + write) {miss * 1e3:8.2f} ms/frame")
     print(f"  cache hit                 {hit * 1e3:8.3f} ms/frame   ({miss / hit:.0f}x cheaper)")
+
+
+class SlowScripted:
+    """The scripted teacher with `latency` seconds per call (a batch), like a remote model."""
+
+    def __init__(self, latency: float) -> None:
+        from pipeline.teachers.scripted import ScriptedTeacher
+
+        self.inner, self.latency = ScriptedTeacher(1.0, 0), latency
+        self.teacher_id, self.decoding = self.inner.teacher_id, self.inner.decoding
+
+    def answer(self, prompts):
+        time.sleep(self.latency)
+        return self.inner.answer(prompts)
+
+
+def executors(args: argparse.Namespace) -> None:
+    import ray
+
+    from pipeline.config import LabelConfig
+    from pipeline.labelling.label import label_rollouts
+
+    ray.init(num_cpus=2, object_store_memory=256 * 1024 * 1024, include_dashboard=False,
+             log_to_driver=False)  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model = build_tiny_qwen2_vl(tmp / "tiny-qwen2-vl")
+        rollouts = tmp / "rollouts"
+        env = EnvConfig(
+            image_size=84, action_repeat=4, max_episode_steps=4 * args.frames, include_state=False
+        )
+        behaviour = CollectConfig(behaviour="random", episodes=1, seed=0, shard_max_samples=10_000)
+        collect("CarRacing-v3", env, behaviour, rollouts, progress=False)
+        hf = {"model": str(model), "device": "cpu", "max_new_tokens": args.max_new_tokens,
+              "batch_size": args.batch_size}  # fmt: skip
+        teachers = {
+            f"scripted + {args.latency:.2f} s/call": (
+                TeacherConfig(backend="scripted", reliability=1.0, seed=0),
+                lambda: SlowScripted(args.latency),
+            ),
+            "tiny hf Qwen2-VL": (
+                TeacherConfig(backend="hf", reliability=1.0, seed=0, hf=hf),
+                None,
+            ),
+        }
+        print(f"label stage, {args.frames} CarRacing frames (action task), batch {args.batch_size}")
+        for name, (teacher_cfg, build) in teachers.items():
+            teacher = build() if build else make_teacher(teacher_cfg)
+            times = {}
+            for executor, actors in (("local", 0), ("ray", 1), ("ray", 2)):
+                cfg = LabelConfig(
+                    teacher=teacher_cfg, tasks={"action": 1}, batch_size=args.batch_size,
+                    max_transport_failure_rate=0.0, executor=executor,
+                    ray={"concurrency": max(actors, 1), "batch_size": args.batch_size,
+                         "num_cpus": 1.0},
+                )  # fmt: skip
+                label = f"{executor} ({actors} actors)" if actors else "local"
+                start = time.perf_counter()
+                label_rollouts(rollouts, cfg, teacher, tmp / f"cache-{name}-{label}",
+                               tmp / "labels.parquet", progress=False, ray_build=build)  # fmt: skip
+                times[label] = time.perf_counter() - start
+            print(f"  {name}")
+            for label, seconds in times.items():
+                print(f"    {label:<16} {args.frames / seconds:8.1f} frames/s   "
+                      f"x{times['local'] / seconds:.2f} vs local")  # fmt: skip
+    ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 tests: the same table bytes as a local run, only uncached prompts asked, a raising teacher actor
 loses only unfinished batches."""
 
+from pathlib import Path
+
 import pytest
 
 from pipeline.labelling.label import LabelError, label_rollouts
@@ -42,7 +44,7 @@ class CountingTeacher(ScriptedTeacher):
     def answer(self, prompts):
         with open(self.log_path, "a") as f:
             f.write(f"{len(prompts)}\n")
-        asked = sum(int(n) for n in open(self.log_path).read().split())
+        asked = counted(Path(self.log_path))
         if self.fail_after is not None and asked > self.fail_after:
             raise RuntimeError("the teacher's model crashed")
         return super().answer(prompts)

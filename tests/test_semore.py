@@ -23,6 +23,7 @@ from pipeline.agents.semore import (
 )
 from pipeline.config import SemoreParams, load_params
 from pipeline.dataset.stacking import FrameStacker
+from tests.conftest import REPO
 
 SIDE = 24  # frames 24x24: 2 convs -> 9x9 feature maps
 SPACE = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
@@ -411,3 +412,28 @@ def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segm
     policy = load_policy(d / "model")  # as deployed: no mask anywhere
     result = evaluate_policy(policy, env, load_params(p).env[env], 1, seed=0)
     assert result.episodes == 1 and np.isfinite(result.return_mean)
+
+
+@pytest.mark.parametrize("preset", ["semore_cpu.yaml", "semore_paper.yaml"])
+def test_semore_ablation_presets_parse_over_params_yaml(preset):
+    """The benchmark's presets stay valid against the current params.yaml and config."""
+    from benchmarks.semore_ablation import load_preset
+
+    params, steps = load_preset(str(REPO / "params.yaml"), str(REPO / "benchmarks/params" / preset))
+    assert steps > params.semore.start_steps and params.semore.network.obs == "pixels"
+
+
+def test_semore_ablation_table_reports_the_ordering():
+    from benchmarks.semore_ablation import steps_to, table
+
+    results = [
+        {"variant": v, "seed": s, "steps": 100, "final_return": base + s, "train_seconds": 1.0,
+         "eval": [(50, base), (100, base + 50)]}
+        for v, base in (("sac", 10.0), ("m1", 30.0), ("m4", 80.0))
+        for s in range(2)
+    ]  # fmt: skip
+    assert steps_to([(50, 10.0), (100, 120.0)], 100.0) == 100
+    assert steps_to([(50, 10.0)], 100.0) is None
+    text = table(results, 100.0)
+    assert "ours, by mean final return: sac < m1 < m4" in text
+    assert "10.5 +- 0.5" in text and "100 (2/2)" in text

@@ -253,10 +253,9 @@ def label_rollouts(
 
     try:
         for sample in iter_rollouts(rollout_dir):
-            for task, k in cfg.tasks.items():
-                if sample.t % k != 0 and not (task == "judge" and sample.record["is_last"]):
-                    if task != "judge" and (sample.episode, task) in last_queried:
-                        carried.append((sample.key, task, last_queried[(sample.episode, task)]))
+            for task, k in cfg.tasks.items():  # judge rows exist for queried frames only
+                if task != "judge" and sample.t % k and (sample.episode, task) in last_queried:
+                    carried.append((sample.key, task, last_queried[(sample.episode, task)]))
             for task, prompt, key, frame_sha in _queried_prompts(
                 sample, cfg, teacher, env_id, space
             ):
