@@ -314,6 +314,14 @@ class MasksConfig(_Section):
     batch_size: int = Field(ge=1, le=4096, description="Frames per back-end call.")
     clip_dense: ClipDenseConfig | None = Field(default=None, description="Settings of clip_dense.")
     clipseg: ClipSegConfig | None = Field(default=None, description="Settings of clipseg.")
+    executor: Literal["local", "ray"] = Field(
+        default="local",
+        description="`local`: masks in this process; `ray`: the uncached frames go through Ray "
+        "Data (section `ray`), each actor building the back end once. Same table bytes.",
+    )
+    ray: RayExecutorConfig = Field(
+        default_factory=RayExecutorConfig, description="Settings of executor ray."
+    )
 
     @model_validator(mode="after")
     def _backend_has_settings(self) -> MasksConfig:

@@ -10,11 +10,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.config import ConfigError, load_params
+from pipeline.config import ConfigError, MasksConfig, load_params
+from pipeline.distributed import RayExecutorError
 from pipeline.masks import make_mask_backend
 from pipeline.masks.compute import compute_masks
 from pipeline.rollouts.reader import RolloutIntegrityError
 from pipeline.segments import StoreError
+
+
+def ray_settings(cfg: MasksConfig) -> dict:
+    """compute_masks' Ray arguments: each actor builds the back end from the same settings."""
+    if cfg.executor != "ray":
+        return {}
+    return {"ray": cfg.ray, "ray_build": lambda: make_mask_backend(cfg)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
             args.cache,
             args.out,
             batch_size=params.masks.batch_size,
+            **ray_settings(params.masks),
         )
-    except (ConfigError, StoreError, RolloutIntegrityError, OSError) as exc:
+    except (ConfigError, StoreError, RolloutIntegrityError, RayExecutorError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(

@@ -12,7 +12,7 @@ from tests.conftest import REPO
 LAYERS: list[set[str]] = [
     {"io", "env_registry"},  # leaves: atomic writes; the env ids the pipeline ships
     {"config"},  # params.yaml -> typed config
-    {"envs", "segments"},  # env factory and contract; the append-only parquet store
+    {"envs", "segments", "distributed"},  # env factory; the append-only parquet store; Ray batches
     {"labels"},  # tasks, prompts, parsers, schema, status vocabulary, the label cache
     {"teachers"},  # back ends that answer prompts (and asking through the cache)
     {"rollouts"},  # collect (behaviours act on teachers), shard format, reader, verify

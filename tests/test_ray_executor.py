@@ -119,3 +119,27 @@ def test_transport_failures_are_recorded_as_locally(cluster, rollouts, tmp_path)
                            tmp_path / f"{name}.parquet", progress=False,
                            ray_build=lambda: Unreachable(0.8, 0))  # fmt: skip
         assert len(LabelCache(tmp_path / name)) == 0  # failures are not cached
+
+
+def test_ray_masks_table_is_byte_identical_to_local(cluster, tmp_path):
+    """The masks stage with `executor: ray`: CarRacing frames, scripted masks, the same table."""
+    from pipeline.config import MasksConfig
+    from pipeline.masks import make_mask_backend
+    from pipeline.masks.compute import compute_masks
+    from stages.masks import ray_settings
+
+    rollouts = tmp_path / "rollouts"
+    collect("CarRacing-v3", env_cfg(max_episode_steps=12), collect_cfg(episodes=1), rollouts,
+            progress=False)  # fmt: skip
+    label_rollouts(rollouts, label_cfg(tasks={"objects": 3}), ScriptedTeacher(1.0, 0),
+                   tmp_path / "lc", tmp_path / "labels.parquet", progress=False)  # fmt: skip
+    tables, summaries = {}, {}
+    for executor in ("local", "ray"):
+        cfg = MasksConfig(backend="scripted", batch_size=4, executor=executor, ray=RAY)
+        summary = compute_masks(rollouts, tmp_path / "labels.parquet", make_mask_backend(cfg),
+                                tmp_path / f"mc-{executor}", tmp_path / f"{executor}.parquet",
+                                batch_size=4, progress=False, **ray_settings(cfg))  # fmt: skip
+        tables[executor] = (tmp_path / f"{executor}.parquet").read_bytes()
+        summaries[executor] = (summary.computed, summary.cache_hits, summary.statuses["ok"])
+    assert summaries["ray"] == summaries["local"] and summaries["ray"][0] > 0
+    assert tables["ray"] == tables["local"]

@@ -9,6 +9,7 @@ import io
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
+from pipeline.config import RayExecutorConfig
+from pipeline.distributed import map_on_ray
 from pipeline.io import atomic_write_bytes, check_writable
 from pipeline.labels.status import LABELLED_STATUSES
 from pipeline.masks.base import MaskBackend, MaskRequest, combine, decode_mask, encode_mask
@@ -49,6 +52,21 @@ def _mask_columns(pngs: list[bytes], masks: np.ndarray | None = None) -> dict[st
     return {"masks": pngs, "combined": encode_mask(np.clip(combine(masks), 0.0, 1.0))}
 
 
+def _cache_row(
+    key: str, request: MaskRequest, masks: np.ndarray, backend: MaskBackend
+) -> dict[str, Any]:
+    if masks.shape[0] != len(request.phrases):
+        raise ValueError(
+            f"{backend.backend_id} returned {masks.shape[0]} masks for {len(request.phrases)} phrases"
+        )
+    return {
+        "key": key,
+        "backend_id": backend.backend_id,
+        "phrases": list(request.phrases),
+        "masks": [encode_mask(m) for m in masks],
+    }
+
+
 def mask_key(frame_sha256: str, phrases: tuple[str, ...], backend_id: str) -> str:
     return hashlib.sha256(
         json.dumps([frame_sha256, list(phrases), backend_id]).encode()
@@ -63,6 +81,36 @@ class MaskSummary:
     statuses: Counter = field(default_factory=Counter)
 
 
+def _compute_on_ray(
+    rollout_dir: str | Path,
+    phrases_of: dict[str, tuple[str, ...]],
+    env_id: str,
+    backend: MaskBackend,
+    store: SegmentStore,
+    ray: RayExecutorConfig,
+    build: Callable[[], MaskBackend],
+) -> set[str]:
+    """Compute the (frame, phrases) pairs that the cache lacks on a Ray cluster, caching each
+    finished batch as it arrives (a killed job loses only unfinished batches). Returns their keys."""
+    missing: dict[str, MaskRequest] = {}
+    for sample in iter_rollouts(rollout_dir):
+        phrases = phrases_of.get(sample.key)
+        if not phrases:
+            continue
+        key = mask_key(hashlib.sha256(sample.frame_png).hexdigest(), phrases, backend.backend_id)
+        if key not in missing and store.get(key) is None:
+            missing[key] = MaskRequest(sample.frame(), phrases, env_id, sample.record["context"])
+    keys, requests = list(missing), list(missing.values())
+    for indices, results in map_on_ray(requests, build, "masks", ray):
+        store.put_many(
+            [
+                _cache_row(keys[i], requests[i], m, backend)
+                for i, m in zip(indices, results, strict=True)
+            ]
+        )
+    return set(keys)
+
+
 def compute_masks(
     rollout_dir: str | Path,
     labels_path: str | Path,
@@ -72,7 +120,13 @@ def compute_masks(
     *,
     batch_size: int,
     progress: bool = True,
+    ray: RayExecutorConfig | None = None,
+    ray_build: Callable[[], MaskBackend] | None = None,
 ) -> MaskSummary:
+    """Write the mask table of `rollout_dir` to `out_path`, computing what `cache_dir` lacks.
+    With `ray`, the uncached (frame, phrases) pairs are computed on a Ray cluster first (actors
+    build the back end with `ray_build`), each finished batch cached as it arrives; the table
+    is then built from the cache, the same bytes as a local run's."""
     manifest = load_manifest(rollout_dir)
     env_id = manifest["env_id"]
     check_writable(cache_dir, Path(out_path).parent)  # before any (GPU-)paid mask
@@ -94,6 +148,15 @@ def compute_masks(
         disable=not progress,
     )
 
+    computed_on_ray: set[str] = set()
+    if ray is not None:
+        if ray_build is None:
+            raise ValueError("executor ray needs ray_build: how an actor builds the back end")
+        computed_on_ray = _compute_on_ray(
+            rollout_dir, phrases_of, env_id, backend, store, ray, ray_build
+        )
+        summary.computed += len(computed_on_ray)
+
     def flush() -> None:
         if not pending:
             return
@@ -101,21 +164,9 @@ def compute_masks(
         results = backend.masks(requests)
         fresh = []
         for (key, (request, waiting)), masks in zip(pending.items(), results, strict=True):
-            if masks.shape[0] != len(request.phrases):
-                raise ValueError(
-                    f"{backend.backend_id} returned {masks.shape[0]} masks for {len(request.phrases)} phrases"
-                )
-            pngs = [encode_mask(m) for m in masks]
-            fresh.append(
-                {
-                    "key": key,
-                    "backend_id": backend.backend_id,
-                    "phrases": list(request.phrases),
-                    "masks": pngs,
-                }
-            )
+            fresh.append(_cache_row(key, request, masks, backend))
             for row in waiting:
-                row.update(_mask_columns(pngs, masks))
+                row.update(_mask_columns(fresh[-1]["masks"], masks))
         summary.computed += len(pending)
         store.put_many(fresh)  # one atomic segment per batch
         pending.clear()
@@ -144,7 +195,7 @@ def compute_masks(
             summary.statuses["ok"] += 1
             cached = store.get(key)
             if cached is not None:
-                summary.cache_hits += 1
+                summary.cache_hits += key not in computed_on_ray
                 row.update(_mask_columns(cached["masks"]))
             elif key in pending:
                 pending[key][1].append(row)
