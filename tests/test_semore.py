@@ -358,18 +358,11 @@ def test_updates_on_replay_buffer_batches_without_masks():
     assert "similarity_loss" not in metrics and np.isfinite(metrics["loss"])
 
 
-def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segmenter(
-    tmp_path_factory,
-):
-    """collect -> label -> masks -> dataset (CarRacing frames, tiny), then `train` with method
-    semore in a fresh interpreter: it reads the masks and judge labels from the dataset and
-    imports no teacher, segmenter, transformers or open_clip; the deployed policy acts."""
-    import subprocess
-    import sys
-
+@pytest.fixture(scope="module")
+def semore_pipeline(tmp_path_factory):
+    """collect -> label -> masks -> dataset (CarRacing frames, tiny) and params for one run."""
     import yaml
 
-    from pipeline.evaluation import evaluate_policy, load_policy
     from stages import collect, dataset, label, masks
     from tests.conftest import REPO
 
@@ -393,6 +386,23 @@ def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segm
     assert dataset.main(["--params", p, "--rollouts", f"{d}/r", "--labels",
                          f"{d}/labels.parquet", "--masks", f"{d}/masks.parquet", "--out",
                          f"{d}/ds"]) == 0  # fmt: skip
+    return d, p
+
+
+def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segmenter(
+    semore_pipeline,
+):
+    """`train` with method semore in a fresh interpreter: it reads the masks and judge labels
+    from the dataset and imports no teacher, segmenter, transformers or open_clip; the deployed
+    policy acts."""
+    import subprocess
+    import sys
+
+    from pipeline.evaluation import evaluate_policy, load_policy
+    from tests.conftest import REPO
+
+    env = "CarRacing-v3"
+    d, p = semore_pipeline
     argv = ["--params", p, "--run", "s", "--rollouts", f"{d}/r", "--labels", f"{d}/labels.parquet",
             "--dataset", f"{d}/ds", "--out", f"{d}/model", "--live", f"{d}/live", "--summary",
             f"{d}/summary.json"]  # fmt: skip
@@ -412,6 +422,44 @@ def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segm
     policy = load_policy(d / "model")  # as deployed: no mask anywhere
     result = evaluate_policy(policy, env, load_params(p).env[env], 1, seed=0)
     assert result.episodes == 1 and np.isfinite(result.return_mean)
+
+
+def test_an_interrupted_semore_training_resumes_to_the_uninterrupted_result(
+    semore_pipeline, monkeypatch
+):
+    """Interrupted after its second resume checkpoint, the rerun goes on from it and ends with
+    the same networks, curve and logs as a run never interrupted."""
+    from pipeline.config import TrainRun
+    from pipeline.training import TrainInputs, train_sac_run
+
+    d, p = semore_pipeline
+    params = load_params(p)
+    params = params.model_copy(
+        update={"semore": params.semore.model_copy(update={"checkpoint_every": 20})}
+    )
+    run = TrainRun(env="CarRacing-v3", method="semore", steps=60, seed=0)
+    inputs = TrainInputs(d / "r", d / "labels.parquet", dataset=d / "ds")
+    whole = train_sac_run("s", run, params, inputs, progress=False, resume_dir=d / "whole")
+
+    update, calls = SemoreAgent.update, [0]
+
+    def dies_at_update_25(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 25:  # after the checkpoint at step 40 (updates start at step 20)
+            raise KeyboardInterrupt
+        return update(self, *args, **kwargs)
+
+    monkeypatch.setattr(SemoreAgent, "update", dies_at_update_25)
+    with pytest.raises(KeyboardInterrupt):
+        train_sac_run("s", run, params, inputs, progress=False, resume_dir=d / "killed")
+    assert (d / "killed" / "state.pt").exists()
+    monkeypatch.setattr(SemoreAgent, "update", update)
+    resumed = train_sac_run("s", run, params, inputs, progress=False, resume_dir=d / "killed")
+    assert resumed[1] == whole[1] and resumed[2] == whole[2]  # curve and logs
+    a, b = whole[0].training_state(), resumed[0].training_state()
+    for name, state in a["modules"].items():
+        for key, tensor in state.items():
+            assert torch.equal(tensor, b["modules"][name][key]), (name, key)
 
 
 @pytest.mark.parametrize("preset", ["semore_cpu.yaml", "semore_paper.yaml"])

@@ -132,7 +132,40 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
             t.lerp_(o, tau)
 
 
-class SACAgent:
+class ResumableAgent:
+    """The training state of a SAC-family agent (SAC, ERPv, Semore): each defines `_modules`,
+    `_optimizers`, `log_alpha` and `update_step`; the off-policy loop checkpoints this."""
+
+    log_alpha: torch.Tensor
+    update_step: int
+
+    def _modules(self) -> dict[str, nn.Module]:
+        raise NotImplementedError
+
+    def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        raise NotImplementedError
+
+    def training_state(self) -> dict[str, Any]:
+        """Everything an interrupted training needs to go on exactly: networks and targets,
+        optimiser states, log_alpha, the update counter."""
+        return {
+            "modules": {name: m.state_dict() for name, m in self._modules().items()},
+            "optimizers": {name: o.state_dict() for name, o in self._optimizers().items()},
+            "log_alpha": self.log_alpha.detach().clone(),
+            "update_step": self.update_step,
+        }
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        for name, module in self._modules().items():
+            module.load_state_dict(state["modules"][name])
+        for name, optimizer in self._optimizers().items():
+            optimizer.load_state_dict(state["optimizers"][name])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])  # in place: the optimiser holds this tensor
+        self.update_step = int(state["update_step"])
+
+
+class SACAgent(ResumableAgent):
     """SAC + DeepMDP. `obs_shape` is one observation as the env gives it ((H, W, 3) frames or
     (D,) states); `act` takes the stacked input (`FrameStacker`), `update` a `ReplayBuffer` batch."""
 
@@ -331,25 +364,6 @@ class SACAgent:
             "actor": self.actor_optimizer,
             "alpha": self.alpha_optimizer,
         }
-
-    def training_state(self) -> dict[str, Any]:
-        """Everything an interrupted training needs to go on exactly: networks and targets,
-        optimiser states, log_alpha, the update counter."""
-        return {
-            "modules": {name: m.state_dict() for name, m in self._modules().items()},
-            "optimizers": {name: o.state_dict() for name, o in self._optimizers().items()},
-            "log_alpha": self.log_alpha.detach().clone(),
-            "update_step": self.update_step,
-        }
-
-    def load_training_state(self, state: dict[str, Any]) -> None:
-        for name, module in self._modules().items():
-            module.load_state_dict(state["modules"][name])
-        for name, optimizer in self._optimizers().items():
-            optimizer.load_state_dict(state["optimizers"][name])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])  # in place: the optimiser holds this tensor
-        self.update_step = int(state["update_step"])
 
     # --- checkpoints (pipeline.agents.checkpoint's layout) -----------------------------------
 

@@ -100,7 +100,15 @@ from pipeline.agents.networks import (
     TransitionModel,
     transition_nll,
 )
-from pipeline.agents.sac import ActionScale, adam, box_bounds, frozen, sac_alpha_loss, soft_update
+from pipeline.agents.sac import (
+    ActionScale,
+    ResumableAgent,
+    adam,
+    box_bounds,
+    frozen,
+    sac_alpha_loss,
+    soft_update,
+)
 from pipeline.config import SemoreParams
 
 # What each variant builds (see the module docstring's table).
@@ -209,7 +217,7 @@ def reasonable_indices(judge: np.ndarray) -> np.ndarray:
 # --- the agent ---------------------------------------------------------------------------------
 
 
-class SemoreAgent:
+class SemoreAgent(ResumableAgent):
     """Semore (or one of its ablations, `params.variant`) on SAC. `obs_shape` is one env frame
     (H, W, 3); `act` takes the stacked input (`FrameStacker`), `update` a batch of the module
     docstring's contract."""
@@ -306,6 +314,14 @@ class SemoreAgent:
         if self.transition is not None:
             modules["transition"] = self.transition
         return modules
+
+    def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {
+            "critic": self.critic_optimizer,
+            "model": self.model_optimizer,
+            "actor": self.actor_optimizer,
+            "alpha": self.alpha_optimizer,
+        }
 
     @property
     def alpha(self) -> torch.Tensor:
