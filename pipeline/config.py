@@ -106,11 +106,13 @@ class TeacherConfig(_Section):
     """A teacher: the one that labels (`label.teacher`) or the one that acts while collecting
     (`collect.<env>.teacher`)."""
 
-    backend: Literal["scripted", "random", "constant", "hf", "openai"] = Field(
+    backend: Literal["scripted", "random", "constant", "hf", "openai", "human"] = Field(
         description="`scripted`: per-env reference scripts with injected failures, a stand-in for "
         "a VLM (offline default); `random`: ERPv table 4's Random Executor; `constant`: its Worst "
         "Model (all outputs 0); `hf`: a transformers VLM (section `hf`); `openai`: an "
-        "OpenAI-compatible server (section `openai`)."
+        "OpenAI-compatible server (section `openai`); `human`: corrections a person made in a "
+        "review tool, imported into the label cache (`python -m stages.review import`); prompts "
+        "with none get status not_reviewed."
     )
     reliability: float = Field(
         ge=0.0,
@@ -121,6 +123,11 @@ class TeacherConfig(_Section):
     seed: int = Field(ge=0, description="scripted / random: seed of the injected randomness.")
     hf: HFTeacherConfig | None = Field(default=None, description="Settings of backend `hf`.")
     openai: OpenAITeacherConfig | None = Field(default=None, description="Settings of `openai`.")
+    human: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="backend human: the reviewer's name; the teacher id is `human:<name>`.",
+    )
 
     @model_validator(mode="after")
     def _backend_has_settings(self) -> TeacherConfig:
@@ -130,6 +137,8 @@ class TeacherConfig(_Section):
             raise ValueError(
                 "backend 'openai' needs an `openai:` section with `base_url` and `model`"
             )
+        if self.backend == "human" and self.human is None:
+            raise ValueError("backend 'human' needs `human: <reviewer name>`")
         return self
 
 

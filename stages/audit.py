@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.labelling.audit import write_audit
+from pipeline.labelling.audit import MAX_EMBEDDED_FRAMES, write_audit
 from pipeline.rollouts.reader import RolloutIntegrityError
 
 
@@ -25,10 +25,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--telemetry", help="call telemetry of the label stage: latency shown beside the page"
     )
+    parser.add_argument(
+        "--against",
+        help="a second label table of the same rollouts (another teacher, e.g. a VLM vs the "
+        "scripted reference): agreement, milestone confusion, action differences, worst frames",
+    )
+    parser.add_argument(
+        "--max-frames",
+        type=int,
+        default=MAX_EMBEDDED_FRAMES,
+        help="frames (thumbnails and exact prompts) the answer browser embeds (default "
+        f"{MAX_EMBEDDED_FRAMES}); every row's answer, status and context is embedded regardless",
+    )
     args = parser.parse_args(argv)
     try:
-        audit = write_audit(args.rollouts, args.labels, args.out, args.masks, args.telemetry)
-    except (RolloutIntegrityError, FileNotFoundError) as exc:
+        audit = write_audit(
+            args.rollouts, args.labels, args.out, args.masks, args.telemetry,
+            against=args.against, max_frames=args.max_frames,
+        )  # fmt: skip
+    except (RolloutIntegrityError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     agreement = ", ".join(f"{t} {100 * s['rate']:.0f} %" for t, s in audit["agreement"].items())

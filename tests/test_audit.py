@@ -68,16 +68,15 @@ def test_worst_model_disagrees_and_raw_text_is_escaped(rollouts, tmp_path):
     assert (
         audit["agreement"]["milestone"]["rate"] < 1.0 or audit["agreement"]["action"]["rate"] < 1.0
     )
+    evil = "</script><script>alert(1)</script><!--"
     audit["failures"].append(
-        {
-            **audit["disagreements"][0],
-            "raw": "<script>alert(1)</script>",
-            "status": "x",
-            "detail": "",
-        }
+        {**audit["disagreements"][0], "raw": evil, "status": "x", "detail": ""}
     )
+    audit["failure_kinds"].append((audit["disagreements"][0]["task"], "x", 1, 1))
+    audit["browse"]["rows"][0][audit["browse"]["columns"].index("raw")] = evil  # the JSON block
     page = render_audit(audit)
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+    assert "\\u003c/script>\\u003cscript>alert(1)" in page  # inert inside the JSON block
 
 
 def test_audit_shows_masks_over_their_frames(rollouts, tmp_path):
@@ -102,3 +101,38 @@ def test_audit_shows_masks_over_their_frames(rollouts, tmp_path):
     assert [p["phrase"] for p in example["phrases"]] == ["car", "hill", "flag"]
     assert example["overlay"].startswith("data:image/png;base64,")
     assert "Masks over frames" in (tmp_path / "a.html").read_text()
+
+
+def test_page_holds_every_answer_the_timelines_and_a_second_teacher(rollouts, tmp_path):
+    """The browser's data holds every row; frames are capped (and the page says so); the
+    comparison with a second label table is on the page; the stage runs it from the CLI."""
+    import json
+    import re
+
+    from stages import audit as audit_stage
+
+    weak = _labels(rollouts, tmp_path / "weak", ScriptedTeacher(0.5, 0))
+    reference = _labels(rollouts, tmp_path / "ref", ScriptedTeacher(1.0, 0))
+    audit = build_audit(rollouts, weak, against=reference, max_frames=5)
+    table = pl.read_parquet(weak)
+    assert len(audit["browse"]["rows"]) == table.height
+    assert len(audit["browse"]["frames"]) == 5 and audit["browse"]["frames_total"] == 62
+    assert sorted(audit["timelines"]) == [0, 1]
+    comparison = audit["comparison"]
+    assert comparison["b"].startswith("scripted:v1:reliability=1")
+    assert comparison["tasks"]["action"]["rate"] == audit["agreement"]["action"]["rate"]
+    for task, status, shown, total in audit["failure_kinds"]:
+        rows = table.filter(pl.col("queried") & (pl.col("task") == task))
+        assert total == rows.filter(pl.col("parse_status") == status).height and shown <= 6
+
+    out = tmp_path / "page.html"
+    assert audit_stage.main(["--rollouts", str(rollouts), "--labels", str(weak), "--out", str(out),
+                             "--against", str(reference), "--max-frames", "5"]) == 0  # fmt: skip
+    page = out.read_text()
+    assert "Two teachers on the same frames" in page and "Episode timeline" in page
+    block = re.search(r'id="review-data">(.*?)</script>', page, re.S).group(1)
+    data = json.loads(block)
+    assert len(data["browse"]["rows"]) == table.height and "<" not in block
+    assert any(f"{shown} of {total}" in page for _, _, shown, total in audit["failure_kinds"])
+    assert audit_stage.main(["--rollouts", str(rollouts), "--labels", str(weak), "--out",
+                             str(out), "--against", str(tmp_path / "none.parquet")]) == 2  # fmt: skip

@@ -20,6 +20,14 @@ from jinja2 import Environment, select_autoescape
 from PIL import Image
 
 from pipeline.io import atomic_write_bytes
+from pipeline.labelling.review import (
+    ACTION_AGREEMENT_TOLERANCE,
+    browse_rows,
+    compare_teachers,
+    episode_timelines,
+    to_json,
+    value_text,
+)
 from pipeline.labels.cache import open_telemetry
 from pipeline.labels.parsers import ParseResult
 from pipeline.labels.schema import label_schema
@@ -30,12 +38,13 @@ from pipeline.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.teachers.scripted import ScriptedTeacher
 
 TELEMETRY_JS_SUFFIX = ".telemetry.js"  # beside the page, not a DVC output
-EXAMPLES_PER_KIND = 6
-MASK_EXAMPLES = 6  # frames shown with their masks, spread over the data  # thumbnails shown per (task, status) failure kind and per disagreement task
+EXAMPLES_PER_KIND = 6  # thumbnails shown per (task, status) failure kind and per disagreement task
+MASK_EXAMPLES = 6  # frames shown with their masks, spread over the data
 RAW_TEXT_CHARS = 400
-# A continuous action agrees with the reference when the mean per-dimension gap is under a
-# quarter of the action range (the scripted judge uses the same rule).
-ACTION_AGREEMENT_TOLERANCE = 0.25
+MAX_EMBEDDED_FRAMES = 3000  # the browser embeds frames (thumbnails) of at most this many frames
+# one colour per phrase mask (tab10), cycled
+PHRASE_COLOURS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
+                  (140, 86, 75), (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207)]  # fmt: skip
 
 
 def _percentiles(values: pl.Series) -> dict[str, float]:
@@ -80,22 +89,16 @@ def _thumbnail(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
-def _value_text(row: dict[str, Any]) -> str:
-    for column in ("action", "action_index", "milestone", "objects", "judge"):
-        if row.get(column) is not None:
-            value = row[column]
-            return ", ".join(f"{v:.2f}" for v in value) if column == "action" else str(value)
-    return "-"
-
-
-def _overlay(frame_png: bytes, combined_png: bytes) -> str:
-    """The frame with its combined mask tinted red (alpha = mask), as a data URL."""
+def _overlay(frame_png: bytes, mask_pngs: list[bytes]) -> str:
+    """The frame with each phrase's mask tinted in its own colour (alpha = mask), as a data URL:
+    a sum of masks that covers the whole frame (road + grass) says nothing, separate colours do."""
     with Image.open(io.BytesIO(frame_png)) as image:
-        frame = np.asarray(image.convert("RGB"), dtype=np.float32)
-    alpha = 0.6 * decode_mask(combined_png)[..., None]  # (H, W, 1)
-    tinted = (1 - alpha) * frame + alpha * np.array([255.0, 0.0, 0.0])
+        out = np.asarray(image.convert("RGB"), dtype=np.float32)
+    for i, png in enumerate(mask_pngs):
+        alpha = 0.5 * decode_mask(png)[..., None]  # (H, W, 1)
+        out = (1 - alpha) * out + alpha * np.array(PHRASE_COLOURS[i % len(PHRASE_COLOURS)], float)
     buf = io.BytesIO()
-    Image.fromarray(tinted.astype(np.uint8)).save(buf, format="PNG")
+    Image.fromarray(out.astype(np.uint8)).save(buf, format="PNG")
     return _thumbnail(buf.getvalue())
 
 
@@ -109,10 +112,17 @@ def _mask_examples(masks_path: str | Path, samples: dict[str, Any]) -> list[dict
         examples.append(
             {
                 "key": row["sample_key"],
-                "overlay": _overlay(samples[row["sample_key"]].frame_png, row["combined"]),
+                "overlay": _overlay(samples[row["sample_key"]].frame_png, row["masks"]),
                 "phrases": [
-                    {"phrase": p, "mask": _thumbnail(m), "coverage": float(decode_mask(m).mean())}
-                    for p, m in zip(row["phrases"], row["masks"], strict=True)
+                    {
+                        "phrase": p,
+                        "mask": _thumbnail(m),
+                        "coverage": float(decode_mask(m).mean()),
+                        "colour": "#{:02x}{:02x}{:02x}".format(
+                            *PHRASE_COLOURS[i % len(PHRASE_COLOURS)]
+                        ),
+                    }
+                    for i, (p, m) in enumerate(zip(row["phrases"], row["masks"], strict=True))
                 ],
             }
         )
@@ -120,9 +130,15 @@ def _mask_examples(masks_path: str | Path, samples: dict[str, Any]) -> list[dict
 
 
 def build_audit(
-    rollout_dir: str | Path, labels_path: str | Path, masks_path: str | Path | None = None
+    rollout_dir: str | Path,
+    labels_path: str | Path,
+    masks_path: str | Path | None = None,
+    against: str | Path | None = None,
+    max_frames: int = MAX_EMBEDDED_FRAMES,
 ) -> dict[str, Any]:
-    """Everything the report shows, as plain data (also what tests check)."""
+    """Everything the report shows, as plain data (also what tests check). `against`: a second
+    label table of the same rollouts (another teacher) to compare with; `max_frames`: how many
+    frames the answer browser embeds."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
     table = pl.read_parquet(labels_path)
@@ -192,16 +208,20 @@ def build_audit(
     for stats in agreement.values():
         stats["rate"] = stats["agree"] / stats["n"]
 
-    failures = []
+    failures, failure_kinds = [], []
     failed = queried.filter(~pl.col("parse_status").is_in(LABELLED_STATUSES))
-    for (_task, _status), group in failed.group_by("task", "parse_status", maintain_order=True):
+    for (task, status), group in failed.group_by("task", "parse_status", maintain_order=True):
         failures += group.head(EXAMPLES_PER_KIND).to_dicts()
+        failure_kinds.append((task, status, min(EXAMPLES_PER_KIND, group.height), group.height))
+    disagreement_counts = {
+        t: s["n"] - s["agree"] for t, s in agreement.items() if s["n"] > s["agree"]
+    }
 
     def example(row: dict[str, Any]) -> dict[str, Any]:
         raw = row["raw_text"]
         return {
             "key": row["sample_key"], "task": row["task"], "status": row["parse_status"],
-            "detail": row["parse_detail"], "value": _value_text(row),
+            "detail": row["parse_detail"], "value": value_text(row),
             "reference": row.get("reference"),
             "raw": "(no answer)" if raw is None else raw[:RAW_TEXT_CHARS] + ("…" if len(raw) > RAW_TEXT_CHARS else ""),
             "thumbnail": _thumbnail(samples[row["sample_key"]].frame_png),
@@ -220,7 +240,16 @@ def build_audit(
         "failures": [example(r) for r in failures],
         "disagreements": [example(r) for r in disagreements],
         "statuses": [str(s) for s in ParseStatus],
+        "failure_kinds": failure_kinds,
+        "disagreement_counts": disagreement_counts,
         "masks": [] if masks_path is None else _mask_examples(masks_path, samples),
+        "browse": browse_rows(table, env_id, space, samples, max_frames),
+        "timelines": episode_timelines(table),
+        "action_names": list(schema.action_names),
+        "action_choices": None if schema.action_choices is None else list(schema.action_choices),
+        "comparison": None
+        if against is None
+        else compare_teachers(table, pl.read_parquet(against), env_id, space),
     }
 
 
@@ -237,6 +266,9 @@ th { background: #f5f5f5; } td.l, th.l { text-align: left; }
 .ex img { width: 128px; height: 128px; image-rendering: pixelated; border: 1px solid #ccc; }
 .ex pre { white-space: pre-wrap; margin: 4px 0; background: #fafafa; padding: 4px; max-height: 9em; overflow: auto; }
 .hist span { display: inline-block; width: 8px; background: #4a7fc1; margin-right: 1px; vertical-align: bottom; }
+#br-table td { text-align: left; max-width: 260px; overflow: hidden; white-space: nowrap; text-overflow: ellipsis; cursor: pointer; }
+#br-table tr.sel td { background: #e8f0fb; } #tl svg { border: 1px solid #e3e3e3; }
+#br-detail pre { white-space: pre-wrap; background: #fafafa; padding: 4px; max-height: 16em; overflow: auto; }
 </style></head><body>
 <h1>Label audit: {{ a.env_id }}</h1>
 <p>Teacher{% if a.teacher_ids|length > 1 %}s{% endif %}: {% for t in a.teacher_ids %}<code>{{ t }}</code> {% endfor %}<br>
@@ -289,22 +321,63 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
 {% if d.objects %}<h3>objects (top phrases)</h3><table>{% for phrase, n in d.objects %}<tr><td class="l">{{ phrase }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
 {% if d.judge %}<h3>judge</h3><table>{% for v, n in d.judge %}<tr><td class="l">{{ 'reasonable' if v else 'unreasonable' }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
 
-<h2>Masks over frames</h2>
+{% if a.masks %}<h2>Masks over frames</h2>
+<p class="note">Each object phrase's CLIP mask in its own colour over the frame (Semore eq. 4 sums them); the percentage is the share of the frame the mask covers.</p>
 {% for m in a.masks %}<div class="ex"><img src="{{ m.overlay }}" alt="masks of {{ m.key }}"><div>
-<b>{{ m.key }}</b> · the frame with the sum of its phrase masks in red (Semore eq. 4)<br>
+<b>{{ m.key }}</b><br>
 {% for p in m.phrases %}<span style="display: inline-block; text-align: center; margin-right: 8px">
-<img src="{{ p.mask }}" alt="{{ p.phrase }}" style="width: 64px; height: 64px"><br>{{ p.phrase }} ({{ '%.0f' % (100 * p.coverage) }} %)</span>{% endfor %}
-</div></div>{% else %}<p>No masks (no masks table given, or no frame with object phrases).</p>{% endfor %}
+<img src="{{ p.mask }}" alt="{{ p.phrase }}" style="width: 64px; height: 64px; border: 3px solid {{ p.colour }}"><br><span style="color: {{ p.colour }}">&#9632;</span> {{ p.phrase }} ({{ '%.0f' % (100 * p.coverage) }} %)</span>{% endfor %}
+</div></div>{% endfor %}{% endif %}
 
-<h2>Failures: frames beside raw answers</h2>
-{% for e in a.failures %}<div class="ex"><img src="{{ e.thumbnail }}" alt="frame {{ e.key }}"><div>
-<b>{{ e.key }}</b> · {{ e.task }} · <span class="bad">{{ e.status }}</span>{% if e.detail %} · {{ e.detail }}{% endif %}
-<pre>{{ e.raw }}</pre></div></div>{% else %}<p>None.</p>{% endfor %}
+{% if a.failures %}<h2>Failures: frames beside raw answers</h2>
+{% for task, status, shown, total in a.failure_kinds %}<h3>{{ task }} · <span class="bad">{{ status }}</span>: {{ shown }} of {{ total }}</h3>
+{% for e in a.failures if e.task == task and e.status == status %}<div class="ex"><img src="{{ e.thumbnail }}" alt="frame {{ e.key }}"><div>
+<b>{{ e.key }}</b>{% if e.detail %} · {{ e.detail }}{% endif %}
+<pre>{{ e.raw }}</pre></div></div>{% endfor %}{% endfor %}
+<p class="note">Every answer is in the browser below (filter by task and status).</p>{% endif %}
 
-<h2>Disagreements with the reference</h2>
-{% for e in a.disagreements %}<div class="ex"><img src="{{ e.thumbnail }}" alt="frame {{ e.key }}"><div>
-<b>{{ e.key }}</b> · {{ e.task }} · answer <b>{{ e.value }}</b>, reference <b>{{ e.reference }}</b>
-<pre>{{ e.raw }}</pre></div></div>{% else %}<p>None.</p>{% endfor %}
+{% if a.disagreements %}<h2>Disagreements with the reference</h2>
+{% for task, total in a.disagreement_counts.items() %}<h3>{{ task }}: {{ [total, 6]|min }} of {{ total }}</h3>
+{% for e in a.disagreements if e.task == task %}<div class="ex"><img src="{{ e.thumbnail }}" alt="frame {{ e.key }}"><div>
+<b>{{ e.key }}</b> · answer <b>{{ e.value }}</b>, reference <b>{{ e.reference }}</b>
+<pre>{{ e.raw }}</pre></div></div>{% endfor %}{% endfor %}{% endif %}
+
+{% if a.comparison %}{% set c = a.comparison %}<h2>Two teachers on the same frames</h2>
+<p>A: <code>{{ c.a }}</code><br>B: <code>{{ c.b }}</code><br><span class="note">Over the (frame, task) pairs both queried and parsed.</span></p>
+<table><tr><th class="l">task</th><th>compared</th><th>agree</th></tr>
+{% for task, r in c.tasks.items() %}<tr><td class="l">{{ task }}</td><td>{{ r.n }}</td><td>{{ '%.1f' % (100 * r.rate) }} %</td></tr>{% endfor %}</table>
+{% for task, r in c.tasks.items() %}
+{% if r.confusion %}<h3>milestone confusion (rows: A, columns: B)</h3><table><tr><th></th>{% for l in r.labels %}<th>{{ l }}</th>{% endfor %}</tr>
+{% for row in r.confusion %}{% set i = loop.index0 %}<tr><th class="l">{{ r.labels[i] }}</th>{% for n in row %}<td{% if n and loop.index0 != i %} class="bad"{% endif %}>{{ n or '·' }}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}
+{% if r.differences %}<h3>action differences (B - A)</h3><table><tr><th class="l">field</th><th>mean</th><th>mean |diff|</th><th class="l">histogram over [{{ r.differences[0].range[0] }}, {{ r.differences[0].range[1] }}]</th></tr>
+{% for d in r.differences %}{% set m = d.hist|max %}<tr><td class="l">{{ d.name }}</td><td>{{ '%.3f' % d.mean }}</td><td>{{ '%.3f' % d.mean_abs }}</td>
+<td class="l hist">{% for h in d.hist %}<span style="height: {{ 2 + 30 * h // (m or 1) }}px" title="{{ h }}"></span>{% endfor %}</td></tr>{% endfor %}</table>{% endif %}
+{% if r.worst %}<h3>{{ task }}: where they differ most ({{ r.worst|length }} of {{ r.n - r.agree }} disagreeing)</h3>
+<table><tr><th class="l">frame</th><th>gap</th><th class="l">A</th><th class="l">B</th><th class="l">A raw</th><th class="l">B raw</th></tr>
+{% for w in r.worst %}<tr><td class="l"><a href="#" data-key="{{ w.sample_key }}" class="jump">{{ w.sample_key }}</a></td><td>{{ '%.3f' % w.gap }}</td><td class="l">{{ w.a }}</td><td class="l">{{ w.b }}</td><td class="l"><code>{{ w.raw_a|truncate(80) }}</code></td><td class="l"><code>{{ w.raw_b|truncate(80) }}</code></td></tr>{% endfor %}</table>{% endif %}
+{% endfor %}{% endif %}
+
+<h2>Episode timeline</h2>
+<p class="note">One episode's labels over t: each lane's colour strip is the parse status of the label the step carries (queried frames marked with a tick; the others carry the last queried answer), with the values drawn above it. Drag the slider to scrub the frames.</p>
+<p><label>episode <select id="tl-episode"></select></label></p>
+<div id="tl"></div>
+<div class="ex" id="tl-frame"></div>
+
+<h2>Browse every answer</h2>
+<p class="note" id="br-note"></p>
+<p><label>task <select id="f-task"></select></label> <label>status <select id="f-status"></select></label>
+<label>episode <select id="f-episode"></select></label> <label>teacher <select id="f-teacher"></select></label>
+<label><input type="checkbox" id="f-queried" checked> queried only</label></p>
+<p id="br-count"></p>
+<div style="display: flex; gap: 16px; align-items: flex-start">
+<table id="br-table" style="font-size: 12px"></table>
+<div id="br-detail" style="flex: 1; min-width: 320px"></div></div>
+<p><button id="br-prev">&larr; previous</button> <button id="br-next">next &rarr;</button></p>
+
+<script type="application/json" id="review-data">{{ review_json|safe }}</script>
+<script>
+{{ review_js|safe }}
+</script>
 </body></html>
 """
 
@@ -330,7 +403,13 @@ def call_latency(labels_path: str | Path, telemetry_dir: str | Path) -> dict[str
 
 def render_audit(audit: dict[str, Any], telemetry_js: str | None = None) -> str:
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
-    return env.from_string(_TEMPLATE).render(a=audit, telemetry_js=telemetry_js)
+    review = {key: audit[key] for key in ("browse", "timelines", "action_names", "action_choices")}
+    return env.from_string(_TEMPLATE).render(
+        a=audit,
+        telemetry_js=telemetry_js,
+        review_json=to_json(review),
+        review_js=(Path(__file__).parent / "audit_page.js").read_text(),
+    )
 
 
 def write_audit(
@@ -339,12 +418,15 @@ def write_audit(
     out_path: str | Path,
     masks_path: str | Path | None = None,
     telemetry_dir: str | Path | None = None,
+    *,
+    against: str | Path | None = None,
+    max_frames: int = MAX_EMBEDDED_FRAMES,
 ) -> dict[str, Any]:
     """The audit page (a pure function of rollouts, labels and masks: a DVC output), and beside
     it `<page>.telemetry.js` with the calls' latency when `telemetry_dir` is given: wall-clock
     values stay out of what DVC hashes, and the page shows them when the file is there."""
     out_path = Path(out_path)
-    audit = build_audit(rollout_dir, labels_path, masks_path)
+    audit = build_audit(rollout_dir, labels_path, masks_path, against, max_frames)
     script = out_path.name.removesuffix(".html") + TELEMETRY_JS_SUFFIX
     atomic_write_bytes(out_path, render_audit(audit, script).encode())
     if telemetry_dir is not None and Path(telemetry_dir).is_dir():

@@ -219,7 +219,9 @@ def label_rollouts(
                 queried_rows[(pending.sample_key, pending.prompt.task)] = row
                 summary.statuses[row["parse_status"]] += 1
             summary.cache_hits += len(same_key) - 1
-        if summary.teacher_calls == len(unique) and all(r.error is not None for r in replies):
+        if summary.teacher_calls == len(unique) and all(
+            r.error in TRANSPORT_FAILURES for r in replies
+        ):
             first = replies[0]
             raise LabelError(
                 f"teacher {teacher.teacher_id} answered none of the first {len(unique)} prompts "

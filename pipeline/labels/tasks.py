@@ -88,6 +88,21 @@ def format_action(action: Any, schema: EnvLabelSchema, action_space: dict[str, A
     )
 
 
+def answer_text(task: TaskName, value: Any, env_id: str, action_space: dict[str, Any]) -> str:
+    """A value in the format the prompts ask for, which `parse_answer` reads back exactly: how a
+    person's correction becomes an answer like a teacher's."""
+    schema = label_schema(env_id)
+    if task == "action":
+        return format_action(value, schema, action_space).replace(", ", "\n")
+    if task == "milestone":
+        return f"milestone: {value}"
+    if task == "objects":
+        return "objects: " + ", ".join(value)
+    if task == "judge":
+        return f"reasonable: {'yes' if value else 'no'}"
+    raise ValueError(f"unknown task {task!r}")
+
+
 def render_prompt(
     task: TaskName,
     env_id: str,

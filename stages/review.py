@@ -1,0 +1,63 @@
+"""Label review in an external tool (not a DVC stage: a person works in between).
+
+Export a label table as Label Studio tasks (one JSON file and labelling config per task, frames
+inline, the teacher's answers as pre-annotations), then import the JSON export of the corrected
+tasks into the label cache as the teacher `human:<reviewer>`:
+
+    python -m stages.review export --rollouts data/rollouts/MountainCar-v0 \\
+        --labels data/labels/MountainCar-v0.parquet --out review/MountainCar-v0 --tasks milestone
+    python -m stages.review import --rollouts data/rollouts/MountainCar-v0 \\
+        --cache data/label_cache/MountainCar-v0 --reviewer alice --export export.json
+
+Then set `label.teacher: {backend: human, human: alice, reliability: 1.0, seed: 0}` and
+`dvc repro`: the corrections are served from the cache like any teacher's answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipeline.labelling.exchange import ReviewImportError, export_label_studio, import_label_studio
+from pipeline.rollouts.reader import RolloutIntegrityError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    out = sub.add_parser("export", help="a label table as Label Studio tasks")
+    out.add_argument("--rollouts", required=True)
+    out.add_argument("--labels", required=True)
+    out.add_argument("--out", required=True, help="directory for <task>.json and its config")
+    out.add_argument("--tasks", nargs="+", help="only these label tasks (default: all)")
+    out.add_argument("--statuses", nargs="+", help="only rows with these parse statuses")
+    into = sub.add_parser("import", help="Label Studio's JSON export into the label cache")
+    into.add_argument("--rollouts", required=True)
+    into.add_argument("--cache", required=True, help="the label cache the label stage reads")
+    into.add_argument("--reviewer", required=True, help="the teacher id becomes human:<name>")
+    into.add_argument("--export", required=True, help="Label Studio JSON export (a list)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "export":
+            summary = export_label_studio(
+                args.rollouts, args.labels, args.out, tasks=args.tasks, statuses=args.statuses
+            )
+            for task, n in summary.tasks.items():
+                print(f"{args.out}/{task}.json: {n} tasks ({task}.label_config.xml beside it)")
+        else:
+            result = import_label_studio(args.export, args.rollouts, args.cache, args.reviewer)
+            print(
+                f"{result.teacher_id}: {sum(result.imported.values())} corrections stored "
+                f"({dict(result.imported)}), {result.unchanged} already there, {result.skipped} "
+                "tasks without an annotation"
+            )
+    except (ReviewImportError, RolloutIntegrityError, OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

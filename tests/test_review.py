@@ -1,0 +1,214 @@
+"""The audit's review data (timeline, filters, two-teacher comparison) and the round trip of a
+label table through Label Studio's JSON formats back into the cache as a `human:` teacher."""
+
+import json
+
+import polars as pl
+import pytest
+
+from pipeline.config import TeacherConfig
+from pipeline.labelling.exchange import (
+    ReviewImportError,
+    export_label_studio,
+    import_label_studio,
+)
+from pipeline.labelling.label import label_rollouts
+from pipeline.labelling.review import (
+    compare_teachers,
+    facets,
+    filter_rows,
+    thumbnail,
+    timeline,
+    value_text,
+)
+from pipeline.labels.cache import LabelCache
+from pipeline.rollouts.collect import collect
+from pipeline.rollouts.reader import iter_rollouts, load_manifest
+from pipeline.teachers import make_teacher
+from pipeline.teachers.baselines import ConstantTeacher, RandomTeacher
+from pipeline.teachers.scripted import ScriptedTeacher
+from tests.conftest import collect_cfg, env_cfg, label_cfg
+
+ENV = "MountainCar-v0"
+TASKS = {"action": 3, "milestone": 2, "objects": 5, "judge": 4}
+
+
+@pytest.fixture(scope="module")
+def rollouts(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rollouts") / ENV
+    collect(ENV, env_cfg(max_episode_steps=20), collect_cfg(episodes=2), out, progress=False)
+    return out
+
+
+def _label(rollouts, d, teacher, tasks=TASKS, cache="cache"):
+    path = d / f"{teacher.teacher_id.replace(':', '_')}.parquet"
+    label_rollouts(rollouts, label_cfg(tasks=tasks), teacher, d / cache, path, progress=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tables(rollouts, tmp_path_factory):
+    d = tmp_path_factory.mktemp("labels")
+    return (
+        pl.read_parquet(_label(rollouts, d, ScriptedTeacher(1.0, 0))),
+        pl.read_parquet(_label(rollouts, d, ScriptedTeacher(0.5, 3))),
+        pl.read_parquet(_label(rollouts, d, ConstantTeacher())),
+        pl.read_parquet(_label(rollouts, d, RandomTeacher(1))),
+    )
+
+
+def test_timeline_follows_the_table_step_by_step(tables):
+    table = tables[1]
+    line = timeline(table, 1)
+    rows = table.filter(pl.col("episode") == 1)
+    assert line["t"] == sorted(set(rows["t"])) and line["t"][0] == 0
+    milestones = rows.filter(pl.col("task") == "milestone").sort("t")
+    lane = line["tasks"]["milestone"]
+    assert lane["queried"] == milestones["queried"].to_list()
+    assert lane["status"] == milestones["parse_status"].to_list()
+    for i, row in enumerate(milestones.iter_rows(named=True)):
+        ok = row["parse_status"] in ("ok", "regex_fallback")
+        assert lane["value"][i] == (row["milestone"] if ok else None)
+        assert lane["potential"][i] == (row["potential"] if ok else None)
+    # queried every 2nd step for milestone, every 3rd for action (label.tasks)
+    assert lane["queried"][:4] == [True, False, True, False]
+    assert line["tasks"]["action"]["queried"][:4] == [True, False, False, True]
+    assert line["sample_keys"][0] == "000001/000000"
+    with pytest.raises(ValueError, match="episode 7"):
+        timeline(table, 7)
+
+
+def test_facets_count_what_each_filter_selects(tables):
+    table = tables[1]
+    f = facets(table)
+    assert sum(n for _, n in f["task"]) == table.height
+    for status, n in f["parse_status"]:
+        assert filter_rows(table, status=status).height == n
+    task, status = "action", f["parse_status"][0][0]
+    chosen = filter_rows(table, task=task, status=status, episode=0, queried_only=True)
+    assert chosen.height == table.filter(
+        (pl.col("task") == task) & (pl.col("parse_status") == status) & (pl.col("episode") == 0)
+        & pl.col("queried")
+    ).height  # fmt: skip
+    assert filter_rows(table, teacher="nobody").is_empty()
+
+
+def test_two_teachers_compared_on_the_same_frames(rollouts, tables):
+    manifest = load_manifest(rollouts)
+    reference, _, constant, random = tables
+    same = compare_teachers(reference, reference, ENV, manifest["action_space"])
+    for task, result in same["tasks"].items():
+        assert result["rate"] == 1.0 and result["worst"] == [], task
+    m = same["tasks"]["milestone"]
+    assert sum(map(sum, m["confusion"])) == m["n"]
+    assert all(m["confusion"][i][j] == 0 for i in range(5) for j in range(5) if i != j)
+
+    diff = compare_teachers(reference, constant, ENV, manifest["action_space"])
+    assert diff["a"].startswith("scripted:") and diff["b"].startswith("constant")
+    for task, result in diff["tasks"].items():
+        parsed = (
+            reference.join(constant, on=["sample_key", "task"], suffix="_b")
+            .filter(pl.col("queried") & pl.col("queried_b") & (pl.col("task") == task))
+            .filter(pl.col("parse_status").is_in(["ok", "regex_fallback"]))
+            .filter(pl.col("parse_status_b").is_in(["ok", "regex_fallback"]))
+        )
+        assert result["n"] == parsed.height, task
+    action = diff["tasks"]["action"]
+    assert sum(action["differences"][0]["hist"]) == action["n"]
+    worst = action["worst"]
+    assert worst and [w["gap"] for w in worst] == sorted((w["gap"] for w in worst), reverse=True)
+    milestone = compare_teachers(reference, random, ENV, manifest["action_space"])["tasks"][
+        "milestone"
+    ]
+    agree = sum(milestone["confusion"][i][i] for i in range(len(milestone["labels"])))
+    assert agree == milestone["agree"] < milestone["n"]
+
+
+def test_value_text_and_thumbnail(rollouts):
+    assert value_text({"action": [0.5, -1.0]}) == "0.50, -1.00"
+    assert value_text({"objects": ["car", "hill"]}) == "car, hill"
+    assert value_text({"judge": False}) == "False" and value_text({}) == "-"
+    sample = next(iter(iter_rollouts(rollouts)))
+    assert thumbnail(sample.frame_png).startswith("data:image/jpeg;base64,")
+
+
+def test_label_studio_round_trip_into_the_cache_as_a_human_teacher(rollouts, tmp_path):
+    """Export -> a reviewer corrects some tasks -> import as human:alice -> a label stage with
+    the human teacher serves exactly the corrections, and nothing else, from the cache."""
+    labels = _label(rollouts, tmp_path, ScriptedTeacher(0.5, 3))
+    summary = export_label_studio(rollouts, labels, tmp_path / "ls", tasks=["milestone", "action"])
+    exported = {t: json.loads((tmp_path / "ls" / f"{t}.json").read_text()) for t in summary.tasks}
+    table = pl.read_parquet(labels).filter(pl.col("queried"))
+    assert summary.tasks["milestone"] == table.filter(pl.col("task") == "milestone").height
+    assert '<Choices name="milestone"' in (tmp_path / "ls/milestone.label_config.xml").read_text()
+    first = exported["milestone"][0]
+    assert first["data"]["image"].startswith("data:image/png;base64,")
+    ok_rows = table.filter((pl.col("task") == "milestone") & (pl.col("parse_status") == "ok"))
+    predicted = [t for t in exported["milestone"] if "predictions" in t]
+    assert len(predicted) >= ok_rows.height  # regex fallbacks are pre-filled too
+
+    # the reviewer: every milestone set to GOAL on the first 3 tasks, one cancelled, the rest
+    # untouched; push "right" on the first action task
+    corrected = exported["milestone"]
+    for item in corrected[:3]:
+        item["annotations"] = [{"result": [{"from_name": "milestone", "to_name": "image",
+                                "type": "choices", "value": {"choices": ["GOAL"]}}]}]  # fmt: skip
+    corrected[3]["annotations"] = [{"was_cancelled": True, "result": []}]
+    exported["action"][0]["annotations"] = [{"result": [{"from_name": "push", "to_name": "image",
+                                             "type": "choices", "value": {"choices": ["right"]}}]}]  # fmt: skip
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps(corrected + exported["action"][:1]))
+    cache = tmp_path / "human_cache"
+    result = import_label_studio(export, rollouts, cache, "alice")
+    assert result.teacher_id == "human:alice"
+    assert dict(result.imported) == {"milestone": 3, "action": 1}
+    assert result.skipped == len(corrected) - 3 + 0 and len(LabelCache(cache)) == 4
+    again = import_label_studio(export, rollouts, cache, "alice")  # idempotent
+    assert sum(again.imported.values()) == 0 and again.unchanged == 4
+
+    human = make_teacher(TeacherConfig(backend="human", reliability=1.0, seed=0, human="alice"))
+    out = tmp_path / "human.parquet"
+    label_rollouts(rollouts, label_cfg(tasks=TASKS), human, cache, out, progress=False)
+    rows = pl.read_parquet(out).filter(pl.col("queried"))
+    answered = rows.filter(pl.col("parse_status") == "ok")
+    assert set(answered["teacher_id"]) == {"human:alice"}
+    keys = {(t["data"]["sample_key"], "milestone") for t in corrected[:3]}
+    keys.add((exported["action"][0]["data"]["sample_key"], "action"))
+    assert set(answered.select("sample_key", "task").iter_rows()) == keys
+    assert set(answered.filter(pl.col("task") == "milestone")["milestone"]) == {"GOAL"}
+    assert answered.filter(pl.col("task") == "action")["action_index"].to_list() == [2]
+    rest = rows.filter(pl.col("parse_status") != "ok")
+    assert set(rest["parse_status"]) == {"not_reviewed"}  # never invented, never cached
+    assert len(LabelCache(cache)) == 4
+
+
+def test_import_refuses_what_it_cannot_store_faithfully(rollouts, tmp_path):
+    labels = _label(rollouts, tmp_path, ScriptedTeacher(1.0, 0))
+    export_label_studio(rollouts, labels, tmp_path / "ls", tasks=["milestone"])
+    items = json.loads((tmp_path / "ls" / "milestone.json").read_text())
+
+    def annotate(choice):
+        return [{"result": [{"from_name": "milestone", "to_name": "image", "type": "choices",
+                 "value": {"choices": [choice]}}]}]  # fmt: skip
+
+    path = tmp_path / "e.json"
+    items[0]["annotations"] = [{"result": []}]  # submitted without a choice
+    path.write_text(json.dumps(items[:1]))
+    with pytest.raises(ReviewImportError, match="no choices for 'milestone'"):
+        import_label_studio(path, rollouts, tmp_path / "c", "bob")
+    items[0]["annotations"] = annotate("FLYING")
+    path.write_text(json.dumps(items[:1]))
+    with pytest.raises(ReviewImportError, match="not a valid milestone label"):
+        import_label_studio(path, rollouts, tmp_path / "c", "bob")
+    items[0]["annotations"] = annotate("GOAL")
+    path.write_text(json.dumps(items[:1]))
+    import_label_studio(path, rollouts, tmp_path / "c", "bob")
+    items[0]["annotations"] = annotate("BOTTOM")  # a second opinion by the same name
+    path.write_text(json.dumps(items[:1]))
+    with pytest.raises(ReviewImportError, match=r"never replaced.*bob-2"):
+        import_label_studio(path, rollouts, tmp_path / "c", "bob")
+    path.write_text("{not json")
+    with pytest.raises(ReviewImportError, match="not a Label Studio JSON export"):
+        import_label_studio(path, rollouts, tmp_path / "c", "bob")
+    with pytest.raises(ValueError, match="reviewer name"):
+        import_label_studio(path, rollouts, tmp_path / "c", "a:b")
