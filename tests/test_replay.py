@@ -426,3 +426,27 @@ def test_semore_masks_and_judge_labels_reach_the_replay_buffer(tmp_path):
             "pixels", data.obs.shape[1:], 1, 50, offline=replace(data, semantics=None),
             semantics=True,
         )  # fmt: skip
+
+
+def test_online_state_keeps_only_written_slots_and_restores_the_same_buffer():
+    """A checkpoint of a barely used pixel buffer is small; loaded into a fresh buffer it samples
+    the same batches; before and after the ring wraps."""
+    rng = np.random.default_rng(0)
+    for steps in (5, 30):  # capacity 12: the second wraps the ring
+        buffer = ReplayBuffer("pixels", (8, 8, 3), 2, capacity=12, frame_stack=3)
+        buffer.begin_episode(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8))
+        for t in range(steps):
+            if t == 17:
+                buffer.begin_episode(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8))
+            buffer.add(
+                rng.uniform(-1, 1, 2), 1.0, rng.integers(0, 256, (8, 8, 3), dtype=np.uint8), False
+            )
+        state = buffer.online_state()
+        assert len(state["obs"]) == min(steps + 1 + (steps > 17), 12)
+        fresh = ReplayBuffer("pixels", (8, 8, 3), 2, capacity=12, frame_stack=3)
+        fresh.load_online_state(state)
+        a = buffer.sample(6, 0.0, np.random.default_rng(1))
+        b = fresh.sample(6, 0.0, np.random.default_rng(1))
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="saved replay holds observations"):
+        ReplayBuffer("pixels", (8, 8, 3), 2, capacity=20, frame_stack=3).load_online_state(state)

@@ -211,21 +211,41 @@ class ReplayBuffer:
         "obs", "episode_start", "obs_index", "action", "reward", "terminated", "a_v",
         "has_label", "next_a_v", "has_next_label", "n_obs", "n_transitions", "oldest",
     )  # fmt: skip
+    _OBS_FIELDS = ("obs", "episode_start")  # indexed by observation; the others by transition
 
     def online_state(self) -> dict[str, Any]:
         """The online part (what training added), for a resumable training's checkpoint; the
-        offline part is rebuilt from its dataset."""
-        state = {name: getattr(self.online, name) for name in self._ONLINE_FIELDS}
-        return {**state, "episode_open": self._episode_open}
+        offline part is rebuilt from its dataset. Arrays are cut to the slots written so far (a
+        pixel buffer of 50k 84x84 frames is 1 GB, mostly empty early in training)."""
+        part = self.online
+        filled = {
+            "obs": min(part.n_obs, len(part.obs)),
+            "transitions": min(part.n_transitions, len(part.obs_index)),
+        }
+        state: dict[str, Any] = {}
+        for name in self._ONLINE_FIELDS:
+            value = getattr(part, name)
+            if isinstance(value, np.ndarray):
+                value = value[: filled["obs" if name in self._OBS_FIELDS else "transitions"]].copy()
+            state[name] = value
+        capacity = {"obs": len(part.obs), "transitions": len(part.obs_index)}
+        return {**state, "capacity": capacity, "episode_open": self._episode_open}
 
     def load_online_state(self, state: dict[str, Any]) -> None:
-        if state["obs"].shape != self.online.obs.shape:
+        part = self.online
+        shape = (state.get("capacity", {}).get("obs", len(state["obs"])), *state["obs"].shape[1:])
+        if shape != part.obs.shape:
             raise ValueError(
-                f"saved replay holds observations {state['obs'].shape}, this buffer "
-                f"{self.online.obs.shape}"
+                f"saved replay holds observations {shape}, this buffer {part.obs.shape}"
             )
         for name in self._ONLINE_FIELDS:
-            setattr(self.online, name, state[name])
+            value = state[name]
+            if isinstance(value, np.ndarray):
+                full = getattr(part, name)
+                full[...] = 0
+                full[: len(value)] = value
+            else:
+                setattr(part, name, value)
         self._episode_open = state["episode_open"]
 
     @property
