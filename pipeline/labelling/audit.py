@@ -309,6 +309,38 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
 <p class="note">Over answers that parsed. Continuous actions agree when the mean gap per dimension is under a quarter of the action range.</p>
 {% else %}<p>No parsed answers to compare.</p>{% endif %}
 
+{% if a.comparison %}{% set c = a.comparison %}<h2>Two teachers on the same frames</h2>
+<p>A: <code>{{ c.a }}</code><br>B: <code>{{ c.b }}</code><br><span class="note">Over the (frame, task) pairs both queried and parsed.</span></p>
+<table><tr><th class="l">task</th><th>compared</th><th>agree</th></tr>
+{% for task, r in c.tasks.items() %}<tr><td class="l">{{ task }}</td><td>{{ r.n }}</td><td>{{ '%.1f' % (100 * r.rate) }} %</td></tr>{% endfor %}</table>
+{% for task, r in c.tasks.items() %}
+{% if r.confusion %}<h3>milestone confusion (rows: A, columns: B)</h3><table><tr><th></th>{% for l in r.labels %}<th>{{ l }}</th>{% endfor %}</tr>
+{% for row in r.confusion %}{% set i = loop.index0 %}<tr><th class="l">{{ r.labels[i] }}</th>{% for n in row %}<td{% if n and loop.index0 != i %} class="bad"{% endif %}>{{ n or '·' }}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}
+{% if r.differences %}<h3>action differences (B - A)</h3><table><tr><th class="l">field</th><th>mean</th><th>mean |diff|</th><th class="l">histogram over [{{ r.differences[0].range[0] }}, {{ r.differences[0].range[1] }}]</th></tr>
+{% for d in r.differences %}{% set m = d.hist|max %}<tr><td class="l">{{ d.name }}</td><td>{{ '%.3f' % d.mean }}</td><td>{{ '%.3f' % d.mean_abs }}</td>
+<td class="l hist">{% for h in d.hist %}<span style="height: {{ 2 + 30 * h // (m or 1) }}px" title="{{ h }}"></span>{% endfor %}</td></tr>{% endfor %}</table>{% endif %}
+{% if r.worst %}<h3>{{ task }}: where they differ most ({{ r.worst|length }} of {{ r.n - r.agree }} disagreeing)</h3>
+<table><tr><th class="l">frame</th><th>gap</th><th class="l">A</th><th class="l">B</th><th class="l">A raw</th><th class="l">B raw</th></tr>
+{% for w in r.worst %}<tr><td class="l"><a href="#" data-key="{{ w.sample_key }}" class="jump">{{ w.sample_key }}</a></td><td>{{ '%.3f' % w.gap }}</td><td class="l">{{ w.a }}</td><td class="l">{{ w.b }}</td><td class="l"><code>{{ w.raw_a|truncate(80) }}</code></td><td class="l"><code>{{ w.raw_b|truncate(80) }}</code></td></tr>{% endfor %}</table>{% endif %}
+{% endfor %}{% endif %}
+
+<h2>Episode timeline</h2>
+<p class="note">One episode's labels over t: each lane's colour strip is the parse status of the label the step carries (queried frames marked with a tick; the others carry the last queried answer), with the values drawn above it. Drag the slider to scrub the frames.</p>
+<p><label>episode <select id="tl-episode"></select></label></p>
+<div id="tl"></div>
+<div class="ex" id="tl-frame"></div>
+
+<h2>Browse every answer</h2>
+<p class="note" id="br-note"></p>
+<p><label>task <select id="f-task"></select></label> <label>status <select id="f-status"></select></label>
+<label>episode <select id="f-episode"></select></label> <label>teacher <select id="f-teacher"></select></label>
+<label><input type="checkbox" id="f-queried" checked> queried only</label></p>
+<p id="br-count"></p>
+<div style="display: flex; gap: 16px; align-items: flex-start">
+<table id="br-table" style="font-size: 12px"></table>
+<div id="br-detail" style="flex: 1; min-width: 320px"></div></div>
+<p><button id="br-prev">&larr; previous</button> <button id="br-next">next &rarr;</button></p>
+
 <h2>Distributions (parsed answers)</h2>
 {% set d = a.distributions %}
 {% if d.milestone %}<h3>milestone</h3><table>{% set m = d.milestone|map(attribute=1)|max %}
@@ -341,38 +373,6 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
 {% for e in a.disagreements if e.task == task %}<div class="ex"><img src="{{ e.thumbnail }}" alt="frame {{ e.key }}"><div>
 <b>{{ e.key }}</b> · answer <b>{{ e.value }}</b>, reference <b>{{ e.reference }}</b>
 <pre>{{ e.raw }}</pre></div></div>{% endfor %}{% endfor %}{% endif %}
-
-{% if a.comparison %}{% set c = a.comparison %}<h2>Two teachers on the same frames</h2>
-<p>A: <code>{{ c.a }}</code><br>B: <code>{{ c.b }}</code><br><span class="note">Over the (frame, task) pairs both queried and parsed.</span></p>
-<table><tr><th class="l">task</th><th>compared</th><th>agree</th></tr>
-{% for task, r in c.tasks.items() %}<tr><td class="l">{{ task }}</td><td>{{ r.n }}</td><td>{{ '%.1f' % (100 * r.rate) }} %</td></tr>{% endfor %}</table>
-{% for task, r in c.tasks.items() %}
-{% if r.confusion %}<h3>milestone confusion (rows: A, columns: B)</h3><table><tr><th></th>{% for l in r.labels %}<th>{{ l }}</th>{% endfor %}</tr>
-{% for row in r.confusion %}{% set i = loop.index0 %}<tr><th class="l">{{ r.labels[i] }}</th>{% for n in row %}<td{% if n and loop.index0 != i %} class="bad"{% endif %}>{{ n or '·' }}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}
-{% if r.differences %}<h3>action differences (B - A)</h3><table><tr><th class="l">field</th><th>mean</th><th>mean |diff|</th><th class="l">histogram over [{{ r.differences[0].range[0] }}, {{ r.differences[0].range[1] }}]</th></tr>
-{% for d in r.differences %}{% set m = d.hist|max %}<tr><td class="l">{{ d.name }}</td><td>{{ '%.3f' % d.mean }}</td><td>{{ '%.3f' % d.mean_abs }}</td>
-<td class="l hist">{% for h in d.hist %}<span style="height: {{ 2 + 30 * h // (m or 1) }}px" title="{{ h }}"></span>{% endfor %}</td></tr>{% endfor %}</table>{% endif %}
-{% if r.worst %}<h3>{{ task }}: where they differ most ({{ r.worst|length }} of {{ r.n - r.agree }} disagreeing)</h3>
-<table><tr><th class="l">frame</th><th>gap</th><th class="l">A</th><th class="l">B</th><th class="l">A raw</th><th class="l">B raw</th></tr>
-{% for w in r.worst %}<tr><td class="l"><a href="#" data-key="{{ w.sample_key }}" class="jump">{{ w.sample_key }}</a></td><td>{{ '%.3f' % w.gap }}</td><td class="l">{{ w.a }}</td><td class="l">{{ w.b }}</td><td class="l"><code>{{ w.raw_a|truncate(80) }}</code></td><td class="l"><code>{{ w.raw_b|truncate(80) }}</code></td></tr>{% endfor %}</table>{% endif %}
-{% endfor %}{% endif %}
-
-<h2>Episode timeline</h2>
-<p class="note">One episode's labels over t: each lane's colour strip is the parse status of the label the step carries (queried frames marked with a tick; the others carry the last queried answer), with the values drawn above it. Drag the slider to scrub the frames.</p>
-<p><label>episode <select id="tl-episode"></select></label></p>
-<div id="tl"></div>
-<div class="ex" id="tl-frame"></div>
-
-<h2>Browse every answer</h2>
-<p class="note" id="br-note"></p>
-<p><label>task <select id="f-task"></select></label> <label>status <select id="f-status"></select></label>
-<label>episode <select id="f-episode"></select></label> <label>teacher <select id="f-teacher"></select></label>
-<label><input type="checkbox" id="f-queried" checked> queried only</label></p>
-<p id="br-count"></p>
-<div style="display: flex; gap: 16px; align-items: flex-start">
-<table id="br-table" style="font-size: 12px"></table>
-<div id="br-detail" style="flex: 1; min-width: 320px"></div></div>
-<p><button id="br-prev">&larr; previous</button> <button id="br-next">next &rarr;</button></p>
 
 <script type="application/json" id="review-data">{{ review_json|safe }}</script>
 <script>
