@@ -33,6 +33,24 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
 
+class CarlaConfig(_Section):
+    """How to reach a running CARLA server and which world to load (`env.<carla id>.carla`).
+    Where the server runs does not change the data: host, port and timeout are left out of what
+    fingerprints a collection; the map and weather are part of it."""
+
+    host: str = Field(default="127.0.0.1", exclude=True, description="CARLA server host.")
+    port: int = Field(default=2000, ge=1, le=65535, exclude=True, description="RPC port.")
+    timeout_s: float = Field(
+        default=10.0, gt=0, exclude=True, description="Seconds to wait for the server."
+    )
+    town: str = Field(
+        default="Town04", description="Map: Town04 has the highway of #HW; #JW runs in town."
+    )
+    weather: str = Field(
+        default="CloudyNoon", description="carla.WeatherParameters preset (table 5: Cloudy Noon)."
+    )
+
+
 class EnvConfig(_Section):
     """How one environment is built and observed (`env.<env_id>` in params.yaml)."""
 
@@ -56,6 +74,11 @@ class EnvConfig(_Section):
     )
     include_state: bool = Field(
         description="Also return the low-dimensional `state` observation next to `pixels`."
+    )
+    carla: CarlaConfig | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # envs without it fingerprint as before
+        description="CARLA ids only: the server and world (defaults: 127.0.0.1:2000, Town04).",
     )
 
 

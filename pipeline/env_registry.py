@@ -12,7 +12,7 @@ from typing import Literal
 @dataclass(frozen=True)
 class EnvInfo:
     env_id: str
-    family: Literal["classic", "carracing", "dmc"]
+    family: Literal["classic", "carracing", "dmc", "highway", "carla"]
     paper_action_repeat: int  # the value params.yaml ships; see `source`
     source: str
     # Whether `terminated` means the task was solved (MountainCar: the flag is reached), so that
@@ -32,6 +32,17 @@ _ENVS = [
     EnvInfo("walker-walk", "dmc", 2, "ERPv table 2 / RAD: action repeat 2"),
     EnvInfo("ball_in_cup-catch", "dmc", 4, "ERPv table 2 / RAD: action repeat 4"),
     EnvInfo("reacher-easy", "dmc", 4, "ERPv table 2 / RAD: action repeat 4"),
+    # ERPv's driving scenes (appendix C.1, tables 5-6): CARLA needs a running server; the
+    # HighwayEnv stand-in runs here (its 5 Hz policy steps already span 4 of CARLA's 20 Hz ticks)
+    EnvInfo(
+        "highway-hw", "highway", 1, "ERPv #HW stand-in: HighwayEnv highway-fast, 5 Hz, no repeat"
+    ),
+    EnvInfo(
+        "carla-hw", "carla", 4, "ERPv #HW: CARLA, 20 Hz ticks (table 5), action repeat 4 (table 6)"
+    ),
+    EnvInfo(
+        "carla-jw", "carla", 4, "ERPv #JW: CARLA, 20 Hz ticks (table 5), action repeat 4 (table 6)"
+    ),
 ]
 
 KNOWN_ENVS: dict[str, EnvInfo] = {info.env_id: info for info in _ENVS}

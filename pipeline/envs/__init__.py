@@ -31,6 +31,23 @@ def make_env(env_id: str, cfg: EnvConfig, *, pixels: bool = True) -> gym.Env:
         base: gym.Env = DMCEnv(env_id, cfg.image_size, cfg.max_episode_steps)
         frame_fn, state_fn, context_fn = dmc_frame, dmc_state, dmc_context
         state_dim = base.observation_space.shape[0]
+    elif info.family == "highway":
+        from pipeline.envs.highway import (
+            highway_context,
+            highway_frame,
+            highway_state,
+            make_highway_base,
+        )
+
+        base = make_highway_base(cfg.max_episode_steps)
+        frame_fn, state_fn, context_fn, state_dim = (
+            highway_frame, highway_state, highway_context, 4,
+        )  # fmt: skip
+    elif info.family == "carla":
+        from pipeline.envs.carla_env import CarlaEnv, carla_context, carla_frame, carla_state
+
+        base = CarlaEnv(env_id, cfg.carla, cfg.max_episode_steps)
+        frame_fn, state_fn, context_fn, state_dim = carla_frame, carla_state, carla_context, 2
     else:
         from pipeline.envs import gym_envs
 

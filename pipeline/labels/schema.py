@@ -69,6 +69,9 @@ _DMC = {
     ),
 }
 
+_DRIVING_MILESTONES = {"CRASHED": 0.0, "CLOSE_BEHIND": 0.3, "CRUISING": 0.7, "FAST_CLEAR": 1.0}
+_HW_TASK = "drive along the highway as far as possible without colliding, keeping to a lane"
+
 SCHEMAS: dict[str, EnvLabelSchema] = {
     "MountainCar-v0": EnvLabelSchema(
         "MountainCar-v0", "MountainCar", ("push",), ("left", "none", "right"),
@@ -83,6 +86,20 @@ SCHEMAS: dict[str, EnvLabelSchema] = {
         {"OFF_TRACK": 0.0, "ON_TRACK_SLOW": 0.4, "ON_TRACK_FAST": 1.0},
         ("car", "road", "grass", "curve"),
         "drive the red car along the grey road as fast as possible without leaving it",
+    ),
+    # ERPv's driving scenes: a = [steer, throttle] (fig. 15); the #HW / #JW prompts (fig. 12-13)
+    "highway-hw": EnvLabelSchema(
+        "highway-hw", "highway", ("steer", "throttle"), None, _DRIVING_MILESTONES,
+        ("car", "road", "lane"), _HW_TASK,
+    ),
+    "carla-hw": EnvLabelSchema(
+        "carla-hw", "carla_hw", ("steer", "throttle"), None, _DRIVING_MILESTONES,
+        ("car", "road", "lane"), _HW_TASK,
+    ),
+    "carla-jw": EnvLabelSchema(
+        "carla-jw", "carla_jw", ("steer", "throttle"), None, _DRIVING_MILESTONES,
+        ("pedestrian", "road", "car"),
+        "drive along the road as far as possible without hitting pedestrians who cross it",
     ),
     **{
         env_id: EnvLabelSchema(env_id, "dmc", names, None, milestones, objects, description)

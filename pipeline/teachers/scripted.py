@@ -149,6 +149,23 @@ def _locomotion(ctx: dict[str, Any], frame: np.ndarray, env_id: str) -> tuple[li
     return action.tolist(), milestone
 
 
+def _highway(ctx: dict[str, Any], frame: np.ndarray) -> tuple[list[float], str]:
+    """Lane and gap keeping from the context: steer back to the lane centre and along it, full
+    throttle with a clear lane, ease off then brake as the gap to the car ahead closes."""
+    steer = float(np.clip(-0.15 * ctx["lane_offset"] - 1.0 * ctx["yaw"], -1.0, 1.0))
+    headway = ctx["gap_ahead"] / max(ctx["speed"], 1.0)  # seconds to the car ahead
+    throttle = 1.0 if headway > 2.5 else (0.0 if headway > 1.5 else -1.0)
+    if ctx["crashed"]:
+        milestone = "CRASHED"
+    elif headway < 1.5:
+        milestone = "CLOSE_BEHIND"
+    elif ctx["speed"] < 25:
+        milestone = "CRUISING"
+    else:
+        milestone = "FAST_CLEAR"
+    return [steer, throttle], milestone
+
+
 def reference_answer(env_id: str, ctx: dict[str, Any], frame: np.ndarray) -> tuple[Any, str]:
     """(action as a list or a choice index, milestone label): what the script believes is right."""
     if env_id == "MountainCar-v0":
@@ -167,6 +184,14 @@ def reference_answer(env_id: str, ctx: dict[str, Any], frame: np.ndarray) -> tup
         return _ball_in_cup(ctx, frame)
     if env_id in ("cheetah-run", "walker-walk"):
         return _locomotion(ctx, frame, env_id)
+    if env_id == "highway-hw":
+        return _highway(ctx, frame)
+    if env_id.startswith("carla-"):
+        raise ValueError(
+            f"no scripted teacher for {env_id}: a CARLA frame's ground truth (lanes, other "
+            "actors) lives in the server, not in the recorded context; label CARLA rollouts "
+            "with a VLM (teacher backend hf or openai)"
+        )
     raise ValueError(f"no scripted teacher for env {env_id!r}")
 
 

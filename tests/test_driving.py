@@ -1,0 +1,182 @@
+"""Driving scenes: ERPv's rewards, action semantics, spawn plans and sensor bookkeeping (no
+server), the CARLA adapter's failure without a server, and the HighwayEnv stand-in end to end."""
+
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from pipeline.config import CarlaConfig, EnvConfig
+from pipeline.envs import CONTEXT, PIXELS, make_env
+from pipeline.envs.driving import (
+    CAMERA_ATTRIBUTES,
+    HighwayReward,
+    JaywalkReward,
+    SensorLog,
+    control_from_action,
+    spawn_plan,
+)
+from pipeline.labels.tasks import parse_answer, render_prompt
+from pipeline.teachers.scripted import ScriptedTeacher
+
+
+def _png(frame: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(frame).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+BLANK = _png(np.zeros((8, 8, 3), np.uint8))
+
+
+def test_rewards_are_eq_15_and_16_with_the_papers_coefficients():
+    hw = HighwayReward()
+    # 20 m/s for one 0.05 s tick, a 5,000 N s collision, steering 0.5
+    assert hw(20.0, 0.05, 5000.0, -0.5) == pytest.approx(1.0 - 0.5 - 0.5)
+    jw = JaywalkReward()
+    assert jw(10.0, 0.05, 100.0, 2.0, 0.4) == pytest.approx(0.5 - 0.1 - 0.02 - 0.04)
+    assert hw(0.0, 0.05, 0.0, 0.0) == 0.0
+
+
+def test_throttle_at_or_below_zero_brakes():
+    c = control_from_action(np.array([0.3, 0.6]))
+    assert (c.steer, c.throttle, c.brake) == pytest.approx((0.3, 0.6, 0.0))
+    c = control_from_action(np.array([-0.2, -0.4]))
+    assert (c.steer, c.throttle, c.brake) == pytest.approx((-0.2, 0.0, 0.4))
+    c = control_from_action(np.array([2.0, -3.0]))  # a VLM's out-of-range answer is clipped
+    assert (c.steer, c.throttle, c.brake) == (1.0, 0.0, 1.0)
+    assert control_from_action(np.array([0.0, 0.0])).brake == 0.0
+    with pytest.raises(ValueError, match=r"\[steer, throttle\]"):
+        control_from_action(np.array([0.1, 0.2, 0.3]))
+    with pytest.raises(ValueError, match=r"\[steer, throttle\]"):
+        control_from_action(np.array([np.nan, 0.2]))
+
+
+def test_spawn_plans_are_seeded_and_valid():
+    hw = spawn_plan("hw", seed=7, n_spawn_points=30, ego_index=4)
+    assert hw == spawn_plan("hw", seed=7, n_spawn_points=30, ego_index=4)
+    assert hw != spawn_plan("hw", seed=8, n_spawn_points=30, ego_index=4)
+    assert len(hw.vehicles) == 4 == len(set(hw.vehicles)) and 4 not in hw.vehicles
+    assert all(0 <= i < 30 for i in hw.vehicles)
+    jw = spawn_plan("jw", seed=7, n_spawn_points=30, ego_index=4)
+    assert len(jw.pedestrians) == 3 and not jw.vehicles
+    distances = [d for d, _, _ in jw.pedestrians]
+    assert distances == sorted(distances) and all(20 <= d <= 120 for d in distances)
+    assert all(side in (-1, 1) and 0 <= t < 200 for _, side, t in jw.pedestrians)
+    with pytest.raises(ValueError, match="4 vehicles but the map has 2 free spawn points"):
+        spawn_plan("hw", seed=0, n_spawn_points=3, ego_index=0)
+    with pytest.raises(ValueError, match="unknown scenario"):
+        spawn_plan("xx", seed=0, n_spawn_points=3, ego_index=0)
+
+
+def test_sensor_log_drains_the_events_of_one_tick():
+    log = SensorLog()
+    log.on_collision((3.0, 4.0, 0.0))
+    log.on_collision((0.0, 0.0, 1.0))
+    log.on_lane_invasion(2)
+    assert log.drain() == (6.0, 2.0)
+    assert log.drain() == (0.0, 0.0) and log.collided and log.collision == 6.0
+
+
+def test_camera_is_table_5():
+    assert CAMERA_ATTRIBUTES["image_size_x"] == "128" and CAMERA_ATTRIBUTES["fov"] == "60"
+    assert CAMERA_ATTRIBUTES["motion_blur_intensity"] == "0.45"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_without_a_server_carla_fails_within_the_timeout_naming_host_port_and_the_fix():
+    from pipeline.envs.carla_env import CarlaUnavailableError
+
+    port = _closed_port()
+    cfg = EnvConfig(image_size=128, action_repeat=4, max_episode_steps=None, include_state=False,
+                    carla=CarlaConfig(port=port, timeout_s=1.0))  # fmt: skip
+    started = time.monotonic()
+    with pytest.raises(CarlaUnavailableError) as err:
+        make_env("carla-hw", cfg)
+    assert time.monotonic() - started < 15
+    message = str(err.value)
+    assert f"127.0.0.1:{port}" in message and "CarlaUE4.sh -RenderOffScreen" in message
+
+
+def test_where_the_server_runs_is_not_part_of_a_collection_fingerprint():
+    base = dict(image_size=128, action_repeat=4, max_episode_steps=None, include_state=False)
+    a = EnvConfig(**base, carla=CarlaConfig(host="10.0.0.1", port=2000))
+    b = EnvConfig(**base, carla=CarlaConfig(host="gpu-7", port=3000, timeout_s=60))
+    assert a.model_dump() == b.model_dump()
+    assert a.model_dump() != EnvConfig(**base, carla=CarlaConfig(town="Town01")).model_dump()
+    assert "carla" not in EnvConfig(**base).model_dump()  # other envs fingerprint as before
+
+
+def test_carla_prompts_render_and_scripted_labels_refuse_carla_with_the_reason():
+    space = {"type": "box", "low": [-1.0, -1.0], "high": [1.0, 1.0]}
+    for env_id in ("carla-hw", "carla-jw"):
+        prompt = render_prompt("action", env_id, space, BLANK, {"speed": 12.5, "yaw": 3.0})
+        assert "12.50 m/s" in prompt.user or "12.50m/s" in prompt.user
+        with pytest.raises(ValueError, match="label CARLA rollouts with a VLM"):
+            ScriptedTeacher(1.0, 0).correct_text(prompt)
+
+
+@pytest.fixture(scope="module")
+def highway():
+    # another pygame env first: it sets SDL_VIDEODRIVER=dummy, which blanks HighwayEnv's frames
+    make_env("MountainCar-v0", EnvConfig(image_size=32, action_repeat=1, max_episode_steps=None,
+                                         include_state=False)).close()  # fmt: skip
+    env = make_env("highway-hw", EnvConfig(image_size=84, action_repeat=1, max_episode_steps=60,
+                                           include_state=True))  # fmt: skip
+    yield env
+    env.close()
+
+
+def test_highway_stand_in_frames_context_and_reward(highway):
+    obs, info = highway.reset(seed=0)
+    assert obs[PIXELS].shape == (84, 84, 3) and obs[PIXELS].std() > 5  # not a blank frame
+    ctx = info[CONTEXT]
+    assert ctx["speed"] > 0 and ctx["gap_ahead"] > 0 and ctx["crashed"] is False
+    obs, reward, terminated, _, info = highway.step(np.array([0.2, 0.5], np.float32))
+    speed = info[CONTEXT]["speed"]
+    if not terminated:  # eq. 15 from the kinematics: v * dt - |steer| (no collision)
+        assert reward == pytest.approx(speed * 0.2 - 0.2, rel=1e-5)
+
+
+def test_highway_throttle_semantics(highway):
+    speeds = {}
+    for throttle in (1.0, -1.0):
+        _, info = highway.reset(seed=1)
+        for _ in range(5):
+            _, _, _, _, info = highway.step(np.array([0.0, throttle], np.float32))
+        speeds[throttle] = info[CONTEXT]["speed"]
+    assert speeds[1.0] > speeds[-1.0] + 5  # full throttle accelerates, throttle -1 brakes
+
+
+def test_scripted_highway_teacher_drives_and_its_answers_parse(highway):
+    from pipeline.masks.scripted import ScriptedMasks
+
+    obs, info = highway.reset(seed=2)
+    space = {"type": "box", "low": [-1.0, -1.0], "high": [1.0, 1.0]}
+    teacher, total = ScriptedTeacher(1.0, 0), 0.0
+    for _ in range(60):
+        prompt = render_prompt("action", "highway-hw", space, _png(obs[PIXELS]), info[CONTEXT])
+        parsed = parse_answer("action", teacher.correct_text(prompt), "highway-hw", space)
+        assert parsed.status == "ok"
+        obs, reward, terminated, truncated, info = highway.step(np.array(parsed.value, np.float32))
+        total += reward
+        if terminated or truncated:
+            break
+    assert truncated and not info[CONTEXT]["crashed"]  # 60 steps of lane and gap keeping
+    from pipeline.masks.base import MaskRequest
+
+    (masks,) = ScriptedMasks().masks(
+        [MaskRequest(obs[PIXELS], ("car", "road", "lane"), "highway-hw", info[CONTEXT])]
+    )
+    coverage = masks.reshape(3, -1).mean(axis=1)
+    assert 0 < coverage[0] < 0.1 and 0.1 < coverage[1] < 0.6 and 0 < coverage[2] < 0.1
