@@ -180,3 +180,82 @@ def test_scripted_highway_teacher_drives_and_its_answers_parse(highway):
     )
     coverage = masks.reshape(3, -1).mean(axis=1)
     assert 0 < coverage[0] < 0.1 and 0.1 < coverage[1] < 0.6 and 0 < coverage[2] < 0.1
+
+
+def test_highway_reset_is_deterministic_per_seed(highway):
+    def rollout(seed):
+        obs, info = highway.reset(seed=seed)
+        frames, contexts = [obs[PIXELS]], [info[CONTEXT]]
+        for _ in range(5):
+            obs, _, _, _, info = highway.step(np.array([0.1, 0.3], np.float32))
+            frames.append(obs[PIXELS])
+            contexts.append(info[CONTEXT])
+        return np.stack(frames), contexts
+
+    (fa, ca), (fb, cb), (fc, cc) = rollout(4), rollout(4), rollout(5)
+    assert np.array_equal(fa, fb) and ca == cb
+    assert ca != cc and not np.array_equal(fa, fc)  # another seed, other traffic
+
+
+def test_highway_car_mask_is_where_the_renderer_draws_the_ego(highway):
+    """The ego is drawn centred at 30 % of the width and half the height (CONFIG's centering)."""
+    from pipeline.masks.base import MaskRequest
+    from pipeline.masks.scripted import ScriptedMasks
+
+    obs, info = highway.reset(seed=0)
+    (masks,) = ScriptedMasks().masks(
+        [MaskRequest(obs[PIXELS], ("car", "lane", "road"), "highway-hw", info[CONTEXT])]
+    )
+    car, lane, road = masks
+    h, w = car.shape
+    box = car[int(0.4 * h) : int(0.6 * h), int(0.2 * w) : int(0.4 * w)]
+    assert box.sum() > 0  # the ego
+    assert road[h // 2].mean() > 0.3 and not road[:5].any()  # the ego's row is road; the top isn't
+    assert not (lane.astype(bool) & road.astype(bool)).any()
+
+
+def test_highway_chain_end_to_end(tmp_path):
+    """collect (RAE with the scripted teacher) -> label -> masks -> dataset -> audit ->
+    pretrain_critic -> train erpv -> evaluate on highway-hw, tiny settings, through the stages."""
+    import yaml
+
+    from stages import audit, collect, dataset, evaluate, label, masks, pretrain_critic, train
+    from tests.conftest import REPO
+
+    env, d = "highway-hw", tmp_path
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["envs"] = [env]
+    raw["env"][env].update(max_episode_steps=40)
+    raw["collect"][env].update(episodes=2, rae_switch_steps=[10, 20])
+    raw["train"] = {"erpv": {"env": env, "method": "erpv", "steps": 80, "seed": 0}}
+    raw["erpv"].update(start_steps=40, log_every=40)
+    raw["critic"].update(envs=[env], steps=50)
+    raw["evaluate"]["episodes"] = 1
+    (d / "params.yaml").write_text(yaml.safe_dump(raw))
+    p = str(d / "params.yaml")
+    assert collect.main(["--params", p, "--env", env, "--out", f"{d}/r"]) == 0
+    assert label.main(["--params", p, "--rollouts", f"{d}/r", "--cache", f"{d}/lc", "--out",
+                       f"{d}/labels.parquet"]) == 0  # fmt: skip
+    assert masks.main(["--params", p, "--rollouts", f"{d}/r", "--labels", f"{d}/labels.parquet",
+                       "--cache", f"{d}/mc", "--out", f"{d}/masks.parquet"]) == 0  # fmt: skip
+    assert dataset.main(["--params", p, "--rollouts", f"{d}/r", "--labels", f"{d}/labels.parquet",
+                         "--masks", f"{d}/masks.parquet", "--out", f"{d}/ds"]) == 0  # fmt: skip
+    assert audit.main(["--rollouts", f"{d}/r", "--labels", f"{d}/labels.parquet", "--masks",
+                       f"{d}/masks.parquet", "--out", f"{d}/audit.html"]) == 0  # fmt: skip
+    assert pretrain_critic.main(["--params", p, "--env", env, "--dataset", f"{d}/ds", "--out",
+                                 f"{d}/critics/{env}", "--live", f"{d}/cl", "--summary",
+                                 f"{d}/critic.json"]) == 0  # fmt: skip
+    assert train.main(["--params", p, "--run", "erpv", "--rollouts", f"{d}/r", "--labels",
+                       f"{d}/labels.parquet", "--dataset", f"{d}/ds", "--critics", f"{d}/critics",
+                       "--out", f"{d}/model", "--live", f"{d}/live", "--summary",
+                       f"{d}/summary.json"]) == 0  # fmt: skip
+    assert evaluate.main(["--params", p, "--agent", f"{d}/model", "--out", f"{d}/eval.json"]) == 0
+    import json
+
+    import polars as pl
+
+    labels = pl.read_parquet(d / "labels.parquet").filter(pl.col("queried"))
+    ok = labels.filter(pl.col("parse_status") == "ok")
+    assert ok.height > 0.6 * labels.height  # the scripted teacher at reliability 0.8
+    metrics = json.loads((d / "eval.json").read_text())
+    assert metrics["env"] == env and np.isfinite(metrics["return_mean"])
