@@ -1,4 +1,8 @@
-"""The DVC pipeline end to end, in a scratch copy of the repo with tiny budgets."""
+"""The DVC pipeline end to end, in a scratch copy of the repo with tiny budgets.
+
+Slow (about 8 minutes on 2 cores: a dozen `dvc repro` runs, each stage a fresh Python process):
+excluded from the default run, CI runs it with `pytest -m slow`.
+"""
 
 import os
 import re
@@ -10,6 +14,8 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, tiny_params_dict, write_params
+
+pytestmark = pytest.mark.slow
 
 ENVS = ("MountainCar-v0", "MountainCarContinuous-v0")
 
@@ -97,7 +103,6 @@ def _copy(built, tmp_path):
     return tmp_path / "repo", output
 
 
-@pytest.mark.slow  # a second full build (about 2 min): CI runs it with `pytest -m slow`
 def test_same_inputs_give_the_same_bytes_in_two_directories(built_a, built_b):
     """Every stage's outputs are a pure function of its inputs: no wall-clock value or path."""
     lock_a = yaml.safe_load((built_a[0] / "dvc.lock").read_text())
