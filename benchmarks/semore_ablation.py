@@ -7,7 +7,8 @@ A preset (`benchmarks/params/semore_cpu.yaml`, `semore_paper.yaml`) is merged ov
 keeps a resume state in `resume/<run>/` while it trains, so a killed benchmark goes on where it
 stopped (finished runs skipped, the unfinished one resumed, bit for bit). Prints the table: final
 deterministic evaluation return (mean +- std over seeds), the first step whose eval return
-reaches `--threshold` (median), beside the paper's ordering (M1 < M2 < M3 < M4, Semore > SAC).
+reaches `--threshold` (median), beside the paper's ordering (M1 < M2 < M3 < M4, Semore > SAC),
+and a uniformly random policy on the same evaluation episodes (what "learned nothing" scores).
 
     python -m benchmarks.semore_ablation --preset benchmarks/params/semore_cpu.yaml \\
         --seeds 3 --workers 2 --out reports/semore_ablation
@@ -78,11 +79,27 @@ def _run_one(job: dict) -> dict:
     return result
 
 
+def random_reference(params_path: str, preset: str, seeds: int, episodes: int) -> dict:
+    """Uniform random actions on the evaluation episodes of the runs (seed 10,000 on): the score
+    of an agent that learned nothing, one mean per action seed."""
+    from pipeline.envs import PIXELS, make_env
+    from pipeline.evaluation import Policy, evaluate_policy
+
+    params, _ = load_preset(params_path, preset)
+    space = make_env(ENV, params.env[ENV]).action_space
+    finals = []
+    for seed in range(seeds):
+        space.seed(seed)
+        policy = Policy(lambda obs, space=space: space.sample(), PIXELS, {})
+        finals.append(evaluate_policy(policy, ENV, params.env[ENV], episodes, 10_000).return_mean)
+    return {"variant": "random", "final_returns": finals}
+
+
 def steps_to(evals: list[tuple[int, float]], threshold: float) -> int | None:
     return next((int(s) for s, r in evals if r >= threshold), None)
 
 
-def table(results: list[dict], threshold: float) -> str:
+def table(results: list[dict], threshold: float, reference: dict | None = None) -> str:
     lines = [
         f"{ENV}, {results[0]['steps']:,} agent steps per run; final return: deterministic "
         f"evaluation after training (mean +- std over seeds); steps to {threshold:g}: first "
@@ -103,6 +120,12 @@ def table(results: list[dict], threshold: float) -> str:
         lines.append(
             f"{v:10}{len(rs):>6}{f'{finals.mean():.1f} +- {finals.std():.1f}':>22}{median:>16}"
             f"{np.mean([r['train_seconds'] for r in rs]):>10.0f}"
+        )
+    if reference is not None:
+        finals = np.array(reference["final_returns"])
+        lines.append(
+            f"{'random':10}{len(finals):>6}{f'{finals.mean():.1f} +- {finals.std():.1f}':>22}"
+            f"{'':>16}{'':>10}   (uniform actions, same evaluation episodes)"
         )
     order = " < ".join(sorted(means, key=means.get))
     lines += ["", f"ours, by mean final return: {order}", f"paper: {PAPER_ORDER}"]
@@ -156,7 +179,13 @@ def main() -> None:
                 f"({result['train_seconds']:.0f} s)",
                 flush=True,
             )
-    text = table([done[j["name"]] for j in jobs], args.threshold)
+    reference_path = args.out / "runs" / "random.json"
+    if reference_path.exists():
+        reference = json.loads(reference_path.read_text())
+    else:
+        reference = random_reference(args.params, args.preset, args.seeds, args.eval_episodes)
+        reference_path.write_text(json.dumps(reference, indent=2) + "\n")
+    text = table([done[j["name"]] for j in jobs], args.threshold, reference)
     (args.out / "table.txt").write_text(text + "\n")
     print("\n" + text)
 

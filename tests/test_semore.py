@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -485,3 +486,6 @@ def test_semore_ablation_table_reports_the_ordering():
     text = table(results, 100.0)
     assert "ours, by mean final return: sac < m1 < m4" in text
     assert "10.5 +- 0.5" in text and "100 (2/2)" in text
+    with_random = table(results, 100.0, {"variant": "random", "final_returns": [-40.0, -20.0]})
+    assert re.search(r"random\s+2\s+-30.0 \+- 10.0", with_random)
+    assert "ours, by mean final return: sac < m1 < m4" in with_random  # not a ranked variant
