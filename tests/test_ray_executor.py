@@ -1,7 +1,13 @@
 """`label.executor: ray` on a local Ray cluster (2 CPUs, a small object store) shared by these
 tests: the same table bytes as a local run, only uncached prompts asked, a raising teacher actor
-loses only unfinished batches."""
+or a killed driver loses only unfinished batches."""
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +104,67 @@ def test_a_raising_actor_loses_only_unfinished_batches(cluster, rollouts, tmp_pa
     label_rollouts(rollouts, label_cfg(tasks=TASKS), teacher, tmp_path / "ref",
                    tmp_path / "ref.parquet", progress=False)  # fmt: skip
     assert (tmp_path / "t.parquet").read_bytes() == (tmp_path / "ref.parquet").read_bytes()
+
+
+KILLED_DRIVER = """
+import sys, time
+from pathlib import Path
+from pipeline.labelling.label import label_rollouts
+from pipeline.teachers.scripted import ScriptedTeacher
+from tests.conftest import label_cfg
+
+rollouts, cache, table, address = sys.argv[1:5]
+
+
+class SlowTeacher(ScriptedTeacher):
+    def answer(self, prompts):
+        time.sleep(1.0)  # a slow model: the driver is killed while batches are still out
+        return super().answer(prompts)
+
+
+ray = {"concurrency": 1, "batch_size": 8, "num_cpus": 0.5, "address": address}
+cfg = label_cfg(tasks=%r, executor="ray", ray=ray)
+label_rollouts(Path(rollouts), cfg, ScriptedTeacher(0.8, 0), Path(cache), Path(table),
+               progress=False, ray_build=lambda: SlowTeacher(0.8, 0))
+"""
+
+
+def test_a_killed_driver_loses_only_unfinished_batches(cluster, rollouts, tmp_path):
+    """The label stage's driver gets SIGKILL while its Ray job runs: the batches that came back
+    are in the cache (no table is written); the rerun pays only for the rest and writes the
+    local run's table."""
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent(KILLED_DRIVER % (TASKS,)))
+    cache, table = tmp_path / "cache", tmp_path / "t.parquet"
+    address = ray.get_runtime_context().gcs_address
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    log = tmp_path / "driver.log"
+    with log.open("w") as out:  # a file, not a pipe: a full pipe would stall the driver
+        driver = subprocess.Popen(
+            [sys.executable, str(script), str(rollouts), str(cache), str(table), address],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(list(cache.glob("segment-*.parquet"))) < 2:  # two batches came back
+        assert driver.poll() is None, f"the driver ended before it was killed: {log.read_text()}"
+        assert time.monotonic() < deadline, "no batch came back within 120 s"
+        time.sleep(0.1)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    assert not table.exists()
+    kept = len(LabelCache(cache))
+    # distinct prompts of the whole job (repeated frames share one), from a local run
+    label_rollouts(rollouts, label_cfg(tasks=TASKS), ScriptedTeacher(0.8, 0), tmp_path / "ref",
+                   tmp_path / "ref.parquet", progress=False)  # fmt: skip
+    unique_total = len(LabelCache(tmp_path / "ref"))
+    assert 0 < kept < unique_total
+
+    again = tmp_path / "again.txt"
+    cfg = label_cfg(tasks=TASKS, executor="ray", ray={**RAY, "concurrency": 1})
+    label_rollouts(rollouts, cfg, ScriptedTeacher(0.8, 0), cache, table, progress=False,
+                   ray_build=lambda: CountingTeacher(0.8, 0, again))  # fmt: skip
+    assert counted(again) == unique_total - kept  # the rest, and nothing twice
+    assert table.read_bytes() == (tmp_path / "ref.parquet").read_bytes()
 
 
 def test_transport_failures_are_recorded_as_locally(cluster, rollouts, tmp_path):
