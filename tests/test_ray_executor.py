@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -134,7 +133,7 @@ def test_a_killed_driver_loses_only_unfinished_batches(cluster, rollouts, tmp_pa
     are in the cache (no table is written); the rerun pays only for the rest and writes the
     local run's table."""
     script = tmp_path / "driver.py"
-    script.write_text(textwrap.dedent(KILLED_DRIVER % (TASKS,)))
+    script.write_text(KILLED_DRIVER % (TASKS,))
     cache, table = tmp_path / "cache", tmp_path / "t.parquet"
     address = ray.get_runtime_context().gcs_address
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -132,18 +133,20 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
             t.lerp_(o, tau)
 
 
-class ResumableAgent:
+class ResumableAgent(ABC):
     """The training state of a SAC-family agent (SAC, ERPv, Semore): each defines `_modules`,
     `_optimizers`, `log_alpha` and `update_step`; the off-policy loop checkpoints this."""
 
     log_alpha: torch.Tensor
     update_step: int
 
+    @abstractmethod
     def _modules(self) -> dict[str, nn.Module]:
-        raise NotImplementedError
+        """Every network whose weights the training changes, by a stable name."""
 
+    @abstractmethod
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        raise NotImplementedError
+        """Every optimiser, by a stable name."""
 
     def training_state(self) -> dict[str, Any]:
         """Everything an interrupted training needs to go on exactly: networks and targets,
