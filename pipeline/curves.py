@@ -13,8 +13,13 @@ same run gives the same bytes.
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Iterable
 from pathlib import Path
+
+import numpy as np
+
+from pipeline.io import atomic_write_bytes
 
 RETURN = "return"  # the env's native return of each finished training episode
 METRICS_SUBDIR = "plots/metrics"  # where dvclive writes a run's per-metric TSVs
@@ -71,3 +76,35 @@ def read_metric(directory: str | Path, name: str = RETURN) -> list[tuple[int, fl
     leaf = name.rsplit("/", 1)[-1]
     with open(path, newline="") as f:
         return [(int(r["step"]), float(r[leaf])) for r in csv.DictReader(f, delimiter="\t")]
+
+
+def plot_curves(
+    curves: dict[str, list[tuple[int, float]]], title: str, path: str | Path, window: int = 10
+) -> None:
+    """Learning curves of several runs in one PNG: each episode's return (faint) and its moving
+    mean over `window` episodes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    for i, (name, curve) in enumerate(sorted(curves.items())):
+        if not curve:
+            continue
+        steps, rets = np.asarray(curve, dtype=np.float64).T
+        color = f"C{i}"
+        ax.plot(steps, rets, color=color, alpha=0.2, linewidth=0.8)
+        k = min(window, len(rets))
+        smooth = np.convolve(rets, np.ones(k) / k, mode="valid")
+        ax.plot(steps[k - 1 :], smooth, color=color, label=name)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episode return (native)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())

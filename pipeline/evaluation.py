@@ -1,24 +1,33 @@
 """Stage two's `evaluate`: the trained agent alone, as at deployment (no teacher, no prototype
-cache, no shaping): deterministic actions over N episodes on the env's native reward.
-Also the comparison figure of every run's learning curve per env."""
+cache, no shaping): deterministic actions over N episodes on the env's native reward. What every
+agent offers at deployment is `Agent`; `pipeline.methods.table.load_agent` rebuilds any saved one."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 
-from pipeline.agents.checkpoint import read_meta
-from pipeline.agents.load import Agent, load_agent
 from pipeline.config import EnvConfig
 from pipeline.dataset.stacking import FrameStacker
 from pipeline.envs import PIXELS, env_info, make_env
-from pipeline.io import atomic_write_bytes
+
+
+class Agent(Protocol):
+    """What every agent offers at deployment. `act` takes the agent's input for one step: the
+    `obs_kind` entry of the env's observation dict, stacked over `frame_stack` frames
+    (`pipeline.dataset.stacking.FrameStacker`)."""
+
+    obs_kind: str
+    frame_stack: int
+
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> Any: ...
+
+    def save(self, path: str | Path, meta: dict[str, Any] | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -30,12 +39,6 @@ class Policy:
     obs: str  # "state" or "pixels": the env is built to render frames only when needed
     meta: dict[str, Any]
     begin: Callable[[dict[str, np.ndarray]], None] = lambda obs: None
-
-
-def load_policy(agent_dir: str | Path) -> Policy:
-    """Any trained agent (`load_agent`) as deployed: deterministic actions on the observation dict,
-    frames stacked as in training, no teacher, no prototypes, no masks."""
-    return deployed(load_agent(agent_dir), read_meta(agent_dir))
 
 
 def deployed(agent: Agent, meta: dict[str, Any] | None = None) -> Policy:
@@ -113,35 +116,3 @@ def eval_metrics(result: EvalResult, meta: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in asdict(result).items() if k not in ("returns", "lengths")}
     out = {k: v for k, v in out.items() if v is not None}
     return {**out, "env": meta["env"], "method": meta["method"], "train_steps": meta["steps"]}
-
-
-def plot_curves(
-    curves: dict[str, list[tuple[int, float]]], title: str, path: str | Path, window: int = 10
-) -> None:
-    """Learning curves of several runs in one PNG: each episode's return (faint) and its moving
-    mean over `window` episodes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    for i, (name, curve) in enumerate(sorted(curves.items())):
-        if not curve:
-            continue
-        steps, rets = np.asarray(curve, dtype=np.float64).T
-        color = f"C{i}"
-        ax.plot(steps, rets, color=color, alpha=0.2, linewidth=0.8)
-        k = min(window, len(rets))
-        smooth = np.convolve(rets, np.ones(k) / k, mode="valid")
-        ax.plot(steps[k - 1 :], smooth, color=color, label=name)
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("episode return (native)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())

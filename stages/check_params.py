@@ -15,6 +15,7 @@ import sys
 
 from pipeline.config import ConfigError, load_params
 from pipeline.io import atomic_write_json
+from pipeline.methods.table import check_params
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="marker file to write when params are valid")
     args = parser.parse_args(argv)
     try:
-        load_params(args.params)
+        check_params(load_params(args.params))
     except ConfigError as exc:
         print(f"error: {exc}\nNothing was run: fix {args.params} and rerun.", file=sys.stderr)
         return 2

@@ -12,8 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from pipeline.config import ConfigError, load_params
-from pipeline.curves import read_metric
-from pipeline.evaluation import plot_curves
+from pipeline.curves import plot_curves, read_metric
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pipeline.agents.checkpoint import CheckpointError, read_meta
 from pipeline.config import ConfigError, load_params
-from pipeline.evaluation import eval_metrics, evaluate_policy, load_policy
+from pipeline.env_registry import UnknownEnvError
+from pipeline.evaluation import deployed, eval_metrics, evaluate_policy
 from pipeline.io import atomic_write_json
+from pipeline.methods.table import load_agent
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,14 +30,14 @@ def main(argv: list[str] | None = None) -> int:
         params = load_params(args.params)
         if params.evaluate is None:
             raise ConfigError(f"{args.params} has no `evaluate` section")
-        policy = load_policy(args.agent)
+        policy = deployed(load_agent(args.agent), read_meta(args.agent))
         env_id = policy.meta["env"]
         if env_id not in params.env:
             raise ConfigError(f"{args.params}: no `env.{env_id}` section for the agent's env")
         result = evaluate_policy(
             policy, env_id, params.env[env_id], params.evaluate.episodes, params.evaluate.seed
         )
-    except (ConfigError, FileNotFoundError, ValueError) as exc:
+    except (ConfigError, CheckpointError, UnknownEnvError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     metrics = eval_metrics(result, policy.meta)

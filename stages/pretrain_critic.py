@@ -16,7 +16,9 @@ from pathlib import Path
 
 from pipeline.config import ConfigError, load_params
 from pipeline.curves import write_training_log
-from pipeline.training import TrainError, pretrain_critic, write_no_critic
+from pipeline.dataset.layout import DatasetError
+from pipeline.methods.base import TrainError
+from pipeline.methods.erpv import pretrain_critic, write_no_critic
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.out}: {args.env} is not in critic.envs: no C_V (marker written)")
             return 0
         logs = pretrain_critic(args.env, params, args.dataset, args.out)
-    except (ConfigError, TrainError, FileNotFoundError, ValueError) as exc:
+    except (ConfigError, TrainError, DatasetError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     write_training_log(args.live, args.summary, rows=logs)

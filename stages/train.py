@@ -15,8 +15,12 @@ import logging
 import sys
 from pathlib import Path
 
+from pipeline.agents.checkpoint import CheckpointError
 from pipeline.config import ConfigError, load_params
-from pipeline.training import TrainError, TrainInputs, train_run
+from pipeline.dataset.layout import DatasetError
+from pipeline.methods.base import TrainError, TrainInputs
+from pipeline.rollouts.reader import RolloutIntegrityError
+from pipeline.training import train_run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", required=True, help="run name: a key of `train` in params.yaml")
     parser.add_argument("--rollouts", required=True, type=Path, help="the env's rollouts")
     parser.add_argument("--labels", required=True, type=Path, help="the env's label table")
-    parser.add_argument("--dataset", type=Path, help="the env's labelled dataset (sac, erpv)")
+    parser.add_argument("--dataset", type=Path, help="the env's labelled dataset (SAC family)")
     parser.add_argument("--critics", type=Path, help="directory of pre-trained C_V, one per env")
     parser.add_argument("--out", required=True, help="checkpoint directory to write")
     parser.add_argument(
@@ -47,7 +51,14 @@ def main(argv: list[str] | None = None) -> int:
         curve = train_run(
             args.run, params, inputs, args.out, args.live, args.summary, args.resume_dir
         )
-    except (ConfigError, TrainError, FileNotFoundError, ValueError) as exc:
+    except (
+        ConfigError,
+        TrainError,
+        CheckpointError,
+        DatasetError,
+        RolloutIntegrityError,
+        FileNotFoundError,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     tail = [r for _, r in curve[-10:]]

@@ -18,9 +18,10 @@ LAYERS: list[set[str]] = [
     {"rollouts"},  # collect (behaviours act on teachers), shard format, reader, verify
     {"masks"},  # segmenters and the masks stage over rollouts + objects labels
     {"labelling", "dataset", "shaping"},  # label stage + audit; shareable dataset; hybrid PBRS
-    {"agents"},  # PPO, SAC, ERPv, Semore, replay, checkpoints
-    {"curves", "evaluation"},  # dvclive logs; deployed policies and their evaluation
-    {"training", "integrity"},  # train / pretrain_critic logic; vlmrl-verify over everything
+    {"agents"},  # PPO and the SAC family on one base, replay, checkpoints, resume state
+    {"curves", "evaluation"},  # dvclive logs and curve figures; deployed policies, evaluation
+    {"methods"},  # one unit per method (params, train, load) and the method table
+    {"training", "integrity"},  # the train stage's logic; vlmrl-verify over everything
 ]
 LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 
@@ -100,5 +101,5 @@ def test_no_import_cycle_between_modules():
 def test_the_checks_see_function_local_imports(tmp_path):
     """A function-local import is an import (the checks would catch one that goes up)."""
     edges = _edges()
-    assert "pipeline.shaping.potential" in edges["pipeline.training"]
+    assert "pipeline.shaping.potential" in edges["pipeline.methods.hybrid_ppo"]
     assert any(t.startswith("pipeline.teachers.") for t in edges["pipeline.teachers"])

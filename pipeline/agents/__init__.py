@@ -1,6 +1,6 @@
 """RL agents that read cached labels; nothing here imports a teacher.
 
-Every agent (PPO's actor-critic, SAC, ERPv, Semore) offers the same deployment interface
-(`pipeline.agents.load.Agent`) and checkpoint layout (`pipeline.agents.checkpoint`);
-`pipeline.agents.load.load_agent(dir)` rebuilds any of them.
+Every agent (PPO's actor-critic, and the SAC family on one off-policy base: SAC, ERPv, Semore)
+offers the same deployment interface (`pipeline.evaluation.Agent`) and checkpoint layout
+(`pipeline.agents.checkpoint`); a method (pipeline.methods) says how to train and load each.
 """

@@ -5,14 +5,14 @@
 - `agent.safetensors`: every tensor, named `<module>.<parameter>`.
 
 Both are written atomically; the JSON is written last, so a directory with an `agent.json` is a
-complete checkpoint. `pipeline.agents.load.load_agent` reads any of them back.
+complete checkpoint. `pipeline.methods.table.load_agent` reads any agent's back.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from safetensors.torch import load as load_safetensors
@@ -81,13 +81,3 @@ def read_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, to
     if not weights.exists():
         raise CheckpointError(f"{weights} does not exist: the checkpoint is incomplete")
     return meta, load_safetensors(weights.read_bytes())
-
-
-class LoopCheckpoint(Protocol):
-    """Where a training loop keeps its resume state (pipeline.training's file-backed one)."""
-
-    every: int  # steps (SAC family) or updates (PPO) between saves; 0: never
-
-    def load(self) -> dict[str, Any] | None: ...
-
-    def save(self, state: dict[str, Any]) -> None: ...

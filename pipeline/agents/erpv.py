@@ -36,29 +36,41 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 from tqdm import tqdm
 
 from pipeline.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from pipeline.agents.networks import Critic, make_encoder, transition_nll
-from pipeline.agents.replay import ReplayBuffer
-from pipeline.agents.sac import (
+from pipeline.agents.off_policy import (
     ActionScale,
-    SACAgent,
+    NetworkParams,
+    SACParams,
     adam,
     box_bounds,
     encoder_input_shape,
-    env_obs_shape,
     soft_update,
 )
-from pipeline.config import ERPvParams, NetworkParams, SACParams
+from pipeline.agents.replay import TransitionStore
+from pipeline.agents.sac import SACAgent
 from pipeline.dataset.transitions import OfflineTransitions
+
+
+class ERPvParams(SACParams):
+    """ERPv (`erpv`): the SAC settings plus VPG (eq. 3-4) and VER (eq. 5-7)."""
+
+    lambda_1: float = Field(default=10.0, ge=0, description="VPG weight in eq. 4 (sec. 4.1: 10).")
+    lambda_2: float = Field(
+        default=10.0, ge=0, description="VER weight in eq. 7 (sec. 4.1: 10); 0 turns VER off."
+    )
+    confidence_eps: float = Field(
+        default=1e-6, gt=0, description="Floor of eq. 14's denominator (L_T): keeps G finite."
+    )
 
 
 def minmax_scale(q: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -184,7 +196,7 @@ def pretrain_vlm_critic(
         raise ValueError(
             f"transitions have {transitions.action_dim}-D actions, the action space {len(low)}-D"
         )
-    usable = transitions.has_next_label | transitions.terminated
+    usable = transitions["has_next_label"] | transitions.terminated
     if not usable.any():
         raise ValueError(
             f"none of the {len(transitions)} transitions has a labelled next state (or ends the "
@@ -192,10 +204,8 @@ def pretrain_vlm_critic(
         )
     net = cfg.network
     obs_shape = transitions.obs.shape[1:]
-    buffer = ReplayBuffer(
-        net.obs, obs_shape, transitions.action_dim, capacity=2,
-        frame_stack=net.frame_stack, offline=transitions.select(usable),
-    )  # fmt: skip
+    k = net.frame_stack if net.obs == "pixels" else 1  # states are not stacked
+    store = TransitionStore.from_offline(transitions.select(usable), k)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         critic = VLMCritic(obs_shape, low, high, net).to(device)
@@ -207,7 +217,10 @@ def pretrain_vlm_critic(
     logs: list[dict[str, float]] = []
     window: list[tuple[float, float]] = []
     for step in tqdm(range(steps), desc="pretrain C_V", unit="step", disable=not progress):
-        b = buffer.sample(cfg.batch_size, 1.0, rng, device)
+        b = {
+            k: torch.as_tensor(v, device=device)
+            for k, v in store.sample(cfg.batch_size, rng).items()
+        }
         with torch.no_grad():
             next_a_v = scale.normalise(b["next_a_v"]).clamp(-1.0, 1.0)
             # zero where the episode terminated: no label needed there
@@ -236,6 +249,8 @@ class ERPvAgent(SACAgent):
     stage); `SACAgent.load` restores them for acting."""
 
     algorithm = "erpv"
+    params_class = ERPvParams
+    cfg: ERPvParams
 
     def __init__(
         self,
@@ -247,8 +262,7 @@ class ERPvAgent(SACAgent):
         device: torch.device | str = "cpu",
         seed: int = 0,
     ) -> None:
-        super().__init__(obs_shape, action_space, cfg or ERPvParams(), device=device, seed=seed)
-        self.cfg: ERPvParams
+        super().__init__(obs_shape, action_space, cfg, device=device, seed=seed)
         if (
             vlm_critic.input_shape != self.input_shape
             or vlm_critic.network.obs != self.cfg.network.obs
@@ -266,18 +280,6 @@ class ERPvAgent(SACAgent):
                 f"{vlm_critic.action_high}], the agent acts in [{self.scale.low_np}, {self.scale.high_np}]"
             )
         self.vlm_critic = vlm_critic.to(self.device).freeze()
-
-    @classmethod
-    def for_env(  # type: ignore[override]
-        cls,
-        env: gym.Env,
-        cfg: ERPvParams | None,
-        vlm_critic: VLMCritic,
-        **kwargs: Any,
-    ) -> ERPvAgent:
-        cfg = cfg or ERPvParams()
-        shape = env_obs_shape(env, cfg.network)
-        return cls(shape, env.action_space, cfg, vlm_critic, **kwargs)
 
     def _labelled_a_v(
         self, batch: dict[str, torch.Tensor]

@@ -16,19 +16,81 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from pydantic import Field, model_validator
 from torch import nn
 from torch.distributions import Categorical
 from tqdm import tqdm
 
-from pipeline.agents.checkpoint import (
-    CheckpointError,
-    LoopCheckpoint,
-    read_checkpoint,
-    write_checkpoint,
-)
-from pipeline.config import PPOParams
+from pipeline.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from pipeline.agents.resume import Resume
+from pipeline.config import Section
 
 ARCHITECTURE = "ppo_actor_critic"
+
+
+class PPOParams(Section):
+    """PPO hyper-parameters (`ppo`). Defaults: rl-zoo3's tuned MountainCar-v0 preset (SB3 PPO
+    with `normalize: true`), the setting hybrid VLM-PPO's table 2 is reproduced with; CleanRL's
+    classic-control values are in parentheses where they differ."""
+
+    num_envs: int = Field(
+        default=16,
+        ge=1,
+        le=256,
+        description="Vectorised envs stepped together (rl-zoo3: 16; CleanRL: 8).",
+    )
+    rollout_steps: int = Field(
+        default=16, ge=1, description="Steps per env between updates (rl-zoo3: 16; CleanRL: 128)."
+    )
+    gamma: float = Field(
+        default=0.99, gt=0, le=1, description="Discount factor; also gamma of the PBRS term."
+    )
+    gae_lambda: float = Field(
+        default=0.98, ge=0, le=1, description="GAE lambda (rl-zoo3: 0.98; CleanRL: 0.95)."
+    )
+    update_epochs: int = Field(default=4, ge=1, description="Passes over each rollout (4).")
+    minibatches: int = Field(default=4, ge=1, description="Minibatches per pass (4).")
+    clip_coef: float = Field(default=0.2, gt=0, description="Surrogate clipping epsilon (0.2).")
+    ent_coef: float = Field(
+        default=0.0, ge=0, description="Entropy bonus weight (rl-zoo3: 0; CleanRL: 0.01)."
+    )
+    vf_coef: float = Field(default=0.5, ge=0, description="Value loss weight (0.5).")
+    max_grad_norm: float = Field(default=0.5, gt=0, description="Global gradient-norm clip (0.5).")
+    learning_rate: float = Field(
+        default=3e-4, gt=0, description="Adam learning rate (rl-zoo3: 3e-4; CleanRL: 2.5e-4)."
+    )
+    anneal_lr: bool = Field(
+        default=False,
+        description="Anneal the learning rate linearly to 0 (rl-zoo3: no; CleanRL: yes).",
+    )
+    hidden: int = Field(default=64, ge=1, description="Units of each of the two tanh layers (64).")
+    normalize_obs: bool = Field(
+        default=True,
+        description="Standardise observations by running mean/std (SB3 VecNormalize, rl-zoo3's "
+        "`normalize: true`); the statistics are saved with the agent and frozen at deployment. "
+        "Off: rescale by the observation space's bounds.",
+    )
+    normalize_reward: bool = Field(
+        default=True,
+        description="Divide rewards by the running std of the discounted return (VecNormalize).",
+    )
+    clip_obs: float = Field(default=10.0, gt=0, description="Clip of normalised observations.")
+    clip_reward: float = Field(default=10.0, gt=0, description="Clip of normalised rewards.")
+    resume_every: int = Field(
+        default=0,
+        ge=0,
+        description="Updates between resume states of `train` (0: never); a killed run goes on "
+        "from the last one.",
+    )
+
+    @model_validator(mode="after")
+    def _minibatches_fit(self) -> PPOParams:
+        if (self.num_envs * self.rollout_steps) % self.minibatches:
+            raise ValueError(
+                f"num_envs * rollout_steps ({self.num_envs * self.rollout_steps}) must divide "
+                f"into {self.minibatches} minibatches"
+            )
+        return self
 
 
 def _layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
@@ -219,7 +281,7 @@ def train_ppo(
     obs_fn: Callable[[object], np.ndarray] = lambda obs: obs,
     progress: bool = False,
     obs_bounds: tuple[np.ndarray, np.ndarray] | None = None,
-    checkpoint: LoopCheckpoint | None = None,
+    resume: Resume | None = None,
 ) -> tuple[ActorCritic, list[tuple[int, float]]]:
     """Train for `total_steps` env steps; return the agent and (step, episode return) pairs of
     every finished episode, from the env's RecordEpisodeStatistics. If `make_env` already puts
@@ -233,7 +295,7 @@ def train_ppo(
     return and clips them (SB3's VecNormalize): only what PPO learns from changes, the recorded
     curve stays the env's return.
 
-    With `checkpoint`, the whole loop state is saved every `checkpoint.every` updates: networks,
+    With `resume`, the whole loop state is saved every `resume.every` updates: networks,
     optimiser, normalisation statistics, the torch RNG, counters, the curve so far, and the
     vector env's envs themselves (pickled mid-episode: cart states, time limits, episode
     statistics, their RNGs, the hybrid wrapper's lock). A run that finds a saved state goes on
@@ -280,17 +342,17 @@ def train_ppo(
     buf_act = torch.zeros((t_steps, n), dtype=torch.long)
     buf_logp, buf_rew, buf_done, buf_val = (torch.zeros((t_steps, n)) for _ in range(4))
     step, first = 0, 0
-    if checkpoint is not None and checkpoint.every:
+    if resume is not None:
         try:  # fail now, not at the first save
             pickle.dumps(envs.envs)
         except Exception as exc:
             envs.close()
             raise ValueError(
                 f"resumable PPO pickles its envs mid-episode, and these cannot be pickled ({exc}); "
-                f"set checkpoint_every: 0 (or, for hybrid_ppo on MountainCar, "
+                f"set resume_every: 0 (or, for hybrid_ppo on MountainCar, "
                 f"position_table_spacing, which renders no frames)"
             ) from exc
-    saved = checkpoint.load() if checkpoint is not None else None
+    saved = resume.load() if resume is not None else None
     if saved is not None:
         first, step, curve = saved["update"], saved["step"], saved["curve"]
         agent.load_state_dict(saved["agent"])
@@ -302,13 +364,8 @@ def train_ppo(
         torch.set_rng_state(saved["torch_rng"])
     bar = tqdm(total=updates * batch, initial=step, desc="ppo", unit="step", disable=not progress)
     for update in range(first, updates):
-        if (
-            checkpoint is not None
-            and checkpoint.every
-            and update > first
-            and (update % checkpoint.every == 0)
-        ):
-            checkpoint.save(
+        if resume is not None and update > first and update % resume.every == 0:
+            resume.save(
                 {
                     "update": update, "step": step, "curve": list(curve),
                     "agent": agent.state_dict(), "optimizer": optimizer.state_dict(),

@@ -2,65 +2,72 @@
 o_{t+1}, d_t, a_v,t}), read from the pipeline's dataset instead of asking a VLM while training.
 
 Two parts: an offline part, prefilled from a labelled dataset (`load_offline_transitions`), and an
-online part that the training loop fills; `sample` mixes them at a set fraction. Observations are
-stored once per step; a transition is an index into them (o_{t+1} is the next stored observation).
-Pixel observations are stacked at sample time, k frames oldest first on the channel axis, by the
-one stacking rule of pipeline.dataset.stacking.
+online part that the training loop fills; `sample` mixes them at the fraction fixed at
+construction. Observations are stored once per step; a transition is an index into them
+(o_{t+1} is the next stored observation). Pixel observations are stacked at sample time, k frames
+oldest first on the channel axis, by the one stacking rule of pipeline.dataset.stacking.
 
-Transitions and their labels follow the dataset's conventions (RLDS style, `done` is `terminated`
-only, `has_label` / `next_a_v`), described in pipeline.dataset.transitions.
+Labels are the data's declared fields (`FieldSpec`: ERPv's a_v, Semore's mask and judge, ...):
+the buffer carries them without knowing what they are. Online rows get each field's fill value,
+or the per-transition values the caller passes to `add`; per-observation fields (masks) exist
+for dataset frames only. Conventions (RLDS style, `done` is `terminated` only) are those of
+pipeline.dataset.transitions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from pipeline.dataset.stacking import stack_window, to_channels
-from pipeline.dataset.transitions import ObsKind, OfflineTransitions, SemanticLabels
+from pipeline.dataset.transitions import FieldSpec, ObsKind, OfflineTransitions
+
+# (update index, rng) -> the offline transition indices a batch's offline rows are drawn from,
+# or None for all of them (Semore's selective replay: pipeline.agents.semore.selective_pool)
+OfflinePool = Callable[[int, np.random.Generator], np.ndarray | None]
 
 
-class _Part:
-    """Observations in a ring (absolute indices, position = index % capacity) and transitions that
-    point into it. A transition stays sampleable while every frame its stack needs is stored."""
+class TransitionStore:
+    """Observations in a ring (absolute indices, position = index % capacity), transitions that
+    point into it, and their declared fields. A transition stays sampleable while every frame its
+    stack needs is stored. The offline part is one, filled once (`from_offline`)."""
 
     def __init__(
         self,
         obs_shape: tuple[int, ...],
         obs_dtype: np.dtype,
         action_dim: int,
-        obs_capacity: int,
-        transition_capacity: int,
+        capacity: int,
         frame_stack: int,
+        specs: Sequence[FieldSpec] = (),
     ) -> None:
         self.k = frame_stack
-        self.obs = np.zeros((obs_capacity, *obs_shape), dtype=obs_dtype)
-        self.episode_start = np.zeros(obs_capacity, dtype=np.int64)
-        self.obs_index = np.zeros(transition_capacity, dtype=np.int64)
-        self.action = np.zeros((transition_capacity, action_dim), dtype=np.float32)
-        self.reward = np.zeros(transition_capacity, dtype=np.float32)
-        self.terminated = np.zeros(transition_capacity, dtype=bool)
-        self.a_v = np.zeros((transition_capacity, action_dim), dtype=np.float32)
-        self.has_label = np.zeros(transition_capacity, dtype=bool)
-        self.next_a_v = np.zeros((transition_capacity, action_dim), dtype=np.float32)
-        self.has_next_label = np.zeros(transition_capacity, dtype=bool)
+        self.obs = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
+        self.episode_start = np.zeros(capacity, dtype=np.int64)
+        self.obs_index = np.zeros(capacity, dtype=np.int64)
+        self.action = np.zeros((capacity, action_dim), dtype=np.float32)
+        self.reward = np.zeros(capacity, dtype=np.float32)
+        self.terminated = np.zeros(capacity, dtype=bool)
+        self.specs = tuple(specs)
+        # per-transition fields are stored (callers may pass them to `add`); per-observation
+        # ones are their fill value online
+        self.fields = {s.name: s.empty(capacity) for s in self.specs if s.per == "transition"}
         self.n_obs = 0  # observations ever stored
         self.n_transitions = 0  # transitions ever stored
         self.oldest = 0  # the oldest transition still sampleable (absolute)
-        self.semantics: SemanticLabels | None = None  # dataset frames only: none online
 
     @classmethod
-    def from_offline(cls, data: OfflineTransitions, frame_stack: int) -> _Part:
-        part = cls.__new__(cls)
-        part.k = frame_stack
-        for name in ("obs", "episode_start", "obs_index", "action", "reward", "terminated",
-                     "a_v", "has_label", "next_a_v", "has_next_label"):  # fmt: skip
-            setattr(part, name, getattr(data, name))
-        part.n_obs, part.n_transitions, part.oldest = len(data.obs), len(data), 0
-        part.semantics = data.semantics
-        return part
+    def from_offline(cls, data: OfflineTransitions, frame_stack: int) -> TransitionStore:
+        store = cls.__new__(cls)
+        store.k = frame_stack
+        for name in ("obs", "episode_start", "obs_index", "action", "reward", "terminated"):
+            setattr(store, name, getattr(data, name))
+        store.specs, store.fields = data.specs, dict(data.fields)
+        store.n_obs, store.n_transitions, store.oldest = len(data.obs), len(data), 0
+        return store
 
     def __len__(self) -> int:
         return self.n_transitions - self.oldest
@@ -74,15 +81,16 @@ class _Part:
         self._evict()
 
     def add_transition(
-        self, action: np.ndarray, reward: float, terminated: bool, a_v: np.ndarray | None
+        self, action: np.ndarray, reward: float, terminated: bool, values: dict[str, Any]
     ) -> None:
-        """The transition from the second-last stored observation to the last one."""
+        """The transition from the second-last stored observation to the last one; `values` of
+        per-transition fields (the others get their fill value)."""
         pos = self.n_transitions % len(self.obs_index)
         self.obs_index[pos] = self.n_obs - 2
         self.action[pos], self.reward[pos], self.terminated[pos] = action, reward, terminated
-        self.has_label[pos] = a_v is not None
-        self.a_v[pos] = 0.0 if a_v is None else a_v
-        self.next_a_v[pos], self.has_next_label[pos] = 0.0, False
+        for spec in self.specs:
+            if spec.per == "transition":
+                self.fields[spec.name][pos] = values.get(spec.name, spec.fill)
         self.n_transitions += 1
         self._evict()
 
@@ -112,45 +120,61 @@ class _Part:
         return to_channels(self.obs[frames % cap])  # (B, k, H, W, 3) -> (B, 3k, H, W)
 
     def sample(
-        self,
-        n: int,
-        rng: np.random.Generator,
-        semantics: bool = False,
-        pool: np.ndarray | None = None,
+        self, n: int, rng: np.random.Generator, pool: np.ndarray | None = None
     ) -> dict[str, np.ndarray]:
-        """`n` transitions uniformly (from `pool`, transition indices, when given); with
-        `semantics`, Semore's mask of o_t and judge label (zeros / -1 where there are none)."""
+        """`n` transitions uniformly (from `pool`, transition indices, when given), with every
+        declared field: obs / next_obs stacked, field rows of o_t or of the transition."""
         if pool is None:
             rows = rng.integers(self.oldest, self.n_transitions, size=n) % len(self.obs_index)
         else:
             rows = pool[rng.integers(0, len(pool), size=n)]
         index = self.obs_index[rows]
-        extra: dict[str, np.ndarray] = {}
-        if semantics:
-            at = index % len(self.obs)
-            if self.semantics is not None:
-                extra = {
-                    "mask": self.semantics.mask[at][:, None],  # (B, 1, H, W) uint8
-                    "has_mask": self.semantics.has_mask[at],
-                    "judge": self.semantics.judge[rows],
-                }
-            else:
-                extra = {
-                    "mask": np.zeros((n, 1, *self.obs.shape[1:3]), dtype=np.uint8),
-                    "has_mask": np.zeros(n, dtype=bool),
-                    "judge": np.full(n, -1, dtype=np.int8),
-                }
-        return extra | {
+        batch = {
             "obs": self._stacked(index),
             "next_obs": self._stacked(index + 1),
             "action": self.action[rows],
             "reward": self.reward[rows],
             "done": self.terminated[rows].astype(np.float32),
-            "a_v": self.a_v[rows],
-            "has_label": self.has_label[rows],
-            "next_a_v": self.next_a_v[rows],
-            "has_next_label": self.has_next_label[rows],
         }
+        for spec in self.specs:
+            if spec.per == "transition":
+                batch[spec.name] = self.fields[spec.name][rows]
+            elif spec.name in self.fields:  # per observation, stored (offline)
+                batch[spec.name] = self.fields[spec.name][index % len(self.obs)]
+            else:
+                batch[spec.name] = spec.empty(n)
+        return batch
+
+    def state(self) -> dict[str, Any]:
+        """The rows written so far (a pixel ring of 50k 84x84 frames is 1 GB, mostly empty early
+        in training), for a resume state."""
+        n_obs = min(self.n_obs, len(self.obs))
+        n_tr = min(self.n_transitions, len(self.obs_index))
+        return {
+            "obs": self.obs[:n_obs].copy(),
+            "episode_start": self.episode_start[:n_obs].copy(),
+            **{name: getattr(self, name)[:n_tr].copy() for name in _TRANSITION_ARRAYS},
+            "fields": {name: values[:n_tr].copy() for name, values in self.fields.items()},
+            "counters": (self.n_obs, self.n_transitions, self.oldest),
+            "capacity": len(self.obs),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        shape = (state["capacity"], *state["obs"].shape[1:])
+        if shape != self.obs.shape or sorted(state["fields"]) != sorted(self.fields):
+            raise ValueError(
+                f"saved replay holds observations {shape} with fields {sorted(state['fields'])}, "
+                f"this buffer {self.obs.shape} with {sorted(self.fields)}"
+            )
+        arrays = {name: state[name] for name in ("obs", "episode_start", *_TRANSITION_ARRAYS)}
+        for name, value in [*arrays.items(), *state["fields"].items()]:
+            full = self.fields[name] if name in self.fields else getattr(self, name)
+            full[...] = 0
+            full[: len(value)] = value
+        self.n_obs, self.n_transitions, self.oldest = state["counters"]
+
+
+_TRANSITION_ARRAYS = ("obs_index", "action", "reward", "terminated")
 
 
 class ReplayBuffer:
@@ -158,8 +182,9 @@ class ReplayBuffer:
 
     Online use: `begin_episode(o_0)` after each reset, then `add(a_t, r_t, o_{t+1}, terminated)`
     after each step. `obs_shape` is one observation as the env gives it: (H, W, 3) uint8 frames or
-    (D,) states. Online transitions carry `a_v` when the caller passes one; `next_a_v` is only
-    filled for offline data (C_V's pre-training reads the dataset alone).
+    (D,) states. The fields are the offline data's (or `fields`, for a buffer without offline
+    data). How batches are drawn is fixed here: `offline_fraction` of each batch from the offline
+    part, its rows from `offline_pool(update, rng)` when given (else uniformly).
     """
 
     def __init__(
@@ -171,7 +196,9 @@ class ReplayBuffer:
         *,
         frame_stack: int = 3,
         offline: OfflineTransitions | None = None,
-        semantics: bool = False,
+        offline_fraction: float = 0.0,
+        offline_pool: OfflinePool | None = None,
+        fields: Sequence[FieldSpec] = (),
     ) -> None:
         if obs not in ("pixels", "state"):
             raise ValueError(f"obs must be 'pixels' or 'state', got {obs!r}")
@@ -183,17 +210,17 @@ class ReplayBuffer:
             raise ValueError(f"capacity must be >= 2 observations, got {capacity}")
         if frame_stack < 1:
             raise ValueError(f"frame_stack must be >= 1, got {frame_stack}")
-        if semantics and (obs != "pixels" or (offline is not None and offline.semantics is None)):
-            raise ValueError(
-                "semantics (Semore's masks and judge labels) need pixel observations and offline "
-                "data read with load_offline_transitions(..., semantics=True)"
-            )
-        self.semantics = semantics
+        if not 0.0 <= offline_fraction <= 1.0:
+            raise ValueError(f"offline_fraction must be in [0, 1], got {offline_fraction}")
+        if offline is not None and fields:
+            raise ValueError("fields come from the offline data; pass `fields` only without it")
         self.kind, self.obs_shape, self.action_dim = obs, tuple(obs_shape), action_dim
+        self.offline_fraction, self.offline_pool = offline_fraction, offline_pool
         k = frame_stack if obs == "pixels" else 1  # states need no stacking
         dtype = np.dtype(np.uint8 if obs == "pixels" else np.float32)
-        self.online = _Part(self.obs_shape, dtype, action_dim, capacity, capacity, k)
-        self.offline: _Part | None = None
+        self.specs = tuple(offline.specs if offline is not None else fields)
+        self.online = TransitionStore(self.obs_shape, dtype, action_dim, capacity, k, self.specs)
+        self.offline: TransitionStore | None = None
         if offline is not None and len(offline):
             if offline.obs.shape[1:] != self.obs_shape:
                 raise ValueError(
@@ -204,48 +231,16 @@ class ReplayBuffer:
                 raise ValueError(
                     f"offline actions have {offline.action_dim} dimensions, expected {action_dim}"
                 )
-            self.offline = _Part.from_offline(offline, k)
+            self.offline = TransitionStore.from_offline(offline, k)
         self._episode_open = False
 
-    _ONLINE_FIELDS = (
-        "obs", "episode_start", "obs_index", "action", "reward", "terminated", "a_v",
-        "has_label", "next_a_v", "has_next_label", "n_obs", "n_transitions", "oldest",
-    )  # fmt: skip
-    _OBS_FIELDS = ("obs", "episode_start")  # indexed by observation; the others by transition
-
     def online_state(self) -> dict[str, Any]:
-        """The online part (what training added), for a resumable training's checkpoint; the
-        offline part is rebuilt from its dataset. Arrays are cut to the slots written so far (a
-        pixel buffer of 50k 84x84 frames is 1 GB, mostly empty early in training)."""
-        part = self.online
-        filled = {
-            "obs": min(part.n_obs, len(part.obs)),
-            "transitions": min(part.n_transitions, len(part.obs_index)),
-        }
-        state: dict[str, Any] = {}
-        for name in self._ONLINE_FIELDS:
-            value = getattr(part, name)
-            if isinstance(value, np.ndarray):
-                value = value[: filled["obs" if name in self._OBS_FIELDS else "transitions"]].copy()
-            state[name] = value
-        capacity = {"obs": len(part.obs), "transitions": len(part.obs_index)}
-        return {**state, "capacity": capacity, "episode_open": self._episode_open}
+        """The online part (what training added), for a resumable training's resume state; the
+        offline part is rebuilt from its dataset."""
+        return {**self.online.state(), "episode_open": self._episode_open}
 
     def load_online_state(self, state: dict[str, Any]) -> None:
-        part = self.online
-        shape = (state.get("capacity", {}).get("obs", len(state["obs"])), *state["obs"].shape[1:])
-        if shape != part.obs.shape:
-            raise ValueError(
-                f"saved replay holds observations {shape}, this buffer {part.obs.shape}"
-            )
-        for name in self._ONLINE_FIELDS:
-            value = state[name]
-            if isinstance(value, np.ndarray):
-                full = getattr(part, name)
-                full[...] = 0
-                full[: len(value)] = value
-            else:
-                setattr(part, name, value)
+        self.online.load_state(state)
         self._episode_open = state["episode_open"]
 
     @property
@@ -266,34 +261,37 @@ class ReplayBuffer:
         reward: float,
         next_obs: np.ndarray,
         terminated: bool,
-        a_v: np.ndarray | None = None,
+        **values: Any,
     ) -> None:
         """Store the step from the last observation to `next_obs`. `terminated` only: pass False
-        on truncation (the state still has a future)."""
+        on truncation (the state still has a future). `values`: per-transition fields of this
+        step (e.g. `a_v=..., has_label=True`); the others get their fill value."""
         if not self._episode_open:
             raise RuntimeError("call begin_episode(first observation) before add()")
+        known = {s.name for s in self.specs if s.per == "transition"}
+        if set(values) - known:
+            raise ValueError(
+                f"add() got {sorted(set(values) - known)}; this buffer's per-transition fields "
+                f"are {sorted(known)}"
+            )
         self.online.add_obs(np.asarray(next_obs), first=False)
-        self.online.add_transition(np.asarray(action), float(reward), bool(terminated), a_v)
+        self.online.add_transition(np.asarray(action), float(reward), bool(terminated), values)
 
     def sample(
         self,
         batch_size: int,
-        offline_fraction: float,
         rng: np.random.Generator,
         device: torch.device | str | None = None,
-        offline_pool: np.ndarray | None = None,
+        update: int = 0,
     ) -> dict[str, torch.Tensor]:
-        """round(batch_size * offline_fraction) rows from the offline part, the rest online; all
-        rows from one part when the other is empty. Uniform with replacement within a part, or
-        within `offline_pool` (offline transition indices, e.g. Semore's judged-reasonable ones).
-        Returns tensors: obs / next_obs (B, 3k, H, W) uint8 or (B, D) float32, action, a_v,
-        next_a_v (B, A), reward, done (B,) float32, has_label, has_next_label, offline (B,) bool;
-        with `semantics`, also mask (B, 1, H, W) uint8, has_mask (B,) bool and judge (B,) int8
-        (online rows have none: has_mask False, judge -1)."""
+        """round(batch_size * offline_fraction) rows from the offline part (from the pool that
+        `offline_pool(update, rng)` names, if any), the rest online; all rows from one part when
+        the other is empty. Uniform with replacement within a part. Returns tensors: obs /
+        next_obs (B, 3k, H, W) uint8 or (B, D) float32, action (B, A), reward, done (B,) float32,
+        offline (B,) bool, and every declared field (B, *shape)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if not 0.0 <= offline_fraction <= 1.0:
-            raise ValueError(f"offline_fraction must be in [0, 1], got {offline_fraction}")
+        pool = self.offline_pool(update, rng) if self.offline_pool is not None else None
         n_off_avail, n_on_avail = self.offline_size, self.online_size
         if n_off_avail == 0 and n_on_avail == 0:
             raise ValueError("the replay buffer is empty (no offline data, no online steps)")
@@ -302,13 +300,12 @@ class ReplayBuffer:
         elif n_on_avail == 0:
             n_off = batch_size
         else:
-            n_off = round(batch_size * offline_fraction)
+            n_off = round(batch_size * self.offline_fraction)
         parts = []
         if n_off:
-            offline = self.offline.sample(n_off, rng, self.semantics, offline_pool)  # type: ignore[union-attr]
-            parts.append((offline, True))
+            parts.append((self.offline.sample(n_off, rng, pool), True))  # type: ignore[union-attr]
         if batch_size - n_off:
-            parts.append((self.online.sample(batch_size - n_off, rng, self.semantics), False))
+            parts.append((self.online.sample(batch_size - n_off, rng), False))
         batch = {key: np.concatenate([p[key] for p, _ in parts]) for key in parts[0][0]}
         batch["offline"] = np.concatenate([np.full(len(p["reward"]), o) for p, o in parts])
         return {key: torch.as_tensor(value, device=device) for key, value in batch.items()}

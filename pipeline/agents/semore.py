@@ -73,25 +73,14 @@ the indices.
 
 from __future__ import annotations
 
-import copy
-import math
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import Field, model_validator
 from torch import nn
 
-from pipeline.agents.checkpoint import (
-    CheckpointError,
-    load_module_tensors,
-    module_tensors,
-    read_checkpoint,
-    read_meta,
-    write_checkpoint,
-)
 from pipeline.agents.networks import (
     Actor,
     Critic,
@@ -100,16 +89,103 @@ from pipeline.agents.networks import (
     TransitionModel,
     transition_nll,
 )
-from pipeline.agents.sac import (
-    ActionScale,
-    ResumableAgent,
-    adam,
-    box_bounds,
-    frozen,
-    sac_alpha_loss,
-    soft_update,
-)
-from pipeline.config import SemoreParams
+from pipeline.agents.off_policy import NetworkParams, OffPolicyAgent, SACParams, Tensors
+
+
+class SemoreNetworkParams(NetworkParams):
+    """Semore's networks (seed 001, "Feature Extraction", "Motion Enhancement and Interaction"):
+    the SAC / ERPv network fields (`encoder_layers` / `encoder_filters` / `feature_dim` size each
+    stream, `hidden_dim` the actor and Q heads, `transition_hidden_dim` the eq. 8 predictor and
+    the eq. 9 reward head) plus the cross-attention of eq. 6-7. Pixels only."""
+
+    attention_dim: int = Field(
+        ge=1,
+        description="Channels of the reduced maps F_v^, F_m^ that eq. 6 multiplies (not given in "
+        "the paper; ours: 32).",
+    )
+    attention_stride: int = Field(
+        ge=1,
+        description="Kernel and stride of eq. 6's 'convolution layer for reducing the spatial "
+        "complexity' (not given; ours: 5, so a 35x35 map at 84x84 frames becomes 7x7 = 49 tokens, "
+        "a 25x25 map at 64x64 frames 5x5).",
+    )
+
+    @model_validator(mode="after")
+    def _pixels_and_residuals(self) -> SemoreNetworkParams:
+        if self.obs != "pixels":
+            raise ValueError("Semore reads pixels: set `obs: pixels`")
+        if self.frame_stack < 2:
+            raise ValueError(
+                "the motion stream reads residuals of adjacent frames: frame_stack must be >= 2 "
+                "(the paper: 3 frames, 2 residuals)"
+            )
+        return self
+
+
+SemoreVariant = Literal["sac", "m1", "m2", "m3", "m4"]
+
+
+class SemoreParams(SACParams):
+    """Semore (`semore`): the SAC settings (merged from `sac` with `<<: *sac`; `network` is a
+    SemoreNetworkParams) plus eq. 5, 8, 9 and 12's weights, the similarity loss and the offline
+    selective replay (pipeline.agents.semore). `aux_weight` is read by variant `sac` alone (the
+    DeepMDP heads of the pixel SAC baseline); the Semore variants weigh eq. 8 and 9 apart."""
+
+    network: SemoreNetworkParams
+    variant: SemoreVariant = Field(
+        description="Table 2's ablations: m1 semantic stream alone on the stacked frames, no "
+        "similarity loss; m2 semantic (current frame) + motion (residuals) concatenated; m3 m2 + "
+        "the eq. 5 similarity loss; m4 m3 + motion supervision (eq. 8) and the cross-attention "
+        "(eq. 6-7): full Semore. `sac`: plain pixel SAC on the same encoder (the baseline)."
+    )
+    similarity_weight: float = Field(
+        ge=0, description="Weight of the eq. 5 similarity loss in eq. 12 (not given; ours: 1)."
+    )
+    transition_weight: float = Field(
+        ge=0, description="Weight of the eq. 8 transition constraint in eq. 12 (not given: 1)."
+    )
+    reward_weight: float = Field(
+        ge=0, description="Weight of the eq. 9 reward head in eq. 12 (not given; DeepMDP: 1)."
+    )
+    ssim_alpha: float = Field(
+        ge=0,
+        le=1,
+        description="Eq. 5 as Zhao et al. 2016's mix: alpha (1 - SSIM) + (1 - alpha) L1, "
+        "single-scale (their value: 0.84).",
+    )
+    ssim_window: int = Field(
+        ge=1,
+        description="Side of SSIM's Gaussian window on the feature maps (Wang et al. 2004: 11); "
+        "must not exceed the map side.",
+    )
+    ssim_sigma: float = Field(gt=0, description="Std of SSIM's Gaussian window (Zhao / Wang: 1.5).")
+    selective_start: float = Field(
+        ge=0,
+        le=1,
+        description="Selective replay: share of each batch drawn from judged-reasonable "
+        "transitions at the first update (the paper's initial probability: 1).",
+    )
+    selective_end: float = Field(
+        ge=0,
+        le=1,
+        description="Share reached after `selective_steps` updates, after which batches are drawn "
+        "from all transitions (the paper stops selecting at 0.5).",
+    )
+    selective_steps: int = Field(
+        ge=0,
+        description="Updates over which the share decays linearly from start to end (not given "
+        "in the paper); 0 turns selective replay off.",
+    )
+
+    @model_validator(mode="after")
+    def _selective_decays(self) -> SemoreParams:
+        if self.selective_end > self.selective_start:
+            raise ValueError(
+                f"selective_end ({self.selective_end}) must not exceed selective_start "
+                f"({self.selective_start}): the probability decays"
+            )
+        return self
+
 
 # What each variant builds (see the module docstring's table).
 _VARIANTS: dict[str, dict[str, Any]] = {
@@ -217,127 +293,77 @@ def reasonable_indices(judge: np.ndarray) -> np.ndarray:
 # --- the agent ---------------------------------------------------------------------------------
 
 
-class SemoreAgent(ResumableAgent):
-    """Semore (or one of its ablations, `params.variant`) on SAC. `obs_shape` is one env frame
+class SemoreAgent(OffPolicyAgent):
+    """Semore (or one of its ablations, `cfg.variant`) on SAC. `obs_shape` is one env frame
     (H, W, 3); `act` takes the stacked input (`FrameStacker`), `update` a batch of the module
     docstring's contract."""
 
     algorithm = "semore"
+    architecture = "semore"
+    params_class = SemoreParams
+    cfg: SemoreParams
 
     def __init__(
         self,
         obs_shape: tuple[int, ...],
-        action_space: gym.spaces.Box,
-        params: SemoreParams,
+        action_space,
+        cfg: SemoreParams,
         *,
         device: torch.device | str = "cpu",
         seed: int = 0,
     ) -> None:
         if len(obs_shape) != 3 or obs_shape[2] != 3:
             raise ValueError(f"Semore reads (H, W, 3) frames, got shape {tuple(obs_shape)}")
-        self.params = params
-        net = params.network
-        self.switches = _VARIANTS[params.variant]
-        self.device = torch.device(device)
-        self.obs_shape = tuple(int(d) for d in obs_shape)
-        self.input_shape = (3 * net.frame_stack, self.obs_shape[0], self.obs_shape[1])
-        self.scale = ActionScale(*box_bounds(action_space), self.device)
-        action_dim = len(self.scale.low_np)
-        self.target_entropy = -float(action_dim)  # SAC: H_bar = -|A|
-        sw = self.switches
+        self.switches = sw = _VARIANTS[cfg.variant]
         # eq. 12's weights as this variant uses them; 0 = the term is not computed
-        self.w_similarity = params.similarity_weight if sw["similarity"] else 0.0
-        if params.variant == "sac":
-            self.w_transition = self.w_reward = params.aux_weight
+        self.w_similarity = cfg.similarity_weight if sw["similarity"] else 0.0
+        if cfg.variant == "sac":
+            self.w_transition = self.w_reward = cfg.aux_weight
         else:
-            self.w_transition = params.transition_weight if sw["transition"] else 0.0
-            self.w_reward = params.reward_weight
-        with torch.random.fork_rng(devices=[]):  # seeded init without touching the global RNG
-            torch.manual_seed(seed)
-            self.encoder = SemoreEncoder(
-                self.input_shape,
-                semantic_input=sw["semantic_input"],
-                motion=sw["motion"],
-                interaction=sw["interaction"],
-                num_layers=net.encoder_layers,
-                num_filters=net.encoder_filters,
-                feature_dim=net.feature_dim,
-                attention_dim=net.attention_dim,
-                attention_stride=net.attention_stride,
+            self.w_transition = cfg.transition_weight if sw["transition"] else 0.0
+            self.w_reward = cfg.reward_weight
+        super().__init__(obs_shape, action_space, cfg, device=device, seed=seed)
+
+    def _build(self, action_dim: int) -> None:
+        net, sw = self.cfg.network, self.switches
+        self.encoder = SemoreEncoder(
+            self.input_shape,
+            semantic_input=sw["semantic_input"],
+            motion=sw["motion"],
+            interaction=sw["interaction"],
+            num_layers=net.encoder_layers,
+            num_filters=net.encoder_filters,
+            feature_dim=net.feature_dim,
+            attention_dim=net.attention_dim,
+            attention_stride=net.attention_stride,
+        )
+        z_dim = self.encoder.feature_dim
+        self.critic = Critic(z_dim, action_dim, net.hidden_dim)
+        self.actor = Actor(z_dim, action_dim, net.hidden_dim, net.log_std_min, net.log_std_max)
+        self.transition: TransitionModel | None = None
+        if sw["transition"]:
+            # eq. 8 on z_m (Semore); the baseline's DeepMDP transition on its whole z
+            self.transition = TransitionModel(
+                net.feature_dim, action_dim, net.transition_hidden_dim, net.transition_learn_sigma
             )
-            z_dim = self.encoder.feature_dim
-            self.critic = Critic(z_dim, action_dim, net.hidden_dim)
-            self.actor = Actor(z_dim, action_dim, net.hidden_dim, net.log_std_min, net.log_std_max)
-            self.transition: TransitionModel | None = None
-            if sw["transition"]:
-                # eq. 8 on z_m (Semore); the baseline's DeepMDP transition on its whole z
-                t_dim = net.feature_dim
-                self.transition = TransitionModel(
-                    t_dim, action_dim, net.transition_hidden_dim, net.transition_learn_sigma
-                )
-            self.reward_model = RewardModel(z_dim + action_dim, net.transition_hidden_dim)  # eq. 9
+        self.reward_model = RewardModel(z_dim + action_dim, net.transition_hidden_dim)  # eq. 9
         if self.w_similarity > 0:
             side = min(self.encoder.semantic.map_shape[1:])
-            if side < params.ssim_window:
+            if side < self.cfg.ssim_window:
                 raise ValueError(
-                    f"ssim_window {params.ssim_window} exceeds the {side}x{side} feature map of "
+                    f"ssim_window {self.cfg.ssim_window} exceeds the {side}x{side} feature map of "
                     f"{self.obs_shape[:2]} frames; lower it"
                 )
-        self.encoder_target = copy.deepcopy(self.encoder)
-        self.critic_target = copy.deepcopy(self.critic)
-        for module in self._modules().values():
-            module.to(self.device)
-        self.log_alpha = torch.tensor(
-            math.log(params.init_temperature), device=self.device, requires_grad=True
-        )
-        betas = params.adam_betas
-        self.critic_optimizer = adam(
-            [*self.encoder.parameters(), *self.critic.parameters()], params.critic_lr, betas
-        )
-        heads = [*self.reward_model.parameters()]
+
+    def _heads(self) -> dict[str, nn.Module]:
+        heads: dict[str, nn.Module] = {"reward_model": self.reward_model}
         if self.transition is not None:
-            heads += [*self.transition.parameters()]
-        self.model_optimizer = adam(heads, params.model_lr, betas)
-        self.actor_optimizer = adam(self.actor.parameters(), params.actor_lr, betas)
-        self.alpha_optimizer = adam([self.log_alpha], params.alpha_lr, betas)
-        self.update_step = 0
+            heads["transition"] = self.transition
+        return heads
 
-    def _modules(self) -> dict[str, nn.Module]:
-        modules = {
-            "encoder": self.encoder,
-            "critic": self.critic,
-            "encoder_target": self.encoder_target,
-            "critic_target": self.critic_target,
-            "actor": self.actor,
-            "reward_model": self.reward_model,
-        }
-        if self.transition is not None:
-            modules["transition"] = self.transition
-        return modules
-
-    def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {
-            "critic": self.critic_optimizer,
-            "model": self.model_optimizer,
-            "actor": self.actor_optimizer,
-            "alpha": self.alpha_optimizer,
-        }
-
-    @property
-    def alpha(self) -> torch.Tensor:
-        return self.log_alpha.exp()
-
-    @torch.no_grad()
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
-        """One stacked observation (`FrameStacker` output, (3k, H, W) uint8) -> an action in env
-        units, (A,). No mask: the attention weighs with F_s, as deployed."""
-        x = torch.as_tensor(np.asarray(obs), device=self.device)
-        if tuple(x.shape) != self.input_shape:
-            raise ValueError(
-                f"act() expects one observation of shape {self.input_shape}, got {tuple(x.shape)}"
-            )
-        action, _, _ = self.actor(self.encoder(x.unsqueeze(0))["z"], deterministic)
-        return self.scale.unnormalise(action)[0].cpu().numpy()
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """z = [z_s, z_m]; no mask: the attention weighs with F_s, as deployed."""
+        return self.encoder(obs)["z"]
 
     def knowledge_map(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """F_v (B, C, h, w): the masked current frame o_t * M through the target semantic
@@ -347,12 +373,9 @@ class SemoreAgent(ResumableAgent):
             frame = self.encoder_target.semantic_frames(obs) * m  # (B, 3, H, W)
             return self.encoder_target.semantic.feature_map(frame)
 
-    def update(self, batch: dict[str, torch.Tensor], step: int | None = None) -> dict[str, float]:
-        """One gradient step of eq. 12 (critic + encoder + heads); every `actor_update_freq`
-        steps the actor and alpha (eq. 11); every `target_update_freq` steps the targets.
-        `step` is the update's index (0, 1, ...; default: the next one); returns float metrics."""
-        self.update_step = (self.update_step if step is None else step) + 1
-        b = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+    def update_critic(self, batch: Tensors) -> tuple[Tensors, torch.Tensor, torch.Tensor]:
+        """One gradient step of eq. 12: critic + encoder + heads."""
+        b = batch
         action = self.scale.normalise(b["action"].float())  # (B, A)
         f_v = has_mask = None
         if (self.w_similarity > 0 or self.encoder.attention is not None) and "mask" in b:
@@ -366,43 +389,24 @@ class SemoreAgent(ResumableAgent):
         with torch.no_grad():
             next_feats = self.encoder(b["next_obs"])  # the actor's next action, eq. 8's target
             next_z_target = self.encoder_target(b["next_obs"])["z"]
-        metrics = self.update_critic(feats, action, b, next_feats, next_z_target, f_v, has_mask)
-        if self.update_step % self.params.actor_update_freq == 0:
-            metrics |= self.update_actor_and_alpha(feats["z"].detach())
-        if self.update_step % self.params.target_update_freq == 0:
-            soft_update(self.critic_target, self.critic, self.params.critic_tau)
-            soft_update(self.encoder_target, self.encoder, self.params.encoder_tau)
-        values = torch.stack([v.detach().float() for v in metrics.values()]).tolist()  # one sync
-        return dict(zip(metrics, values, strict=True))
-
-    def update_critic(
-        self,
-        feats: dict[str, torch.Tensor],
-        action: torch.Tensor,
-        b: dict[str, torch.Tensor],
-        next_feats: dict[str, torch.Tensor],
-        next_z_target: torch.Tensor,
-        f_v: torch.Tensor | None,
-        has_mask: torch.Tensor | None,
-    ) -> dict[str, torch.Tensor]:
         z, reward, done = feats["z"], b["reward"].float(), b["done"].float()
         with torch.no_grad():
             next_action, next_log_pi, _ = self.actor(next_feats["z"])
             # eq. 10: V(s') = E[Q~(s', a') - alpha log pi(a'|s')]
             next_v = self.critic_target.q_min(next_z_target, next_action) - self.alpha * next_log_pi
-            target = reward + self.params.gamma * (1.0 - done) * next_v  # (B,)
+            target = reward + self.cfg.gamma * (1.0 - done) * next_v  # (B,)
         q1, q2 = self.critic(z, action)
         critic_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)  # eq. 10 on both heads
         loss = critic_loss
         metrics = {"critic_loss": critic_loss, "q": q1.mean()}
-        p = self.params
+        p = self.cfg
         if self.w_similarity > 0 and f_v is not None and has_mask is not None:
             per_row = similarity_loss(feats["f_s"], f_v, p.ssim_alpha, p.ssim_window, p.ssim_sigma)
             sim = per_row[has_mask].mean()  # eq. 5 on the rows with a mask only
             loss = loss + self.w_similarity * sim
             metrics |= {"similarity_loss": sim, "mask_rows": has_mask.float().mean()}
         if self.w_transition > 0 and self.transition is not None:
-            key = "z" if self.params.variant == "sac" else "z_m"
+            key = "z" if p.variant == "sac" else "z_m"
             mu, sigma = self.transition(feats[key], action)  # eq. 8: P(z_m,t, a_t)
             transition_loss = transition_nll(next_feats[key], mu, sigma).mean()
             loss = loss + self.w_transition * transition_loss
@@ -418,87 +422,4 @@ class SemoreAgent(ResumableAgent):
         loss.backward()
         self.critic_optimizer.step()
         self.model_optimizer.step()
-        return metrics
-
-    def update_actor_and_alpha(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
-        pi, log_pi, _ = self.actor(z)  # (B, A), (B,)
-        with frozen(self.critic):
-            q_pi = self.critic.q_min(z, pi)  # (B,)
-            actor_loss = (self.alpha.detach() * log_pi - q_pi).mean()  # eq. 11
-            self.actor_optimizer.zero_grad(set_to_none=True)
-            actor_loss.backward()
-        self.actor_optimizer.step()
-        alpha_loss = sac_alpha_loss(self.alpha, log_pi, self.target_entropy)
-        self.alpha_optimizer.zero_grad(set_to_none=True)
-        alpha_loss.backward()
-        self.alpha_optimizer.step()
-        return {
-            "actor_loss": actor_loss,
-            "alpha_loss": alpha_loss,
-            "alpha": self.alpha.detach(),
-            "entropy": -log_pi.detach().mean(),
-        }
-
-    # --- the agent interface shared with the SAC family (pipeline.agents.load) --------------
-
-    @property
-    def cfg(self) -> SemoreParams:
-        return self.params
-
-    @property
-    def obs_kind(self) -> str:
-        return "pixels"
-
-    @property
-    def frame_stack(self) -> int:
-        return self.params.network.frame_stack
-
-    # --- checkpoints (pipeline.agents.checkpoint's layout) -----------------------------------
-
-    def checkpoint_meta(self) -> dict[str, Any]:
-        return {
-            "architecture": self.algorithm,
-            "algorithm": self.algorithm,
-            "config": self.params.model_dump(mode="json"),
-            "obs_shape": list(self.obs_shape),
-            "action_low": self.scale.low_np.tolist(),
-            "action_high": self.scale.high_np.tolist(),
-            "update_step": self.update_step,
-        }
-
-    def save(self, path: str | Path, meta: dict[str, Any] | None = None) -> None:
-        """Every network, the targets and log_alpha, with `checkpoint_meta()` and `meta`.
-        Optimiser states are not kept (as sac.py: acting, evaluation, warm starts)."""
-        tensors = module_tensors(self._modules())
-        tensors["log_alpha"] = self.log_alpha.detach().cpu().reshape(1)
-        write_checkpoint(path, tensors, {**(meta or {}), **self.checkpoint_meta()})
-
-    def load_weights(self, path: str | Path) -> None:
-        """Load a checkpoint saved by an agent with the same params and observation shape."""
-        meta, tensors = read_checkpoint(path)
-        if meta.get("architecture") != self.algorithm:
-            raise CheckpointError(f"{path}: a {meta.get('architecture')!r} checkpoint, not semore")
-        if meta["config"] != self.params.model_dump(mode="json") or meta["obs_shape"] != list(
-            self.obs_shape
-        ):
-            raise CheckpointError(
-                f"{path}: saved with other params or observation shape than this agent"
-            )
-        load_module_tensors(self._modules(), tensors)
-        with torch.no_grad():
-            self.log_alpha.copy_(tensors["log_alpha"][0])
-        self.update_step = int(meta["update_step"])
-
-    @classmethod
-    def load(cls, path: str | Path, device: torch.device | str = "cpu") -> SemoreAgent:
-        meta = read_meta(path)
-        if meta.get("architecture") != cls.algorithm:
-            raise CheckpointError(f"{path}: a {meta.get('architecture')!r} checkpoint, not semore")
-        space = gym.spaces.Box(
-            np.asarray(meta["action_low"], np.float32),
-            np.asarray(meta["action_high"], np.float32),
-        )
-        params = SemoreParams.model_validate(meta["config"])
-        agent = cls(tuple(meta["obs_shape"]), space, params, device=device)
-        agent.load_weights(path)
-        return agent
+        return metrics, z.detach(), next_feats["z"]

@@ -58,7 +58,11 @@ MASK_COLUMN = "mask"  # Semore eq. 4's combined mask (8-bit PNG), null where the
 JUDGE_COLUMNS = ("judge", "judge_status")
 
 
-class DatasetIntegrityError(ValueError):
+class DatasetError(ValueError):
+    """A dataset cannot be read as asked; the message names the file and the fix."""
+
+
+class DatasetIntegrityError(DatasetError):
     """A dataset file does not match the checksum meta/info.json records for it."""
 
 
@@ -119,7 +123,7 @@ def read_info(dataset_dir: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{path} not found: not a dataset built by the dataset stage?")
     info = json.loads(path.read_text())
     if info.get("format_version") != DATASET_FORMAT_VERSION:
-        raise ValueError(
+        raise DatasetError(
             f"{path}: dataset format {info.get('format_version')}, this code reads "
             f"{DATASET_FORMAT_VERSION}; rebuild it (`dvc repro dataset@<env>`)"
         )
@@ -130,7 +134,7 @@ def dataset_action_space(dataset_dir: str | Path) -> gym.spaces.Box:
     """The Box action space recorded in a dataset's meta/info.json (for stages without an env)."""
     space = read_info(dataset_dir)["action_space"]
     if space["type"] != "box":
-        raise ValueError(
+        raise DatasetError(
             f"{Path(dataset_dir) / INFO_PATH}: action space is {space['type']}; SAC-family "
             f"agents need a Box"
         )

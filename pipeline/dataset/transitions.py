@@ -10,12 +10,19 @@ t is (sample t's obs, action, reward, terminated; sample t+1's obs). `done` is `
 truncated episode's last state still bootstraps. A label counts (`has_label`) when `a_v` is present
 and `a_v_status` is one of LABELLED_STATUSES; `next_a_v` is the label of sample t+1 (the VLM
 policy at the next state, which C_V's pre-training bootstraps from without calling the VLM).
+
+Labels are *declared fields* (`FieldSpec`): per observation (Semore's mask, has_mask) or per
+transition (ERPv's a_v, has_label, next_a_v, has_next_label; Semore's judge), each with the fill
+value that rows without it (online transitions) carry. A reader asks for the label groups it
+needs (`LABELS`); the replay buffer carries whatever fields the data declares without knowing
+which method reads them (DrQ-v2's ReplayBufferStorage(data_specs)).
 """
 
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, fields, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -29,27 +36,61 @@ from pipeline.dataset.layout import (
     MASK_COLUMN,
     OBS_COLUMN,
     STEP_COLUMNS,
+    DatasetError,
     parquet_files,
 )
 from pipeline.labels.status import LABELLED_STATUSES
 
 ObsKind = Literal["pixels", "state"]
+Per = Literal["observation", "transition"]
 
 
 @dataclass(frozen=True)
-class SemanticLabels:
-    """Semore's cached labels: the mask map M of each observation (eq. 4's sum over the phrases
-    the VLM named, as the masks stage stored it) and the judgement of each transition's
-    (o_t, a_t) pair (the selective replay buffer). Dataset frames only: nothing is asked online."""
+class FieldSpec:
+    """One declared field: its name, whether it has a row per observation or per transition, the
+    shape and dtype of one row, and the value of rows that lack it (online transitions)."""
 
-    mask: np.ndarray  # (N_obs, H, W) uint8 0..255; zeros where the frame has no mask
-    has_mask: np.ndarray  # (N_obs,) bool: the frame has a mask (its `objects` label parsed)
-    judge: np.ndarray  # (N,) int8: 1 reasonable, 0 not reasonable, -1 not judged
+    name: str
+    per: Per
+    shape: tuple[int, ...]
+    dtype: str
+    fill: float | int | bool
+
+    def empty(self, n: int) -> np.ndarray:
+        """`n` rows of the fill value."""
+        return np.full((n, *self.shape), self.fill, dtype=self.dtype)
 
 
-@dataclass(frozen=True)
+def action_label_specs(action_dim: int) -> tuple[FieldSpec, ...]:
+    """ERPv's labels: a_v of o_t and of o_{t+1} in env units, each with its presence flag."""
+    return (
+        FieldSpec("a_v", "transition", (action_dim,), "float32", 0.0),
+        FieldSpec("has_label", "transition", (), "bool", False),
+        FieldSpec("next_a_v", "transition", (action_dim,), "float32", 0.0),
+        FieldSpec("has_next_label", "transition", (), "bool", False),
+    )
+
+
+def mask_specs(frame_hw: tuple[int, int]) -> tuple[FieldSpec, ...]:
+    """Semore's eq. 4 mask map M of each observation (uint8 0..255, (1, H, W): it broadcasts over
+    a frame's RGB channels) and whether the frame has one (its `objects` label parsed)."""
+    return (
+        FieldSpec("mask", "observation", (1, *frame_hw), "uint8", 0),
+        FieldSpec("has_mask", "observation", (), "bool", False),
+    )
+
+
+JUDGE_SPEC = FieldSpec("judge", "transition", (), "int8", -1)  # 1 reasonable, 0 not, -1 unknown
+
+Label = Literal["action", "mask", "judge"]
+LABELS: tuple[Label, ...] = ("action", "mask", "judge")  # the label groups a reader may ask for
+
+
+@dataclass(frozen=True, eq=False)
 class OfflineTransitions:
-    """Transitions of a dataset, observations stored once per sample (N_obs >= N + episodes)."""
+    """Transitions of a dataset, observations stored once per sample (N_obs >= N + episodes), and
+    the declared label fields (`specs`, arrays in `fields`: (N_obs, *shape) per observation,
+    (N, *shape) per transition); `data["a_v"]` reads one."""
 
     obs: np.ndarray  # (N_obs, H, W, 3) uint8 frames or (N_obs, D) float32 states
     episode_start: np.ndarray  # (N_obs,) int64: index in `obs` of its episode's first observation
@@ -57,11 +98,8 @@ class OfflineTransitions:
     action: np.ndarray  # (N, A) float32, in the env's action units
     reward: np.ndarray  # (N,) float32
     terminated: np.ndarray  # (N,) bool
-    a_v: np.ndarray  # (N, A) float32, zero where there is no label
-    has_label: np.ndarray  # (N,) bool
-    next_a_v: np.ndarray  # (N, A) float32: the label at o_{t+1}, zero where none
-    has_next_label: np.ndarray  # (N,) bool
-    semantics: SemanticLabels | None = None  # Semore's masks and judge labels, when read
+    specs: tuple[FieldSpec, ...] = ()
+    fields: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n, n_obs = len(self.obs_index), len(self.obs)
@@ -72,16 +110,26 @@ class OfflineTransitions:
                 raise ValueError(f"{name} has {len(getattr(self, name))} rows, obs_index {n}")
         if n and (self.obs_index.min() < 0 or self.obs_index.max() + 1 >= n_obs):
             raise ValueError("obs_index points outside obs (o_{t+1} must be stored too)")
-        if self.semantics is not None:
-            sem = self.semantics
-            if len(sem.mask) != n_obs or len(sem.has_mask) != n_obs or len(sem.judge) != n:
+        if sorted(s.name for s in self.specs) != sorted(self.fields):
+            raise ValueError(
+                f"declared fields {sorted(s.name for s in self.specs)} but arrays for "
+                f"{sorted(self.fields)}"
+            )
+        for spec in self.specs:
+            values, rows = self.fields[spec.name], n_obs if spec.per == "observation" else n
+            if values.shape != (rows, *spec.shape) or values.dtype != np.dtype(spec.dtype):
                 raise ValueError(
-                    f"semantics: masks for {len(sem.mask)} observations and judgements for "
-                    f"{len(sem.judge)} transitions; expected {n_obs} and {n}"
+                    f"field {spec.name}: {values.dtype} {values.shape}, declared {spec.dtype} "
+                    f"{(rows, *spec.shape)} (one row per {spec.per})"
                 )
 
     def __len__(self) -> int:
         return len(self.obs_index)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.fields:
+            raise KeyError(f"no field {name!r}; this data declares {sorted(self.fields)}")
+        return self.fields[name]
 
     @property
     def action_dim(self) -> int:
@@ -89,18 +137,15 @@ class OfflineTransitions:
 
     def select(self, mask: np.ndarray) -> OfflineTransitions:
         """The transitions where `mask` holds; the observations stay shared."""
-        semantics = self.semantics
-        if semantics is not None:
-            semantics = replace(semantics, judge=semantics.judge[mask])
         per_transition = {name: getattr(self, name)[mask] for name in _PER_TRANSITION}
-        return replace(self, **per_transition, semantics=semantics)
+        fields = {
+            s.name: self.fields[s.name][mask] if s.per == "transition" else self.fields[s.name]
+            for s in self.specs
+        }
+        return replace(self, **per_transition, fields=fields)
 
 
-_PER_TRANSITION = tuple(
-    f.name
-    for f in fields(OfflineTransitions)
-    if f.name not in ("obs", "episode_start", "semantics")
-)
+_PER_TRANSITION = ("obs_index", "action", "reward", "terminated")
 
 
 def _decode_png(data: bytes) -> np.ndarray:
@@ -113,7 +158,7 @@ def _list_column(df: pl.DataFrame, name: str, width: int, path: Path) -> np.ndar
     lengths = df[name].list.len()
     if (lengths != width).any():
         bad = df.filter(lengths != width).row(0, named=True)
-        raise ValueError(
+        raise DatasetError(
             f"{path}: {name} of episode {bad['episode']} t {bad['t']} has "
             f"{len(bad[name])} values, expected {width}"
         )
@@ -138,88 +183,121 @@ def _check_episodes(df: pl.DataFrame, path: Path) -> None:
     for what, bad in problems.items():
         if bad.any():
             row = int(np.argmax(bad))
-            raise ValueError(
+            raise DatasetError(
                 f"{path}: episode {episode[row]} (t {t[row]}): {what}; expected whole episodes "
                 f"of T + 1 samples as the collect stage writes them"
             )
 
 
-def _read_file(path: Path, obs: ObsKind, semantics: bool = False) -> pl.DataFrame:
+def _read_file(path: Path, obs: ObsKind, labels: tuple[Label, ...]) -> pl.DataFrame:
     schema = pl.read_parquet_schema(path)
     if obs == "state" and "state" not in schema and "image" in schema:
-        raise ValueError(
+        raise DatasetError(
             f"{path}: no `state` column (collected without include_state); use obs='pixels'"
         )
     if "a_v" not in schema and "a_v_index" in schema:
-        raise ValueError(
-            f"{path}: a discrete-action dataset (labels in `a_v_index`); SAC and ERPv need a "
+        raise DatasetError(
+            f"{path}: a discrete-action dataset (labels in `a_v_index`); the SAC family needs a "
             f"continuous (Box) action space"
         )
-    wanted = [*STEP_COLUMNS, *ACTION_LABEL_COLUMNS, OBS_COLUMN[obs]]
-    if semantics:
-        wanted += [MASK_COLUMN, *JUDGE_COLUMNS]
+    wanted = [*STEP_COLUMNS, OBS_COLUMN[obs]]
+    wanted += [*ACTION_LABEL_COLUMNS] if "action" in labels else []
+    wanted += [MASK_COLUMN] if "mask" in labels else []
+    wanted += [*JUDGE_COLUMNS] if "judge" in labels else []
     missing = [c for c in wanted if c not in schema]
     if missing:
-        raise ValueError(
+        raise DatasetError(
             f"{path}: missing column(s) {', '.join(missing)}; expected the columns that "
             f"pipeline.dataset.build writes ({', '.join(wanted)})"
         )
     return pl.read_parquet(path, columns=wanted).sort("episode", "t")
 
 
-def _semantics(df: pl.DataFrame, index: np.ndarray, frame_shape: tuple[int, ...], path: Path):
-    """Masks per observation and judgements per transition (rows `index`) of one file."""
-    mask = np.zeros((df.height, *frame_shape[:2]), dtype=np.uint8)
+def _action_labels(
+    df: pl.DataFrame, index: np.ndarray, action_dim: int, path: Path
+) -> dict[str, np.ndarray]:
+    """a_v at o_t and o_{t+1} of the transitions at rows `index`, with their presence flags."""
+    labelled = (
+        (df["a_v"].is_not_null() & df["a_v_status"].is_in(LABELLED_STATUSES))
+        .fill_null(False)
+        .to_numpy()
+    )
+    a_v = np.zeros((df.height, action_dim), dtype=np.float32)
+    if labelled.any():
+        a_v[labelled] = _list_column(df.filter(pl.Series(labelled)), "a_v", action_dim, path)
+    if not np.isfinite(a_v).all():
+        raise DatasetError(f"{path}: a labelled a_v holds nan or inf (its status says it parsed)")
+    return {
+        "a_v": a_v[index],
+        "has_label": labelled[index],
+        "next_a_v": a_v[index + 1],
+        "has_next_label": labelled[index + 1],
+    }
+
+
+def _masks(df: pl.DataFrame, frame_hw: tuple[int, ...], path: Path) -> dict[str, np.ndarray]:
+    """The mask map of every observation (zeros where there is none), (N_obs, 1, H, W) uint8."""
+    mask = np.zeros((df.height, 1, *frame_hw), dtype=np.uint8)
     has_mask = df[MASK_COLUMN].is_not_null().to_numpy()
     for row in np.flatnonzero(has_mask):
         with Image.open(io.BytesIO(df[MASK_COLUMN][int(row)]["bytes"])) as image:
             decoded = np.asarray(image.convert("L"))
-        if decoded.shape != mask.shape[1:]:
-            raise ValueError(
-                f"{path}: the mask of row {row} is {decoded.shape}, its frame {mask.shape[1:]}"
+        if decoded.shape != mask.shape[2:]:
+            raise DatasetError(
+                f"{path}: the mask of row {row} is {decoded.shape}, its frame {mask.shape[2:]}"
             )
-        mask[row] = decoded
+        mask[row, 0] = decoded
+    return {"mask": mask, "has_mask": has_mask}
+
+
+def _judge(df: pl.DataFrame, index: np.ndarray) -> dict[str, np.ndarray]:
+    """The judgement of each transition's (o_t, a_t) at rows `index`: 1, 0, or -1 (none)."""
     judged = (
         (df["judge"].is_not_null() & df["judge_status"].is_in(LABELLED_STATUSES))
         .fill_null(False)
         .to_numpy()
     )
     judge = np.where(judged, df["judge"].fill_null(False).to_numpy().astype(np.int8), -1)
-    return mask, has_mask, judge[index].astype(np.int8)
+    return {"judge": judge[index].astype(np.int8)}
 
 
 def load_offline_transitions(
-    dataset_dir: str | Path, obs: ObsKind, semantics: bool = False
+    dataset_dir: str | Path, obs: ObsKind, labels: Iterable[Label] = ()
 ) -> OfflineTransitions:
     """Read `<dataset_dir>/data/train-*.parquet` (the HF dataset of the dataset stage) into
-    transitions with labels. `obs`: "state" reads the `state` column, "pixels" decodes `image`
-    to (H, W, 3) uint8 frames. `semantics` (pixels only): also Semore's masks and judge labels
-    (`SemanticLabels`). Errors name the file: missing columns, a discrete-action dataset,
-    broken episodes, labels of the wrong length, an empty dataset."""
-    if semantics and obs != "pixels":
-        raise ValueError("masks belong to frames: semantics=True needs obs='pixels'")
+    transitions. `obs`: "state" reads the `state` column, "pixels" decodes `image` to (H, W, 3)
+    uint8 frames. `labels`, the label groups to declare as fields: "action" (ERPv's a_v,
+    `action_label_specs`), "mask" (Semore's masks, pixels only, `mask_specs`), "judge" (Semore's
+    judge labels, `JUDGE_SPEC`). Errors name the file: missing columns, a discrete-action
+    dataset, broken episodes, labels of the wrong length, an empty dataset."""
+    labels = tuple(labels)
+    unknown = [label for label in labels if label not in LABELS]
+    if unknown:
+        raise ValueError(f"unknown label group(s) {unknown}; known: {', '.join(LABELS)}")
+    if "mask" in labels and obs != "pixels":
+        raise ValueError("masks belong to frames: the `mask` labels need obs='pixels'")
     if obs not in OBS_COLUMN:
         raise ValueError(f"obs must be 'pixels' or 'state', got {obs!r}")
     files = parquet_files(dataset_dir)
     chunks: list[dict[str, np.ndarray]] = []
     offset, seen_episodes = 0, set[int]()
     for path in files:
-        df = _read_file(path, obs, semantics)
+        df = _read_file(path, obs, labels)
         if df.height == 0:
             continue
         _check_episodes(df, path)
         episodes = set(df["episode"].unique().to_list())
         if episodes & seen_episodes:
-            raise ValueError(
+            raise DatasetError(
                 f"{path}: episode(s) {sorted(episodes & seen_episodes)[:5]} also in an earlier file"
             )
         seen_episodes |= episodes
         steps = ~df["is_last"].to_numpy()
         if not steps.any():
-            raise ValueError(f"{path}: no steps, only final samples (episodes of length 0)")
+            raise DatasetError(f"{path}: no steps, only final samples (episodes of length 0)")
         action_dim = len(df["action"].drop_nulls()[0])
         if chunks and action_dim != chunks[0]["action"].shape[1]:
-            raise ValueError(
+            raise DatasetError(
                 f"{path}: actions have {action_dim} dimensions, earlier files {chunks[0]['action'].shape[1]}"
             )
         if obs == "state":
@@ -229,46 +307,39 @@ def load_offline_transitions(
             frames = [_decode_png(row["bytes"]) for row in df["image"].to_list()]
             shapes = {f.shape for f in frames}
             if len(shapes) != 1:
-                raise ValueError(f"{path}: frames of different shapes {sorted(shapes)}")
+                raise DatasetError(f"{path}: frames of different shapes {sorted(shapes)}")
             observations = np.stack(frames)
-        labelled = (
-            (df["a_v"].is_not_null() & df["a_v_status"].is_in(LABELLED_STATUSES))
-            .fill_null(False)
-            .to_numpy()
-        )
-        a_v = np.zeros((df.height, action_dim), dtype=np.float32)
-        if labelled.any():
-            a_v[labelled] = _list_column(df.filter(pl.Series(labelled)), "a_v", action_dim, path)
-        if not np.isfinite(a_v).all():
-            raise ValueError(f"{path}: a labelled a_v holds nan or inf (its status says it parsed)")
         new = np.r_[True, df["episode"].to_numpy()[1:] != df["episode"].to_numpy()[:-1]]
         rows = np.arange(df.height)
         start = np.maximum.accumulate(np.where(new, rows, 0))
         index = rows[steps]
-        chunks.append(
-            {
-                "obs": observations,
-                "episode_start": start + offset,
-                "obs_index": index + offset,
-                "action": _list_column(df.filter(pl.Series(steps)), "action", action_dim, path),
-                "reward": df["reward"].to_numpy()[steps].astype(np.float32),
-                "terminated": df["terminated"].to_numpy()[steps],
-                "a_v": a_v[index],
-                "has_label": labelled[index],
-                "next_a_v": a_v[index + 1],
-                "has_next_label": labelled[index + 1],
-            }
-        )
-        if semantics:
-            mask, has_mask, judge = _semantics(df, index, observations.shape[1:], path)
-            chunks[-1] |= {"mask": mask, "has_mask": has_mask, "judge": judge}
+        chunk = {
+            "obs": observations,
+            "episode_start": start + offset,
+            "obs_index": index + offset,
+            "action": _list_column(df.filter(pl.Series(steps)), "action", action_dim, path),
+            "reward": df["reward"].to_numpy()[steps].astype(np.float32),
+            "terminated": df["terminated"].to_numpy()[steps],
+        }
+        if "action" in labels:
+            chunk |= _action_labels(df, index, action_dim, path)
+        if "mask" in labels:
+            chunk |= _masks(df, observations.shape[1:3], path)
+        if "judge" in labels:
+            chunk |= _judge(df, index)
+        chunks.append(chunk)
         offset += df.height
     if not chunks:
-        raise ValueError(
+        raise DatasetError(
             f"the dataset in {dataset_dir} is empty ({len(files)} parquet files, no rows)"
         )
     joined = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-    sem = None
-    if semantics:
-        sem = SemanticLabels(joined.pop("mask"), joined.pop("has_mask"), joined.pop("judge"))
-    return OfflineTransitions(**joined, semantics=sem)
+    specs: tuple[FieldSpec, ...] = ()
+    if "action" in labels:
+        specs += action_label_specs(joined["action"].shape[1])
+    if "mask" in labels:
+        specs += mask_specs(joined["obs"].shape[1:3])
+    if "judge" in labels:
+        specs += (JUDGE_SPEC,)
+    fields = {spec.name: joined.pop(spec.name) for spec in specs}
+    return OfflineTransitions(**joined, specs=specs, fields=fields)

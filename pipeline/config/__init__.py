@@ -1,0 +1,164 @@
+"""Typed configuration: `params.yaml` is parsed once into frozen pydantic models, one module per
+concern:
+
+- `envs`: per-env settings (`env.<env_id>`);
+- `teachers`: the teachers' back ends;
+- `stages`: one section per stage (`collect`, `label`, `masks`, `dataset`, `critic`, `train`,
+  `evaluate`);
+- each method's hyper-parameters (`ppo:`, `sac:`, `erpv:`, ...) belong to the method: its module
+  in pipeline.methods types the section, and the method table says which sections exist.
+
+`envs` lists the env ids the pipeline runs (every DVC `foreach` iterates over it); settings for
+envs that are not listed may stay in the file: they are validated but unused.
+
+Unknown keys are errors that name the key and the allowed keys; bad values name the field and
+the allowed range. Every field is documented beside it, with the paper's value where one exists
+(tests/test_config.py fails on a field without a description). Defaults policy: where a paper
+gives a value, it is the field's default in code, and params.yaml overrides it; settings that
+are the user's choice (budgets, seeds, which envs) have no default.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+
+from pipeline.config.base import ConfigError, Section, format_error, validate_section
+from pipeline.config.envs import CarlaConfig, EnvConfig
+from pipeline.config.stages import (
+    Behaviour,
+    ClipDenseConfig,
+    ClipSegConfig,
+    CollectConfig,
+    CriticConfig,
+    DatasetConfig,
+    EvaluateConfig,
+    LabelConfig,
+    LabelTaskName,
+    MasksConfig,
+    RayExecutorConfig,
+    RewardTerm,
+    TrainRun,
+)
+from pipeline.config.teachers import HFTeacherConfig, OpenAITeacherConfig, TeacherConfig
+from pipeline.env_registry import KNOWN_ENVS
+
+__all__ = [
+    "Behaviour", "CarlaConfig", "ClipDenseConfig", "ClipSegConfig", "CollectConfig",
+    "ConfigError", "CriticConfig", "DatasetConfig", "EnvConfig", "EvaluateConfig",
+    "HFTeacherConfig", "LabelConfig", "LabelTaskName", "MasksConfig", "OpenAITeacherConfig",
+    "Params", "RayExecutorConfig", "RewardTerm", "Section", "TeacherConfig", "TrainRun",
+    "load_params", "parse_params", "validate_section",
+]  # fmt: skip
+
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+class Params(Section):
+    """The whole params.yaml. Stage and env sections are typed here; every other top-level key is
+    a method's hyper-parameters (`ppo:`, `sac:`, `erpv:`, ...): a mapping kept as written
+    (`section(name)`) and typed by the method that reads it. Which of those keys are methods and
+    whether each section is valid is the method table's check (pipeline.methods.table.
+    check_params), which the check_params stage and stage two run."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, protected_namespaces=())
+
+    envs: list[str] = Field(min_length=1, description="Env ids the pipeline runs, in order.")
+    env: dict[str, EnvConfig] = Field(description="Per-env settings, keyed by env id.")
+    collect: dict[str, CollectConfig] = Field(description="Per-env collection, keyed by env id.")
+    label: LabelConfig | None = Field(default=None, description="The label stage.")
+    masks: MasksConfig | None = Field(default=None, description="The masks stage.")
+    dataset: DatasetConfig | None = Field(default=None, description="The dataset stage.")
+    train: dict[str, TrainRun] | None = Field(
+        default=None, description="Agents to train, keyed by run name (train@<name>)."
+    )
+    critic: CriticConfig | None = Field(default=None, description="The pretrain_critic stage.")
+    evaluate: EvaluateConfig | None = Field(default=None, description="The evaluate stage.")
+
+    def section(self, name: str) -> Any:
+        """A method's section as written in params.yaml (None when absent)."""
+        return (self.model_extra or {}).get(name)
+
+    @property
+    def other_sections(self) -> dict[str, Any]:
+        """Every top-level key that is not a stage or env section: the methods' sections."""
+        return dict(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _envs_are_known_and_configured(self) -> Params:
+        """Every cross-section rule at once, one line per problem (key, bad value, the fix)."""
+        problems: list[str] = []
+        known = ", ".join(KNOWN_ENVS)
+        for section in ("env", "collect"):
+            for env_id in getattr(self, section):
+                if env_id not in KNOWN_ENVS:
+                    problems.append(f"{section}.{env_id}: unknown env id; known: {known}")
+        if len(set(self.envs)) != len(self.envs):
+            problems.append(f"envs lists an env twice: {self.envs}")
+        for env_id in self.envs:
+            if env_id not in KNOWN_ENVS:
+                problems.append(f"envs: unknown env id {env_id!r}; known: {known}")
+                continue
+            for section in ("env", "collect"):
+                if env_id not in getattr(self, section):
+                    problems.append(
+                        f"envs lists {env_id!r} but `{section}` has no entry for it; add "
+                        f"`{section}.{env_id}` to params.yaml"
+                    )
+        critic_envs = self.critic.envs if self.critic is not None else []
+        for env_id in critic_envs:
+            if env_id not in self.envs:
+                problems.append(
+                    f"critic.envs: {env_id!r} is not listed in `envs`, so it has no labelled "
+                    f"dataset to pre-train C_V on; add it to `envs` or remove it here "
+                    f"(envs: {', '.join(self.envs)})"
+                )
+        for name, run in (self.train or {}).items():
+            if not _RUN_NAME.fullmatch(name):
+                problems.append(
+                    f"train.{name}: a run name is a directory name: letters, digits, '-', '_' only"
+                )
+            if run.env not in self.envs:
+                problems.append(
+                    f"train.{name}.env: {run.env!r} is not listed in `envs` (its rollouts and "
+                    f"labels must be built); add it there (envs: {', '.join(self.envs)})"
+                )
+        for key, value in (self.model_extra or {}).items():
+            if not isinstance(value, dict):
+                stages = ", ".join(type(self).model_fields)
+                problems.append(
+                    f"{key}: not a section of params.yaml (sections: {stages}, and one mapping "
+                    f"per method's hyper-parameters), got {type(value).__name__}"
+                )
+        if problems:
+            raise ValueError("\n  ".join(problems))
+        return self
+
+
+def parse_params(raw: Any, source: str = "params.yaml") -> Params:
+    """Validate an already-loaded params mapping. Errors name every bad key at once."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        lines = [format_error(e, Params) for e in exc.errors()]
+        raise ConfigError(f"{source} is invalid:\n  " + "\n  ".join(lines)) from None
+
+
+def load_params(path: str | Path) -> Params:
+    """Read and validate params.yaml."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such params file") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_params(raw, source=str(path))

@@ -1,0 +1,59 @@
+"""What every params.yaml section shares: a frozen pydantic model that refuses unknown keys, and
+error messages that name the key, the bad value and the fix."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """params.yaml (or a section of it) is malformed; the message names the key and the fix."""
+
+
+class Section(BaseModel):
+    """Base of every typed section. Unknown keys are typos until proven otherwise; frozen so a stage
+    cannot mutate its params."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+
+def format_error(err: dict[str, Any], root: type[BaseModel], prefix: str = "") -> str:
+    """One pydantic error as `<key path>: <problem>`; `prefix` is where `root` sits in params.yaml."""
+    loc = ".".join([*([prefix] if prefix else []), *(str(part) for part in err["loc"])])
+    if err["type"] == "extra_forbidden":
+        allowed = allowed_keys(root, err["loc"][:-1])
+        return f"{loc}: unknown key; allowed keys: {', '.join(allowed)}"
+    if err["type"] == "missing":
+        return f"{loc}: missing required key"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{loc}: {msg} (got {err['input']!r})" if loc else msg
+
+
+def allowed_keys(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Walk the model tree along `loc` to the model whose keys were wrong."""
+    model: Any = root
+    for part in loc:
+        if isinstance(part, str) and hasattr(model, "model_fields") and part in model.model_fields:
+            annotation = model.model_fields[part].annotation
+            # `X | None` -> X; `dict[str, X]` -> X (a dict key, e.g. an env id, is skipped below)
+            candidates = [annotation, *getattr(annotation, "__args__", ())]
+            model = next((c for c in candidates if hasattr(c, "model_fields")), annotation)
+    return sorted(model.model_fields) if hasattr(model, "model_fields") else []
+
+
+def validate_section(model: type[M], raw: Any, where: str, source: str = "params.yaml") -> M:
+    """`raw` (the mapping under key `where` of params.yaml) as a `model`; every bad key at once in
+    one ConfigError."""
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{source}: `{where}` must be a mapping of settings, got {type(raw).__name__}"
+        )
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        lines = [format_error(e, model, where) for e in exc.errors()]
+        raise ConfigError(f"{source} is invalid:\n  " + "\n  ".join(lines)) from None

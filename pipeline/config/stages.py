@@ -1,0 +1,261 @@
+"""The sections of the stages: collect, label, masks, dataset (stage one); critic, train, evaluate
+(stage two). The agents' hyper-parameters are not here: each method's section is typed by the
+method (pipeline.methods)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from pipeline.config.base import Section
+from pipeline.config.teachers import TeacherConfig
+
+Behaviour = Literal["random", "checkpoint", "teacher", "rae"]
+
+
+class CollectConfig(Section):
+    """Rollout collection for one env (`collect.<env_id>` in params.yaml)."""
+
+    behaviour: Behaviour = Field(
+        description="Who acts: `random` samples the action space; `checkpoint` runs a saved actor "
+        "(a torch.export program, see pipeline.rollouts.behaviours); `teacher` acts on the "
+        "action answers of this section's `teacher`; `rae` alternates an explorer and the teacher (ERPv "
+        "D.1, Random Alternating Exploration). Teacher answers go through the label cache."
+    )
+    episodes: int = Field(
+        ge=1,
+        description="Episodes to collect. Raising it extends an existing collection: episodes "
+        "already on disk are kept and only the new ones are collected.",
+    )
+    seed: int = Field(ge=0, description="Base seed; episode i uses a seed derived from (seed, i).")
+    shard_max_samples: int = Field(
+        ge=1,
+        description="A shard is closed at the first episode boundary after it holds this many "
+        "samples. Shards always hold whole episodes, so resume works per shard.",
+    )
+    checkpoint: str | None = Field(
+        default=None,
+        description="Actor file for behaviour `checkpoint`; must be null for other behaviours.",
+    )
+    teacher_every_k: int = Field(
+        default=10,
+        ge=1,
+        description="teacher / rae: ask the teacher at t % k == 0 (and when a teacher phase starts) "
+        "and hold its action in between. ERPv C.4: 10.",
+    )
+    rae_switch_steps: tuple[int, int] = Field(
+        default=(50, 400),
+        description="rae: each episode draws T_switch ~ U[min, max] agent steps and alternates "
+        "explorer and teacher phases of that length. ERPv D.1: U[50, 400].",
+    )
+    explorer: Literal["random", "checkpoint"] = Field(
+        default="random",
+        description="rae: the exploring actor (ERPv D.1 uses a pretrained visual RL actor: "
+        "`checkpoint`, with `checkpoint:` set).",
+    )
+    teacher: TeacherConfig = Field(
+        default_factory=lambda: TeacherConfig(backend="scripted", reliability=1.0, seed=0),
+        description="teacher / rae: the teacher that ACTS during collection (ERPv D.1's teacher "
+        "phases). Apart from `label.teacher`, the one that labels: relabelling the same frames "
+        "with another teacher never recollects them. Default: the scripted reference.",
+    )
+    checkpoint_obs: Literal["state", "pixels"] = Field(
+        default="state",
+        description="Which observation the checkpoint actor reads: `state` (float32, (1, n)) "
+        "or `pixels` (uint8, (1, 3, H, W)).",
+    )
+
+    @property
+    def uses_checkpoint(self) -> bool:
+        return self.behaviour == "checkpoint" or (
+            self.behaviour == "rae" and self.explorer == "checkpoint"
+        )
+
+    @property
+    def uses_teacher(self) -> bool:
+        return self.behaviour in ("teacher", "rae")
+
+    @model_validator(mode="after")
+    def _checkpoint_matches_behaviour(self) -> CollectConfig:
+        if self.uses_checkpoint and not self.checkpoint:
+            raise ValueError(
+                f"behaviour {self.behaviour!r} needs `checkpoint: <path to actor file>`"
+            )
+        if not self.uses_checkpoint and self.checkpoint is not None:
+            raise ValueError(
+                f"`checkpoint` is only read by behaviour 'checkpoint' or an rae checkpoint explorer "
+                f"(got behaviour {self.behaviour!r}); set it to null or change the behaviour"
+            )
+        low, high = self.rae_switch_steps
+        if not 1 <= low <= high:
+            raise ValueError(
+                f"rae_switch_steps must be [min, max] with 1 <= min <= max, got {list(self.rae_switch_steps)}"
+            )
+        return self
+
+
+LabelTaskName = Literal["action", "milestone", "objects", "judge"]
+
+
+class RayExecutorConfig(Section):
+    """Where and how `executor: ray` runs the teacher calls (`label.ray`): Ray Data's
+    `map_batches` over an actor pool, each actor building its teacher once."""
+
+    address: str | None = Field(
+        default=None,
+        description="Ray cluster to connect to (e.g. ray://head:10001 or auto); null: the "
+        "RAY_ADDRESS environment variable if set, else a local cluster started for the stage.",
+    )
+    concurrency: int = Field(default=1, ge=1, description="Teacher actors (one model each).")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs per actor (1 for an hf VLM).")
+    num_cpus: float = Field(default=1.0, gt=0, description="CPUs per actor.")
+    batch_size: int = Field(
+        default=64, ge=1, description="Prompts per actor call; each finished batch is cached."
+    )
+    object_store_mb: int | None = Field(
+        default=None,
+        ge=64,
+        description="Object store of a local cluster (MB); small /dev/shm in containers needs it.",
+    )
+
+
+class LabelConfig(Section):
+    """The label stage (`label`): one teacher for all envs."""
+
+    teacher: TeacherConfig
+    tasks: dict[LabelTaskName, int] = Field(
+        min_length=1,
+        description="Task -> query every k-th frame of an episode (t % k == 0). Frames in between "
+        "carry the last queried label, recorded as not queried (`judge` rows exist for queried "
+        "frames only). ERPv C.4 queried every 10 frames.",
+    )
+    batch_size: int = Field(ge=1, le=4096, description="Prompts per teacher call.")
+    max_transport_failure_rate: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="Fail the stage when more than this fraction of teacher calls got no answer "
+        "(HTTP errors, timeouts). Failures are still written to the table, and are not cached.",
+    )
+    executor: Literal["local", "ray"] = Field(
+        default="local",
+        description="`local`: calls in this process; `ray`: the uncached prompts go through Ray "
+        "Data (section `ray`; `pip install .[ray]`). The table is the same bytes either way.",
+    )
+    ray: RayExecutorConfig = Field(
+        default_factory=RayExecutorConfig, description="Settings of executor ray."
+    )
+
+    @model_validator(mode="after")
+    def _k_positive(self) -> LabelConfig:
+        for task, k in self.tasks.items():
+            if k < 1:
+                raise ValueError(f"tasks.{task}: query interval must be >= 1, got {k}")
+        return self
+
+
+class ClipDenseConfig(Section):
+    """MaskCLIP-style dense masks on open_clip (`masks.clip_dense`)."""
+
+    model: str = Field(description="open_clip model name, e.g. ViT-B-16 (a ViT tower).")
+    pretrained: str | None = Field(
+        description="open_clip pretrained tag (e.g. openai) or a checkpoint file; null: random."
+    )
+    device: str = Field(default="cpu", description="torch device.")
+    cosine_threshold: float = Field(
+        default=0.25,
+        ge=-1.0,
+        le=1.0,
+        description="Mask = sigmoid(logit_scale * (cos - threshold)); our choice, not the paper's.",
+    )
+    model_config_file: str | None = Field(
+        default=None, description="JSON of a custom open_clip architecture to register first."
+    )
+
+
+class ClipSegConfig(Section):
+    """transformers CLIPSeg (`masks.clipseg`)."""
+
+    model: str = Field(description="Local path or hub id, e.g. CIDAS/clipseg-rd64-refined.")
+    revision: str | None = Field(default=None, description="Hub revision.")
+    device: str = Field(default="cpu", description="torch device.")
+
+
+class MasksConfig(Section):
+    """The masks stage (`masks`): turn `objects` labels into one mask per phrase (Semore eq. 4)."""
+
+    backend: Literal["scripted", "clip_dense", "clipseg"] = Field(
+        description="`scripted`: colour keys / MuJoCo segmentation, no model (offline default); "
+        "`clip_dense`: MaskCLIP-style open_clip similarity; `clipseg`: transformers CLIPSeg, the "
+        "packaged CLIP-driven segmenter closest to Semore's CRIS."
+    )
+    batch_size: int = Field(ge=1, le=4096, description="Frames per back-end call.")
+    clip_dense: ClipDenseConfig | None = Field(default=None, description="Settings of clip_dense.")
+    clipseg: ClipSegConfig | None = Field(default=None, description="Settings of clipseg.")
+    executor: Literal["local", "ray"] = Field(
+        default="local",
+        description="`local`: masks in this process; `ray`: the uncached frames go through Ray "
+        "Data (section `ray`), each actor building the back end once. Same table bytes.",
+    )
+    ray: RayExecutorConfig = Field(
+        default_factory=RayExecutorConfig, description="Settings of executor ray."
+    )
+
+    @model_validator(mode="after")
+    def _backend_has_settings(self) -> MasksConfig:
+        if self.backend != "scripted" and getattr(self, self.backend) is None:
+            raise ValueError(f"backend {self.backend!r} needs a `{self.backend}:` section")
+        return self
+
+
+class DatasetConfig(Section):
+    """The dataset stage (`dataset`)."""
+
+    shard_max_samples: int = Field(
+        ge=1, description="A training shard closes at the first episode end past this many samples."
+    )
+
+
+class CriticConfig(Section):
+    """pretrain_critic (`critic`): C_V by TD on each listed env's labelled RAE data, with the
+    network and TD settings of `erpv` (the agent must be able to read what C_V reads)."""
+
+    envs: list[str] = Field(description="Envs whose C_V is pre-trained (continuous actions).")
+    steps: int = Field(ge=1, description="TD updates.")
+    seed: int = Field(ge=0, description="Seed of the networks and the sampling.")
+
+
+RewardTerm = Literal["env", "kinematic", "potential"]
+
+
+class TrainRun(Section):
+    """One agent to train (`train.<run name>`): stages train@<name> and evaluate@<name>."""
+
+    env: str = Field(description="Env id (must be listed in `envs`: the run reads its labels).")
+    method: str = Field(
+        description="A method of the method table (pipeline.methods.table): ppo (native reward, "
+        "state) | hybrid_ppo (eq. 2 reward; state policy, frames feed Phi only) | sac | drq (pixel "
+        "SAC with random shifts) | erpv (SAC + VPG + VER from the pre-trained C_V of `critic`) | "
+        "semore (dual-stream pixels; the dataset's masks and judge labels). Its hyper-parameters "
+        "are the section of params.yaml named after it."
+    )
+    steps: int = Field(ge=1, description="Env steps of training (agent steps).")
+    seed: int = Field(ge=0, description="Seed of the networks, the envs and the sampling.")
+    reward_terms: list[RewardTerm] | None = Field(
+        default=None,
+        description="hybrid_ppo only: the terms of eq. 2 that are on (default all: env, "
+        "kinematic, potential); e.g. [env, kinematic] is the kinematic-only ablation.",
+    )
+
+    @model_validator(mode="after")
+    def _terms_not_empty(self) -> TrainRun:
+        if self.reward_terms is not None and not self.reward_terms:
+            raise ValueError("reward_terms is empty: the agent would get no reward")
+        return self
+
+
+class EvaluateConfig(Section):
+    """The evaluate stage (`evaluate`): the agent alone, deterministic actions, as deployed."""
+
+    episodes: int = Field(ge=1, description="Evaluation episodes per agent.")
+    seed: int = Field(ge=0, description="Seed of the first evaluation episode (then +1 each).")

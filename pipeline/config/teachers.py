@@ -1,0 +1,93 @@
+"""Teachers: the one that labels (`label.teacher`) and the one that acts while collecting
+(`collect.<env>.teacher`), with the settings of each back end."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from pipeline.config.base import Section
+
+
+class HFTeacherConfig(Section):
+    """A transformers VLM (`<teacher>.hf`: `label.teacher.hf`, `collect.<env>.teacher.hf`)."""
+
+    model: str = Field(
+        description="Local checkpoint path or hub id, e.g. Qwen/Qwen2-VL-2B-Instruct."
+    )
+    revision: str | None = Field(default=None, description="Hub revision (branch, tag or commit).")
+    device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:1, ...")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        default="float32", description="Weights dtype; bfloat16 on GPUs."
+    )
+    max_new_tokens: int = Field(
+        default=128, ge=1, le=4096, description="Generation limit per answer."
+    )
+    batch_size: int = Field(default=8, ge=1, le=512, description="Frames per generate() call.")
+
+
+class OpenAITeacherConfig(Section):
+    """An OpenAI-compatible chat-completions server (`<teacher>.openai`)."""
+
+    base_url: str = Field(description="Server URL up to /v1, e.g. http://127.0.0.1:8000/v1 (vLLM).")
+    model: str = Field(description="Model name the server knows it by.")
+    revision: str = Field(
+        description="Which weights the server serves under `model` (a hub commit, a checkpoint "
+        "hash, a deployment tag: your choice). Part of the teacher id, so answers of different "
+        "weights served under one name never share cache entries."
+    )
+    api_key_env: str | None = Field(
+        default=None, description="Environment variable holding the API key; null: no key."
+    )
+    timeout_s: float = Field(default=60.0, gt=0, description="Per-request timeout in seconds.")
+    max_retries: int = Field(default=3, ge=0, le=10, description="Retries after the first attempt.")
+    backoff_s: float = Field(
+        default=1.0, ge=0, description="First retry delay; doubles each retry."
+    )
+    concurrency: int = Field(default=8, ge=1, le=256, description="Requests in flight at once.")
+    max_tokens: int = Field(default=128, ge=1, le=4096, description="Generation limit per answer.")
+    json_schema: bool = Field(
+        default=False,
+        description="Send a JSON-schema response_format (structured output; vLLM supports it).",
+    )
+
+
+class TeacherConfig(Section):
+    """A teacher: the one that labels (`label.teacher`) or the one that acts while collecting
+    (`collect.<env>.teacher`)."""
+
+    backend: Literal["scripted", "random", "constant", "hf", "openai", "human"] = Field(
+        description="`scripted`: per-env reference scripts with injected failures, a stand-in for "
+        "a VLM (offline default); `random`: ERPv table 4's Random Executor; `constant`: its Worst "
+        "Model (all outputs 0); `hf`: a transformers VLM (section `hf`); `openai`: an "
+        "OpenAI-compatible server (section `openai`); `human`: corrections a person made in a "
+        "review tool, imported into the label cache (`python -m stages.review import`); prompts "
+        "with none get status not_reviewed."
+    )
+    reliability: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="scripted only: probability that an answer is the script's reference answer; "
+        "otherwise a failure of hybrid VLM-PPO table 1 is injected.",
+    )
+    seed: int = Field(ge=0, description="scripted / random: seed of the injected randomness.")
+    hf: HFTeacherConfig | None = Field(default=None, description="Settings of backend `hf`.")
+    openai: OpenAITeacherConfig | None = Field(default=None, description="Settings of `openai`.")
+    human: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="backend human: the reviewer's name; the teacher id is `human:<name>`.",
+    )
+
+    @model_validator(mode="after")
+    def _backend_has_settings(self) -> TeacherConfig:
+        if self.backend == "hf" and self.hf is None:
+            raise ValueError("backend 'hf' needs an `hf:` section with at least `model:`")
+        if self.backend == "openai" and self.openai is None:
+            raise ValueError(
+                "backend 'openai' needs an `openai:` section with `base_url` and `model`"
+            )
+        if self.backend == "human" and self.human is None:
+            raise ValueError("backend 'human' needs `human: <reviewer name>`")
+        return self

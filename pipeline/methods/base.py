@@ -1,0 +1,130 @@
+"""What a method is (`Method`), what a run reads (`TrainInputs`) and returns (`TrainResult`).
+
+A method is one module of this package with one `Method` subclass: its name, its params class
+(the params.yaml section named after it), its checks of a run, how it trains an agent for a run
+and how a saved agent comes back. After LeRobot's `configuration_<policy>.py` + `modeling_<policy>
+.py` and DrQ-v2's `make_agent`; the table (pipeline.methods.table) maps names to them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from pipeline.agents.resume import Resume, fingerprint
+from pipeline.config import ConfigError, Params, Section, TrainRun, validate_section
+from pipeline.dataset.layout import dataset_hashes
+from pipeline.evaluation import Agent
+from pipeline.io import sha256_file
+from pipeline.rollouts.format import MANIFEST_NAME
+
+TRAIN_EVAL_SEED = 10_000  # seeds of the evaluation episodes played during training
+
+
+class TrainError(ValueError):
+    """A run cannot start: missing inputs or settings that do not fit the env."""
+
+
+@dataclass(frozen=True)
+class TrainInputs:
+    """The data a run may read (DVC deps of train@<run>): the env's rollouts and label table
+    (hybrid_ppo's prototypes), its labelled dataset (the SAC family's offline replay) and the
+    directory of pre-trained VLM critics, one sub-directory per env (erpv)."""
+
+    rollouts: Path
+    labels: Path
+    dataset: Path | None = None
+    critics: Path | None = None
+
+    def hashes(self) -> dict[str, str]:
+        """Content hashes of the rollouts' manifest and the label table."""
+        manifest = self.rollouts / MANIFEST_NAME
+        for path in (manifest, self.labels):
+            if not path.exists():
+                raise TrainError(f"{path} does not exist: run `dvc repro` to build it first")
+        return {
+            "rollouts_manifest_sha256": sha256_file(manifest),
+            "labels_sha256": sha256_file(self.labels),
+        }
+
+    def dataset_hashes(self) -> dict[str, str]:
+        if self.dataset is None:
+            raise TrainError("no dataset was given (--dataset)")
+        try:
+            return dataset_hashes(self.dataset)
+        except FileNotFoundError as exc:
+            raise TrainError(str(exc)) from None
+
+
+@dataclass
+class TrainResult:
+    """A trained agent, the (step, native return) of every training episode, metric rows (each
+    with a `step`) and what the checkpoint records besides the agent's own meta."""
+
+    agent: Agent
+    curve: list[tuple[int, float]]
+    meta: dict[str, Any]
+    logs: list[dict[str, float]] = field(default_factory=list)
+
+
+class Method(ABC):
+    """One training method. A subclass sets `name` and `params_class` and implements `train` and
+    `load`; `run_options` names the TrainRun fields beyond env/method/steps/seed that it reads."""
+
+    name: ClassVar[str]
+    params_class: ClassVar[type[Section]]
+    run_options: ClassVar[frozenset[str]] = frozenset()
+
+    def params(self, params: Params) -> Any:
+        """The method's section of params.yaml, typed (its params class; paper defaults)."""
+        raw = params.section(self.name)
+        if raw is None:
+            raise ConfigError(f"params.yaml has no `{self.name}:` section (method {self.name})")
+        return validate_section(self.params_class, raw, self.name)
+
+    def check_run(self, name: str, run: TrainRun, params: Params) -> list[str]:
+        """Problems of `train.<name>` that involve other sections (one line each, with the fix)."""
+        return []
+
+    @abstractmethod
+    def train(
+        self,
+        name: str,
+        run: TrainRun,
+        params: Params,
+        inputs: TrainInputs,
+        *,
+        progress: bool = True,
+        resume_dir: str | Path | None = None,
+    ) -> TrainResult:
+        """Train `train.<name>`; with `resume_dir` and the section's `resume_every`, a killed run
+        goes on from its last resume state."""
+
+    @abstractmethod
+    def load(self, directory: str | Path, device: torch.device | str = "cpu") -> Agent:
+        """The agent a `train` of this method saved in `directory`, for acting."""
+
+
+def resume_for(
+    resume_dir: str | Path | None, every: int, material: dict[str, Any]
+) -> Resume | None:
+    """The run's resume state when it has a directory and saves one every `every` steps/updates;
+    `material`: what the run depends on (settings and data), fingerprinted."""
+    if resume_dir is None or not every:
+        return None
+    return Resume(resume_dir, fingerprint(material), every)
+
+
+def run_material(name: str, run: TrainRun, hp: Section, env_cfg: Section, data: dict) -> dict:
+    """Everything a run depends on, for its resume state's fingerprint."""
+    return {
+        "run": name,
+        "train": run.model_dump(mode="json"),
+        "hyperparameters": hp.model_dump(mode="json"),
+        "env": env_cfg.model_dump(mode="json"),
+        "data": data,
+    }

@@ -1,0 +1,109 @@
+"""Method `erpv` (seed 002): SAC + VPG (eq. 3-4) + VER (eq. 5-7) guided by the dataset's cached
+action labels a_v, with the frozen VLM critic C_V that `pretrain_critic@<env>` trains here first
+(sec. 3.3, appendix D.1: TD on the labelled RAE data, next-state actions from the cached labels).
+Deployed agents are SAC's networks: C_V guides training only."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from pipeline.agents.erpv import ERPvAgent, ERPvParams, VLMCritic, pretrain_vlm_critic
+from pipeline.agents.off_policy import OffPolicyAgent
+from pipeline.agents.sac import SACAgent
+from pipeline.config import Params, TrainRun
+from pipeline.dataset.layout import dataset_action_space, dataset_hashes
+from pipeline.dataset.transitions import load_offline_transitions
+from pipeline.io import atomic_write_json
+from pipeline.methods.base import TrainError, TrainInputs
+from pipeline.methods.off_policy import OffPolicyMethod
+
+log = logging.getLogger(__name__)
+
+NO_CRITIC = "no_critic.json"  # pretrain_critic's output for an env without C_V
+
+
+class ERPv(OffPolicyMethod):
+    name = "erpv"
+    params_class = ERPvParams
+    labels = ("action",)
+    deployed_agent = SACAgent
+
+    def check_run(self, name: str, run: TrainRun, params: Params) -> list[str]:
+        critic_envs = params.critic.envs if params.critic is not None else []
+        if run.env in critic_envs:
+            return []
+        return [
+            f"train.{name}: method erpv reads the pre-trained C_V of {run.env!r}, which "
+            f"`critic.envs` does not list; add {run.env!r} to critic.envs (now: {critic_envs})"
+        ]
+
+    def build_agent(
+        self, env: gym.Env, hp: ERPvParams, run: TrainRun, inputs: TrainInputs
+    ) -> tuple[OffPolicyAgent, dict[str, Any]]:
+        """ERPv's agent with its env's frozen C_V; the critic's data hashes go in the meta."""
+        if inputs.critics is None:
+            raise TrainError(f"train.{run.env}: erpv needs the pre-trained critics (--critics)")
+        path = inputs.critics / run.env
+        if (path / NO_CRITIC).exists():
+            raise TrainError(
+                f"erpv needs the pre-trained C_V of {run.env}; add {run.env} to critic.envs in "
+                f"params.yaml"
+            )
+        if not path.exists():
+            raise TrainError(f"{path} does not exist: run pretrain_critic@{run.env} first")
+        critic = VLMCritic.load(path)
+        agent = ERPvAgent.for_env(env, hp, vlm_critic=critic, seed=run.seed)
+        return agent, {"critic": critic.data_hashes}
+
+
+METHOD = ERPv()
+
+
+def write_no_critic(out_dir: str | Path, env_id: str) -> None:
+    """The pretrain_critic output of an env that `critic.envs` does not list: a marker (and no
+    earlier critic left behind), so that the runs on that env depend on something stable."""
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    atomic_write_json(
+        out_dir / NO_CRITIC, {"env": env_id, "critic": None, "why": "not listed in critic.envs"}
+    )
+
+
+def pretrain_critic(
+    env_id: str, params: Params, dataset: Path, out_dir: Path, progress: bool = True
+) -> list[dict[str, float]]:
+    """ERPv's C_V for `env_id`: TD on the labelled RAE dataset, next-state actions from the cached
+    labels (the VLM policy evaluated without calling the VLM); saved frozen with the data hashes.
+    Networks and TD settings are `erpv`'s (the agent must read what C_V reads)."""
+    if params.critic is None:
+        raise TrainError("params.yaml needs a `critic` section to pre-train C_V")
+    if env_id not in params.critic.envs:
+        raise TrainError(f"{env_id} is not listed in critic.envs ({params.critic.envs})")
+    cfg = METHOD.params(params)
+    data = load_offline_transitions(dataset, cfg.network.obs, labels=("action",))
+    labelled = int(data["has_next_label"].sum())
+    if labelled == 0:
+        raise TrainError(
+            f"{dataset}: no transition has a labelled next state; C_V has nothing to learn from "
+            f"(check the label table's `action` task)"
+        )
+    critic, logs = pretrain_vlm_critic(
+        data,
+        dataset_action_space(dataset),
+        cfg,
+        params.critic.steps,
+        params.critic.seed,
+        log_every=max(1, params.critic.steps // 20),
+        progress=progress,
+    )
+    critic.save(out_dir, data_hashes=dataset_hashes(dataset))
+    log.info(
+        "C_V of %s: %d transitions, %d with a labelled next state", env_id, len(data), labelled
+    )
+    return logs

@@ -1,0 +1,131 @@
+"""The run of every SAC-family method (sac, drq, erpv, semore): envs, the labelled dataset as the
+replay's offline part, the agent, the loop (pipeline.agents.off_policy.train_off_policy), the
+resume state. A method says which label groups it reads (`labels`), how its agent is built
+(`build_agent`) and how the offline rows of a batch are drawn (`offline_pool`)."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from pipeline.agents.off_policy import OffPolicyAgent, SACParams, env_obs_shape, train_off_policy
+from pipeline.agents.replay import OfflinePool, ReplayBuffer
+from pipeline.config import Params, TrainRun
+from pipeline.dataset.transitions import Label, OfflineTransitions, load_offline_transitions
+from pipeline.envs import STATE, make_env
+from pipeline.evaluation import deployed, play_episodes
+from pipeline.methods.base import (
+    TRAIN_EVAL_SEED,
+    Method,
+    TrainError,
+    TrainInputs,
+    TrainResult,
+    resume_for,
+    run_material,
+)
+
+
+class OffPolicyMethod(Method):
+    """A SAC-family method. `labels`: the dataset's label groups its agent reads (the dataset is
+    loaded when there are any, or when `offline_fraction` > 0); `deployed_agent`: the class a
+    saved agent is loaded as for acting."""
+
+    params_class: ClassVar[type[SACParams]]
+    labels: ClassVar[tuple[Label, ...]] = ()
+    deployed_agent: ClassVar[type[OffPolicyAgent]]  # what a saved agent comes back as
+
+    @abstractmethod
+    def build_agent(
+        self, env: gym.Env, hp: Any, run: TrainRun, inputs: TrainInputs
+    ) -> tuple[OffPolicyAgent, dict[str, Any]]:
+        """The agent to train, and the hashes of any data it reads beyond the dataset."""
+
+    def offline_pool(self, hp: Any, offline: OfflineTransitions) -> OfflinePool | None:
+        """Which offline transitions each batch draws from (None: all, uniformly)."""
+        return None
+
+    def train(
+        self,
+        name: str,
+        run: TrainRun,
+        params: Params,
+        inputs: TrainInputs,
+        *,
+        progress: bool = True,
+        resume_dir: str | Path | None = None,
+    ) -> TrainResult:
+        """The replay's offline part is the env's labelled dataset; the guidance reads its
+        labels. Returns the agent, its curve, metric rows and the checkpoint's meta."""
+        hp = self.params(params)
+        obs = hp.network.obs
+        env_cfg = params.env[run.env]
+        if obs == STATE and not env_cfg.include_state:
+            raise TrainError(
+                f"train.{name}: the agent reads the state; set env.{run.env}.include_state"
+            )
+        env = make_env(run.env, env_cfg, pixels=obs != STATE)
+        eval_env = make_env(run.env, env_cfg, pixels=obs != STATE) if hp.eval_episodes else None
+
+        def eval_fn(agent: OffPolicyAgent) -> dict[str, float]:
+            """The deployed policy on fixed seeds (a separate env: training episodes go on)."""
+            assert eval_env is not None
+            result = play_episodes(eval_env, deployed(agent), hp.eval_episodes, TRAIN_EVAL_SEED)
+            return {"eval_return": result.return_mean}
+
+        try:
+            data_hashes: dict[str, Any] = {}
+            offline = None
+            if hp.offline_fraction > 0 or self.labels:
+                if inputs.dataset is None:
+                    raise TrainError(f"train.{name}: the labelled dataset is needed (--dataset)")
+                offline = load_offline_transitions(inputs.dataset, obs, self.labels)
+                data_hashes = inputs.dataset_hashes()
+            agent, more = self.build_agent(env, hp, run, inputs)
+            data_hashes |= more
+            buffer = ReplayBuffer(
+                obs,
+                env_obs_shape(env, hp.network),
+                int(np.prod(env.action_space.shape)),
+                hp.replay_capacity,
+                frame_stack=hp.network.frame_stack,
+                offline=offline,
+                offline_fraction=hp.offline_fraction,
+                offline_pool=self.offline_pool(hp, offline) if offline is not None else None,
+            )
+            material = run_material(name, run, hp, env_cfg, data_hashes)
+            resume = resume_for(resume_dir, hp.resume_every, material)
+            curve, logs = train_off_policy(
+                env,
+                agent,
+                buffer,
+                run.steps,
+                run.seed,
+                eval_fn=eval_fn if eval_env is not None else None,
+                progress=progress,
+                resume=resume,
+            )
+        finally:
+            env.close()
+            if eval_env is not None:
+                eval_env.close()
+        if resume is not None:
+            resume.clear()  # finished: nothing to resume
+        meta = {
+            "run": name,
+            "env": run.env,
+            "method": self.name,
+            "obs": obs,
+            "steps": run.steps,
+            "seed": run.seed,
+            "data": data_hashes,
+        }
+        return TrainResult(agent, curve, meta, logs)
+
+    def load(self, directory: str | Path, device: torch.device | str = "cpu") -> OffPolicyAgent:
+        """Deployment needs the acting networks only (SAC's, for sac, drq and erpv)."""
+        return self.deployed_agent.load(directory, device, params_class=self.params_class)
