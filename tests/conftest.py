@@ -9,14 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.config import (
-    CollectConfig,
-    EnvConfig,
-    LabelConfig,
-    Params,
-    PPOParams,
-    parse_params,
-)
+from pipeline.agents.ppo import PPOParams
+from pipeline.config import CollectConfig, EnvConfig, LabelConfig, Params, parse_params
 
 REPO = Path(__file__).resolve().parents[1]
 
