@@ -92,5 +92,31 @@ def test_the_closure_follows_imports():
     closure = import_closure(REPO / "stages" / "train.py")
     assert REPO / "pipeline" / "training.py" in closure
     assert REPO / "pipeline" / "agents" / "sac.py" in closure
-    assert REPO / "pipeline" / "shaping" / "potential.py" in closure  # imported inside a function
+    assert REPO / "pipeline" / "shaping" / "potential.py" in closure  # through the method table
     assert REPO / "pipeline" / "__init__.py" in closure
+
+
+def _deps(stage: str) -> list[Path]:
+    return next([REPO / d for d in deps] for name, _, deps in _stages() if name == stage)
+
+
+def _depends_on(stage: str, path: str) -> bool:
+    target = REPO / path
+    return any(d == target or d in target.parents or target in d.parents for d in _deps(stage))
+
+
+def test_the_hybrid_reward_does_not_rerun_the_critics():
+    """Editing pipeline/shaping (hybrid VLM-PPO's reward) must not rerun pretrain_critic@<env>,
+    nor, through it, every ERPv run: C_V's stage imports ERPv's method alone."""
+    closure = import_closure(_module_file("stages.pretrain_critic"))
+    assert not any((REPO / "pipeline" / "shaping") in p.parents for p in closure)
+    assert not _depends_on("pretrain_critic", "pipeline/shaping")
+    assert not _depends_on("pretrain_critic", "pipeline/methods/hybrid_ppo.py")
+    assert _depends_on("pretrain_critic", "pipeline/methods/erpv.py")  # the check can see deps
+
+
+def test_compare_reads_curves_only():
+    """compare draws the runs' curves: it depends on no agent, dataset or env code."""
+    for code in ("pipeline/agents", "pipeline/methods", "pipeline/dataset", "pipeline/envs"):
+        assert not _depends_on("compare", code), code
+    assert _depends_on("compare", "pipeline/curves.py")
