@@ -10,12 +10,19 @@ from pipeline.agents.replay import ReplayBuffer
 from pipeline.dataset.layout import (
     DATASET_FORMAT_VERSION,
     INFO_PATH,
+    DatasetError,
     DatasetIntegrityError,
     dataset_action_space,
     verify_dataset,
 )
 from pipeline.dataset.stacking import FrameStacker
-from pipeline.dataset.transitions import OfflineTransitions, load_offline_transitions
+from pipeline.dataset.transitions import (
+    JUDGE_SPEC,
+    OfflineTransitions,
+    action_label_specs,
+    load_offline_transitions,
+    mask_specs,
+)
 from pipeline.io import sha256_file
 from pipeline.labels.status import LABELLED_STATUSES
 from pipeline.rollouts.reader import iter_rollouts
@@ -52,10 +59,13 @@ def offline_states(n_episodes: int = 3, steps: int = 4, label_every: int = 2) ->
         action=np.asarray(act, np.float32),
         reward=np.asarray(rew, np.float32),
         terminated=np.asarray(term),
-        a_v=np.where(has[index, None], a_v[index], 0.0).astype(np.float32),
-        has_label=has[index],
-        next_a_v=np.where(has[index + 1, None], a_v[index + 1], 0.0).astype(np.float32),
-        has_next_label=has[index + 1],
+        specs=action_label_specs(1),
+        fields={
+            "a_v": np.where(has[index, None], a_v[index], 0.0).astype(np.float32),
+            "has_label": has[index],
+            "next_a_v": np.where(has[index + 1, None], a_v[index + 1], 0.0).astype(np.float32),
+            "has_next_label": has[index + 1],
+        },
     )
 
 
@@ -71,9 +81,11 @@ def fill_online(buffer: ReplayBuffer, episodes: int, steps: int, base: float = 1
 
 @pytest.mark.parametrize("fraction, expected", [(0.0, 0), (0.25, 100), (1.0, 400)])
 def test_offline_fraction_sets_the_mix(fraction, expected):
-    buffer = ReplayBuffer("state", (1,), 1, 100, offline=offline_states())
+    buffer = ReplayBuffer(
+        "state", (1,), 1, 100, offline=offline_states(), offline_fraction=fraction
+    )
     fill_online(buffer, episodes=2, steps=5)
-    batch = buffer.sample(400, fraction, np.random.default_rng(0))
+    batch = buffer.sample(400, np.random.default_rng(0))
     offline = batch["offline"].numpy()
     assert offline.sum() == expected and len(offline) == 400
     # the flag tells the truth: offline states are < 1000, online ones >= 1000
@@ -84,15 +96,16 @@ def test_offline_fraction_sets_the_mix(fraction, expected):
 
 def test_one_empty_part_gives_every_row_to_the_other():
     rng = np.random.default_rng(0)
-    online_only = ReplayBuffer("state", (1,), 1, 100)
+    online_only = ReplayBuffer("state", (1,), 1, 100, offline_fraction=1.0)
     fill_online(online_only, 1, 5)
-    assert not online_only.sample(64, 1.0, rng)["offline"].any()
+    assert not online_only.sample(64, rng)["offline"].any()
     offline_only = ReplayBuffer("state", (1,), 1, 100, offline=offline_states())
-    assert offline_only.sample(64, 0.0, rng)["offline"].all()
+    assert offline_only.offline_fraction == 0.0
+    assert offline_only.sample(64, rng)["offline"].all()
     with pytest.raises(ValueError, match="empty"):
-        ReplayBuffer("state", (1,), 1, 100).sample(8, 0.5, rng)
-    with pytest.raises(ValueError, match="offline_fraction"):
-        offline_only.sample(8, 1.5, rng)
+        ReplayBuffer("state", (1,), 1, 100, offline_fraction=0.5).sample(8, rng)
+    with pytest.raises(ValueError, match="offline_fraction"):  # fixed at construction now
+        ReplayBuffer("state", (1,), 1, 100, offline=offline_states(), offline_fraction=1.5)
 
 
 # --- stacking -----------------------------------------------------------------------------------
@@ -108,7 +121,7 @@ def test_frames_are_stacked_at_sample_time_and_padded_at_episode_starts():
         buffer.begin_episode(frame(10 * e))
         for t in range(1, 4):
             buffer.add(np.zeros(1), 0.0, frame(10 * e + t), terminated=t == 3)
-    batch = buffer.sample(200, 0.0, np.random.default_rng(0))
+    batch = buffer.sample(200, np.random.default_rng(0))
     assert batch["obs"].shape == (200, 9, 2, 2) and batch["obs"].dtype.is_floating_point is False
     seen = set()
     for obs, next_obs in zip(batch["obs"].numpy(), batch["next_obs"].numpy(), strict=True):
@@ -138,13 +151,11 @@ def test_offline_pixels_stack_the_same_way():
         action=np.zeros((3, 1), np.float32),
         reward=np.zeros(3, np.float32),
         terminated=np.array([False, True, False]),
-        a_v=np.zeros((3, 1), np.float32),
-        has_label=np.zeros(3, bool),
-        next_a_v=np.zeros((3, 1), np.float32),
-        has_next_label=np.zeros(3, bool),
     )
-    buffer = ReplayBuffer("pixels", (2, 2, 3), 1, 10, frame_stack=2, offline=data)
-    batch = buffer.sample(100, 1.0, np.random.default_rng(1))
+    buffer = ReplayBuffer(
+        "pixels", (2, 2, 3), 1, 10, frame_stack=2, offline=data, offline_fraction=1.0
+    )
+    batch = buffer.sample(100, np.random.default_rng(1))
     stacks = {tuple(o[::3, 0, 0]) for o in batch["obs"].numpy()}
     assert stacks == {(0, 0), (0, 1), (10, 10)}
     next_stacks = {tuple(o[::3, 0, 0]) for o in batch["next_obs"].numpy()}
@@ -159,7 +170,7 @@ def test_ring_overwrites_old_steps_and_never_serves_a_broken_stack():
             buffer.add(np.zeros(1), 0.0, frame(10 * e + t), False)
     # the ring holds observations 16..23: episode 2's last step would need frames 14 and 15
     assert buffer.online_size == 5
-    batch = buffer.sample(300, 0.0, np.random.default_rng(0))
+    batch = buffer.sample(300, np.random.default_rng(0))
     newest = set()
     for obs in batch["obs"].numpy():
         values = obs[::3, 0, 0].astype(int)
@@ -172,7 +183,7 @@ def test_ring_overwrites_old_steps_and_never_serves_a_broken_stack():
 def test_state_observations_are_not_stacked():
     buffer = ReplayBuffer("state", (1,), 1, 50, frame_stack=3)
     fill_online(buffer, 1, 4)
-    batch = buffer.sample(32, 0.0, np.random.default_rng(0))
+    batch = buffer.sample(32, np.random.default_rng(0))
     assert batch["obs"].shape == (32, 1)
     np.testing.assert_array_equal(batch["next_obs"].numpy(), batch["obs"].numpy() + 1)
 
@@ -182,11 +193,16 @@ def test_state_observations_are_not_stacked():
 
 def test_labels_travel_with_their_transitions():
     data = offline_states(label_every=2)
-    buffer = ReplayBuffer("state", (1,), 1, 100, offline=data)
+    buffer = ReplayBuffer("state", (1,), 1, 100, offline=data, offline_fraction=0.8)
     buffer.begin_episode(np.array([5000.0], np.float32))
-    buffer.add(np.array([0.1]), 0.0, np.array([5001.0], np.float32), False, a_v=np.array([0.9]))
+    buffer.add(
+        np.array([0.1]), 0.0, np.array([5001.0], np.float32), False,
+        a_v=np.array([0.9]), has_label=True,
+    )  # fmt: skip
     buffer.add(np.array([0.1]), 0.0, np.array([5002.0], np.float32), False)
-    batch = buffer.sample(500, 0.8, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="per-transition fields"):  # masks are per observation
+        buffer.add(np.array([0.1]), 0.0, np.array([5003.0], np.float32), False, mask=1)
+    batch = buffer.sample(500, np.random.default_rng(0))
     obs = batch["obs"][:, 0].numpy()
     offline = batch["offline"].numpy()
     t = obs % 100
@@ -206,6 +222,17 @@ def test_labels_travel_with_their_transitions():
     # done is `terminated`: only episode 0's last step; truncated ends are not done
     done = batch["done"].numpy().astype(bool)
     np.testing.assert_array_equal(done, offline & (obs == 3.0))
+    # without offline data the fields are declared by the caller; undeclared ones are refused
+    online = ReplayBuffer("state", (1,), 1, 10, fields=action_label_specs(1))
+    online.begin_episode(np.array([0.0], np.float32))
+    online.add(np.array([0.1]), 0.0, np.array([1.0], np.float32), False, a_v=[0.9], has_label=True)
+    batch = online.sample(4, np.random.default_rng(0))
+    assert batch["has_label"].all() and not batch["has_next_label"].any()
+    np.testing.assert_allclose(batch["a_v"][:, 0].numpy(), 0.9)
+    bare = ReplayBuffer("state", (1,), 1, 10)
+    bare.begin_episode(np.array([0.0], np.float32))
+    with pytest.raises(ValueError, match="per-transition fields"):
+        bare.add(np.array([0.1]), 0.0, np.array([1.0], np.float32), False, a_v=[0.9])
 
 
 # --- the dataset loader -------------------------------------------------------------------------
@@ -292,7 +319,7 @@ def test_a_damaged_or_cut_parquet_is_never_trained_on(tmp_path):
 def test_load_offline_transitions_follows_the_rlds_conventions(tmp_path):
     statuses = {(0, 1): "regex_fallback", (0, 2): "out_of_range", (1, 0): "wrong_arity"}
     write_dataset(tmp_path, [dataset_rows({0: 3}, statuses), dataset_rows({1: 2}, statuses)])
-    data = load_offline_transitions(tmp_path, "state")
+    data = load_offline_transitions(tmp_path, "state", labels=("action",))
     assert len(data) == 5 and data.obs.shape == (7, 2)  # 3 + 2 steps, 4 + 3 samples
     obs, next_obs = data.obs[data.obs_index], data.obs[data.obs_index + 1]
     np.testing.assert_array_equal(obs, [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1]])
@@ -304,32 +331,37 @@ def test_load_offline_transitions_follows_the_rlds_conventions(tmp_path):
     assert {"ok", "regex_fallback"} <= set(
         LABELLED_STATUSES
     ) and "out_of_range" not in LABELLED_STATUSES
-    np.testing.assert_array_equal(data.has_label, [True, True, False, False, True])
-    np.testing.assert_array_equal(data.has_next_label, [True, False, True, True, True])
-    np.testing.assert_allclose(data.a_v[:, 1], [0.0, 0.25, 0.0, 0.0, 0.25])
-    np.testing.assert_allclose(data.next_a_v[:, 1], [0.25, 0.0, 0.75, 0.25, 0.5])
+    np.testing.assert_array_equal(data["has_label"], [True, True, False, False, True])
+    np.testing.assert_array_equal(data["has_next_label"], [True, False, True, True, True])
+    np.testing.assert_allclose(data["a_v"][:, 1], [0.0, 0.25, 0.0, 0.0, 0.25])
+    np.testing.assert_allclose(data["next_a_v"][:, 1], [0.25, 0.0, 0.75, 0.25, 0.5])
     np.testing.assert_array_equal(data.episode_start, [0, 0, 0, 0, 4, 4, 4])
 
     pixels = load_offline_transitions(tmp_path, "pixels")
     assert pixels.obs.shape == (7, 4, 4, 3) and pixels.obs.dtype == np.uint8
     np.testing.assert_array_equal(pixels.obs[:, 0, 0, 0], [0, 1, 2, 3, 10, 11, 12])
+    # label groups are read on request only
+    assert pixels.specs == () and pixels.fields == {}
+    with pytest.raises(KeyError, match="a_v"):
+        pixels["a_v"]
 
 
 def test_loader_errors_name_the_file(tmp_path):
     write_dataset(tmp_path / "a", [dataset_rows({0: 2}, {})], drop=("a_v_status",))
     with pytest.raises(
-        ValueError, match=r"train-00000-of-00001\.parquet: missing column\(s\) a_v_status"
+        DatasetError, match=r"train-00000-of-00001\.parquet: missing column\(s\) a_v_status"
     ):
-        load_offline_transitions(tmp_path / "a", "state")
+        load_offline_transitions(tmp_path / "a", "state", labels=("action",))
+    assert len(load_offline_transitions(tmp_path / "a", "state")) == 2  # labels not asked for
     rows = dataset_rows({0: 3}, {})
     del rows[2]  # a hole in the episode
     write_dataset(tmp_path / "b", [rows])
     with pytest.raises(
-        ValueError, match=r"train-00000-of-00001\.parquet: episode 0 \(t 3\): t does not count"
+        DatasetError, match=r"train-00000-of-00001\.parquet: episode 0 \(t 3\): t does not count"
     ):
         load_offline_transitions(tmp_path / "b", "pixels")
     write_dataset(tmp_path / "c", [[]])
-    with pytest.raises(ValueError, match="is empty"):
+    with pytest.raises(DatasetError, match="is empty"):
         load_offline_transitions(tmp_path / "c", "state")
     with pytest.raises(FileNotFoundError, match="no parquet files"):
         load_offline_transitions(tmp_path / "nowhere", "state")
@@ -360,7 +392,7 @@ def _pipeline_dataset(tmp_path):
 def test_loader_reads_a_dataset_built_by_the_pipeline(tmp_path):
     """collect -> label -> masks -> dataset on a tiny continuous env, then the loader."""
     _pipeline_dataset(tmp_path)
-    data = load_offline_transitions(tmp_path / "ds", "pixels")
+    data = load_offline_transitions(tmp_path / "ds", "pixels", labels=("action",))
     samples = list(iter_rollouts(tmp_path / "r"))
     steps = [s for s in samples if not s.record["is_last"]]
     assert len(data) == len(steps) == 12 and len(data.obs) == len(samples) == 14
@@ -374,7 +406,7 @@ def test_loader_reads_a_dataset_built_by_the_pipeline(tmp_path):
         for r in labels.iter_rows(named=True)
         if r["parse_status"] in LABELLED_STATUSES and r["action"] is not None
     }
-    np.testing.assert_array_equal(data.has_label, [s.key in ok for s in steps])
+    np.testing.assert_array_equal(data["has_label"], [s.key in ok for s in steps])
     space = dataset_action_space(tmp_path / "ds")
     assert space.shape == (1,) and space.low[0] == -1.0
 
@@ -389,42 +421,60 @@ def test_semore_masks_and_judge_labels_reach_the_replay_buffer(tmp_path):
     from pipeline.masks.base import decode_mask
 
     _pipeline_dataset(tmp_path)
-    data = load_offline_transitions(tmp_path / "ds", "pixels", semantics=True)
-    sem = data.semantics
+    data = load_offline_transitions(tmp_path / "ds", "pixels", labels=("mask", "judge"))
+    h, w = data.obs.shape[1:3]
+    assert data.specs == (*mask_specs((h, w)), JUDGE_SPEC)
     masks = pl.read_parquet(tmp_path / "masks.parquet").filter(pl.col("status") == "ok")
     mask_of = {r["sample_key"]: r["combined"] for r in masks.iter_rows(named=True)}
     samples = list(iter_rollouts(tmp_path / "r"))
-    assert sem.has_mask.tolist() == [s.key in mask_of for s in samples]
+    assert data["has_mask"].tolist() == [s.key in mask_of for s in samples]
+    assert data["mask"].shape == (len(samples), 1, h, w) and data["mask"].dtype == np.uint8
     for i, s in enumerate(samples):
         if s.key in mask_of:
             expected = np.round(decode_mask(mask_of[s.key]) * 255).astype(np.uint8)
-            np.testing.assert_array_equal(sem.mask[i], expected)
+            np.testing.assert_array_equal(data["mask"][i, 0], expected)
     judged = pl.read_parquet(tmp_path / "labels.parquet").filter(
         (pl.col("task") == "judge") & pl.col("parse_status").is_in(LABELLED_STATUSES)
     )
     judge_of = {r["sample_key"]: int(r["judge"]) for r in judged.iter_rows(named=True)}
     steps = [s for s in samples if not s.record["is_last"]]
-    assert sem.judge.tolist() == [judge_of.get(s.key, -1) for s in steps]
-    assert (sem.judge >= 0).any()
+    assert data["judge"].tolist() == [judge_of.get(s.key, -1) for s in steps]
+    assert (data["judge"] >= 0).any()
 
-    buffer = ReplayBuffer("pixels", data.obs.shape[1:], 1, 50, offline=data, semantics=True)
+    buffer = ReplayBuffer("pixels", data.obs.shape[1:], 1, 50, offline=data, offline_fraction=0.5)
     frame = data.obs[0]
     buffer.begin_episode(frame)
     buffer.add(np.zeros(1, np.float32), 0.0, frame, False)
     rng = np.random.default_rng(0)
-    batch = buffer.sample(64, 0.5, rng)
-    h, w = frame.shape[:2]
+    batch = buffer.sample(64, rng)
     assert batch["mask"].shape == (64, 1, h, w) and batch["mask"].dtype == torch.uint8
     online = ~batch["offline"]
+    assert online.any() and batch["offline"].any()
     assert not batch["has_mask"][online].any() and (batch["judge"][online] == -1).all()
-    pool = np.flatnonzero(sem.judge == 1)
+    pool = np.flatnonzero(data["judge"] == 1)
     if len(pool):
-        pooled = buffer.sample(32, 1.0, rng, offline_pool=pool)
-        assert (pooled["judge"][pooled["offline"]] == 1).all()
-    with pytest.raises(ValueError, match="semantics"):
+        updates = []
+
+        def offline_pool(update, rng):
+            updates.append(update)
+            return pool
+
+        pooled_buffer = ReplayBuffer(
+            "pixels", data.obs.shape[1:], 1, 50, offline=data, offline_fraction=1.0,
+            offline_pool=offline_pool,
+        )  # fmt: skip
+        pooled_buffer.begin_episode(frame)
+        pooled_buffer.add(np.zeros(1, np.float32), 0.0, frame, False)
+        pooled = pooled_buffer.sample(32, rng, update=7)
+        assert pooled["offline"].all() and (pooled["judge"] == 1).all()
+        assert updates == [7]  # the pool is asked with the update's index
+    # the declared fields must all be there: no mask data, no mask fields
+    with pytest.raises(ValueError, match="declared fields"):
+        replace(data, fields={"judge": data["judge"]})
+    # fields come from the offline data; a buffer with offline data declares no others
+    with pytest.raises(ValueError, match="fields come from the offline data"):
         ReplayBuffer(
-            "pixels", data.obs.shape[1:], 1, 50, offline=replace(data, semantics=None),
-            semantics=True,
+            "pixels", data.obs.shape[1:], 1, 50, offline=data, fields=mask_specs((h, w)),
         )  # fmt: skip
 
 
@@ -445,8 +495,8 @@ def test_online_state_keeps_only_written_slots_and_restores_the_same_buffer():
         assert len(state["obs"]) == min(steps + 1 + (steps > 17), 12)
         fresh = ReplayBuffer("pixels", (8, 8, 3), 2, capacity=12, frame_stack=3)
         fresh.load_online_state(state)
-        a = buffer.sample(6, 0.0, np.random.default_rng(1))
-        b = fresh.sample(6, 0.0, np.random.default_rng(1))
+        a = buffer.sample(6, np.random.default_rng(1))
+        b = fresh.sample(6, np.random.default_rng(1))
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     with pytest.raises(ValueError, match="saved replay holds observations"):
         ReplayBuffer("pixels", (8, 8, 3), 2, capacity=20, frame_stack=3).load_online_state(state)

@@ -9,14 +9,15 @@ import torch
 from torch.distributions import Normal
 
 from pipeline.agents.networks import Actor, PixelEncoder, make_encoder
-from pipeline.agents.replay import ReplayBuffer
-from pipeline.agents.sac import (
-    SACAgent,
+from pipeline.agents.off_policy import (
+    NetworkParams,
+    SACParams,
     sac_alpha_loss,
     soft_update,
     train_off_policy,
 )
-from pipeline.config import NetworkParams, SACParams
+from pipeline.agents.replay import ReplayBuffer
+from pipeline.agents.sac import SACAgent
 from pipeline.dataset.stacking import FrameStacker
 from pipeline.evaluation import deployed, play_episodes
 from tests.conftest import REPO
@@ -93,12 +94,9 @@ def test_alpha_loss_and_polyak_by_hand():
 
 def test_sac_learns_point_mass_quickly():
     env = PointMass()
-    agent = SACAgent.for_env(env, small_cfg(), seed=0)
+    agent = SACAgent.for_env(env, small_cfg(start_steps=200, log_every=200), seed=0)
     buffer = ReplayBuffer("state", (1,), 1, 10_000)
-    curve, logs = train_off_policy(
-        env, agent, buffer, 1000, seed=0, offline_fraction=0.0, start_steps=200,
-        log_every=200, progress=False,
-    )  # fmt: skip
+    curve, logs = train_off_policy(env, agent, buffer, 1000, seed=0, progress=False)
     assert [step for step, _ in curve[:3]] == [20, 40, 60] and len(curve) == 50
     assert [row["step"] for row in logs] == [200, 400, 600, 800, 1000]
     assert {"critic_loss", "actor_loss", "alpha", "transition_loss", "reward_loss"} <= set(logs[-1])
@@ -119,12 +117,10 @@ def test_sac_learns_point_mass_quickly():
 def test_same_seed_same_run():
     def run():
         env = PointMass()
-        agent = SACAgent.for_env(env, small_cfg(batch_size=16), seed=3)
+        cfg = small_cfg(batch_size=16, start_steps=40, log_every=40)
+        agent = SACAgent.for_env(env, cfg, seed=3)
         buffer = ReplayBuffer("state", (1,), 1, 1000)
-        return train_off_policy(
-            env, agent, buffer, 120, seed=3, offline_fraction=0.0, start_steps=40,
-            log_every=40, progress=False,
-        )  # fmt: skip
+        return train_off_policy(env, agent, buffer, 120, seed=3, progress=False)
 
     assert run() == run()
 
@@ -143,7 +139,7 @@ def test_saved_and_reloaded_agent_acts_the_same(tmp_path, obs):
         nxt = rng.integers(0, 255, obs_shape).astype(first.dtype)
         buffer.add(space.sample(), 1.0, nxt, False)
     for _ in range(4):
-        agent.update(buffer.sample(8, 0.0, rng))
+        agent.update(buffer.sample(8, rng))
     agent.save(tmp_path / "agent")
     loaded = SACAgent.load(tmp_path / "agent")
     stacker = FrameStacker(3, obs)
@@ -181,9 +177,11 @@ def test_train_loop_on_a_pipeline_pixel_env():
         "MountainCarContinuous-v0",
         EnvConfig(image_size=16, action_repeat=1, max_episode_steps=15, include_state=True),
     )
-    agent = SACAgent.for_env(env, small_cfg("pixels", batch_size=8), seed=0)
+    cfg = small_cfg("pixels", batch_size=8, start_steps=20, log_every=15)
+    agent = SACAgent.for_env(env, cfg, seed=0)
     assert agent.input_shape == (9, 16, 16)
-    buffer = ReplayBuffer("pixels", (16, 16, 3), 1, 100, frame_stack=3)
+    # no offline data: the offline half of each batch falls to the online part
+    buffer = ReplayBuffer("pixels", (16, 16, 3), 1, 100, frame_stack=3, offline_fraction=0.5)
     evaluations = []
     eval_env = make_env(
         "MountainCarContinuous-v0",
@@ -194,10 +192,7 @@ def test_train_loop_on_a_pipeline_pixel_env():
         evaluations.append(1)
         return {"eval_return": float(np.mean(returns(eval_env, a, 1, seed=7)))}
 
-    curve, logs = train_off_policy(
-        env, agent, buffer, 45, seed=0, offline_fraction=0.5, start_steps=20, log_every=15,
-        eval_fn=eval_fn, progress=False,
-    )  # fmt: skip
+    curve, logs = train_off_policy(env, agent, buffer, 45, seed=0, eval_fn=eval_fn, progress=False)
     assert [s for s, _ in curve] == [15, 30, 45] and len(evaluations) == 3
     assert "critic_loss" in logs[-1] and "eval_return" in logs[-1]
     env.close()
@@ -205,7 +200,8 @@ def test_train_loop_on_a_pipeline_pixel_env():
 
 def test_agents_never_import_a_teacher():
     code = (
-        "import sys, pipeline.agents.sac, pipeline.agents.erpv, pipeline.agents.replay; "
+        "import sys, pipeline.agents.off_policy, pipeline.agents.sac, pipeline.agents.erpv, "
+        "pipeline.agents.replay, pipeline.agents.resume; "
         "print(sorted(m for m in sys.modules if m.startswith('pipeline.teachers')))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
@@ -225,11 +221,12 @@ def test_sac_learns_pendulum():
         )  # fmt: skip
 
     env = make()
-    cfg = SACParams(network=NetworkParams(obs="state", hidden_dim=256, transition_hidden_dim=128))
+    cfg = SACParams(
+        network=NetworkParams(obs="state", hidden_dim=256, transition_hidden_dim=128),
+        start_steps=500,
+    )
     agent = SACAgent.for_env(env, cfg, seed=0)
     buffer = ReplayBuffer("state", (3,), 1, 100_000)
-    train_off_policy(
-        env, agent, buffer, 5000, seed=0, offline_fraction=0.0, start_steps=500, progress=False
-    )
+    train_off_policy(env, agent, buffer, 5000, seed=0, progress=False)
     assert np.mean(returns(make(), agent, 5, seed=100)) > -400
     assert math.isfinite(agent.alpha.item())

@@ -85,7 +85,10 @@ class SACParams(Section):
     extend it (`drq`, `erpv`, `semore` merge `<<: *sac` in params.yaml); agents take it and their
     checkpoints store it. Defaults are the paper's values."""
 
-    network: NetworkParams = Field(default_factory=NetworkParams)
+    network: NetworkParams = Field(
+        default_factory=NetworkParams,
+        description="What the networks read (state or pixels, stacked frames) and their sizes.",
+    )
     batch_size: int = Field(default=128, ge=1, description="Batch size (table 6: 128).")
     gamma: float = Field(default=0.99, gt=0, le=1, description="Discount (SAC-AE: 0.99).")
     actor_lr: float = Field(default=1e-3, gt=0, description="Actor lr (table 6: 1e-3).")

@@ -99,11 +99,13 @@ class SemoreNetworkParams(NetworkParams):
     the eq. 9 reward head) plus the cross-attention of eq. 6-7. Pixels only."""
 
     attention_dim: int = Field(
+        default=32,
         ge=1,
         description="Channels of the reduced maps F_v^, F_m^ that eq. 6 multiplies (not given in "
         "the paper; ours: 32).",
     )
     attention_stride: int = Field(
+        default=5,
         ge=1,
         description="Kernel and stride of eq. 6's 'convolution layer for reducing the spatial "
         "complexity' (not given; ours: 5, so a 35x35 map at 84x84 frames becomes 7x7 = 49 tokens, "
@@ -131,50 +133,67 @@ class SemoreParams(SACParams):
     selective replay (pipeline.agents.semore). `aux_weight` is read by variant `sac` alone (the
     DeepMDP heads of the pixel SAC baseline); the Semore variants weigh eq. 8 and 9 apart."""
 
-    network: SemoreNetworkParams
+    network: SemoreNetworkParams = Field(
+        default_factory=SemoreNetworkParams,
+        description="The two streams' sizes and the cross-attention's (pixels only).",
+    )
     variant: SemoreVariant = Field(
+        default="m4",
         description="Table 2's ablations: m1 semantic stream alone on the stacked frames, no "
         "similarity loss; m2 semantic (current frame) + motion (residuals) concatenated; m3 m2 + "
         "the eq. 5 similarity loss; m4 m3 + motion supervision (eq. 8) and the cross-attention "
-        "(eq. 6-7): full Semore. `sac`: plain pixel SAC on the same encoder (the baseline)."
+        "(eq. 6-7): full Semore. `sac`: plain pixel SAC on the same encoder (the baseline).",
     )
     similarity_weight: float = Field(
-        ge=0, description="Weight of the eq. 5 similarity loss in eq. 12 (not given; ours: 1)."
+        default=1.0,
+        ge=0,
+        description="Weight of the eq. 5 similarity loss in eq. 12 (not given; ours: 1).",
     )
     transition_weight: float = Field(
-        ge=0, description="Weight of the eq. 8 transition constraint in eq. 12 (not given: 1)."
+        default=1.0,
+        ge=0,
+        description="Weight of the eq. 8 transition constraint in eq. 12 (not given: 1).",
     )
     reward_weight: float = Field(
-        ge=0, description="Weight of the eq. 9 reward head in eq. 12 (not given; DeepMDP: 1)."
+        default=1.0,
+        ge=0,
+        description="Weight of the eq. 9 reward head in eq. 12 (not given; DeepMDP: 1).",
     )
     ssim_alpha: float = Field(
+        default=0.84,
         ge=0,
         le=1,
         description="Eq. 5 as Zhao et al. 2016's mix: alpha (1 - SSIM) + (1 - alpha) L1, "
         "single-scale (their value: 0.84).",
     )
     ssim_window: int = Field(
+        default=11,
         ge=1,
         description="Side of SSIM's Gaussian window on the feature maps (Wang et al. 2004: 11); "
         "must not exceed the map side.",
     )
-    ssim_sigma: float = Field(gt=0, description="Std of SSIM's Gaussian window (Zhao / Wang: 1.5).")
+    ssim_sigma: float = Field(
+        default=1.5, gt=0, description="Std of SSIM's Gaussian window (Zhao / Wang: 1.5)."
+    )
     selective_start: float = Field(
+        default=1.0,
         ge=0,
         le=1,
         description="Selective replay: share of each batch drawn from judged-reasonable "
         "transitions at the first update (the paper's initial probability: 1).",
     )
     selective_end: float = Field(
+        default=0.5,
         ge=0,
         le=1,
         description="Share reached after `selective_steps` updates, after which batches are drawn "
         "from all transitions (the paper stops selecting at 0.5).",
     )
     selective_steps: int = Field(
+        default=1000,
         ge=0,
         description="Updates over which the share decays linearly from start to end (not given "
-        "in the paper); 0 turns selective replay off.",
+        "in the paper; ours: 1,000); 0 turns selective replay off.",
     )
 
     @model_validator(mode="after")

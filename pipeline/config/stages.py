@@ -123,7 +123,10 @@ class RayExecutorConfig(Section):
 class LabelConfig(Section):
     """The label stage (`label`): one teacher for all envs."""
 
-    teacher: TeacherConfig
+    teacher: TeacherConfig = Field(
+        description="The teacher that labels every env's frames (not the one that acts while "
+        "collecting: `collect.<env>.teacher`)."
+    )
     tasks: dict[LabelTaskName, int] = Field(
         min_length=1,
         description="Task -> query every k-th frame of an episode (t % k == 0). Frames in between "
