@@ -7,6 +7,7 @@ import torch
 
 from pipeline.agents.erpv import (
     ERPvAgent,
+    ERPvParams,
     VLMCritic,
     action_confidence,
     minmax_scale,
@@ -14,11 +15,12 @@ from pipeline.agents.erpv import (
     ver_regulariser,
     vpg_loss,
 )
+from pipeline.agents.off_policy import NetworkParams, sac_alpha_loss, train_off_policy
 from pipeline.agents.replay import ReplayBuffer
-from pipeline.agents.sac import SACAgent, sac_alpha_loss, train_off_policy
-from pipeline.config import ERPvParams, NetworkParams
-from pipeline.dataset.transitions import OfflineTransitions
+from pipeline.agents.sac import SACAgent
+from pipeline.dataset.transitions import OfflineTransitions, action_label_specs
 from pipeline.evaluation import deployed, play_episodes
+from pipeline.methods.table import load_agent
 from tests.toy_envs import PointMass
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -189,10 +191,13 @@ def chain_transitions(
         action=action,
         reward=action[:, 0].copy(),
         terminated=np.tile([False, False, False, False, True], episodes),
-        a_v=labels[index],
-        has_label=has_label[index],
-        next_a_v=labels[index + 1],
-        has_next_label=has_label[index + 1],
+        specs=action_label_specs(1),
+        fields={
+            "a_v": labels[index],
+            "has_label": has_label[index],
+            "next_a_v": labels[index + 1],
+            "has_next_label": has_label[index + 1],
+        },
     )
 
 
@@ -258,11 +263,14 @@ def point_mass_dataset(episodes: int, seed: int = 0) -> OfflineTransitions:
             term.append(terminated)
             done = terminated or truncated
     index, labels = np.asarray(index), np.asarray(labels, np.float32)
+    fields = {
+        "a_v": labels[index], "has_label": np.ones(len(index), bool),
+        "next_a_v": labels[index + 1], "has_next_label": np.ones(len(index), bool),
+    }  # fmt: skip
     return OfflineTransitions(
         obs=np.asarray(obs, np.float32), episode_start=np.asarray(start), obs_index=index,
         action=np.asarray(action), reward=np.asarray(reward, np.float32),
-        terminated=np.asarray(term), a_v=labels[index], has_label=np.ones(len(index), bool),
-        next_a_v=labels[index + 1], has_next_label=np.ones(len(index), bool),
+        terminated=np.asarray(term), specs=action_label_specs(1), fields=fields,
     )  # fmt: skip
 
 
@@ -270,15 +278,14 @@ def test_erpv_end_to_end_on_point_mass(tmp_path):
     """Offline labelled data -> C_V -> ERPv training with mixed batches -> a checkpoint that
     SACAgent.load acts with; the per-update metrics of ERPv figure 5 are logged."""
     data = point_mass_dataset(30)
-    cfg = small_cfg()
+    cfg = small_cfg(offline_fraction=0.5, start_steps=100, log_every=100)
     critic, _ = pretrain_vlm_critic(data, SPACE, cfg, 200, seed=0, progress=False)
     env = PointMass()
-    agent = ERPvAgent.for_env(env, cfg, critic, seed=0)
-    buffer = ReplayBuffer("state", (1,), 1, 5000, offline=data)
-    _, logs = train_off_policy(
-        env, agent, buffer, 300, seed=0, offline_fraction=0.5, start_steps=100, log_every=100,
-        progress=False,
-    )  # fmt: skip
+    agent = ERPvAgent.for_env(env, cfg, vlm_critic=critic, seed=0)
+    buffer = ReplayBuffer(
+        "state", (1,), 1, 5000, offline=data, offline_fraction=cfg.offline_fraction
+    )
+    _, logs = train_off_policy(env, agent, buffer, 300, seed=0, progress=False)
     last = logs[-1]
     for key in ("vpg/q_f", "vpg/gate_open", "alpha", "ver/G", "ver/alpha_target", "vpg/loss"):
         assert key in last and math.isfinite(last[key]), key
@@ -286,7 +293,11 @@ def test_erpv_end_to_end_on_point_mass(tmp_path):
     # VER pulls alpha towards sigmoid(G) > 0.5 (the paper's eq. 7 as printed), from alpha_0 = 0.1
     assert last["alpha"] > 0.1
     agent.save(tmp_path / "agent")
-    loaded = SACAgent.load(tmp_path / "agent")
+    loaded = SACAgent.load(tmp_path / "agent", params_class=ERPvParams)  # ERPv's settings
+    assert type(loaded) is SACAgent and loaded.cfg == cfg
+    by_method = load_agent(tmp_path / "agent")  # the method the checkpoint records: erpv
+    assert type(by_method) is SACAgent and by_method.cfg == cfg
     x = np.array([0.3], np.float32)
     np.testing.assert_array_equal(agent.act(x, True), loaded.act(x, True))
+    np.testing.assert_array_equal(agent.act(x, True), by_method.act(x, True))
     assert np.isfinite(play_episodes(PointMass(), deployed(loaded), 1, seed=0).returns).all()

@@ -16,14 +16,16 @@ from pydantic import ValidationError
 from pipeline.agents.networks import CrossAttention, SemoreEncoder, motion_input, transition_nll
 from pipeline.agents.semore import (
     SemoreAgent,
+    SemoreParams,
     reasonable_indices,
     selective_probability,
     selective_sample,
     similarity_loss,
     ssim,
 )
-from pipeline.config import SemoreParams, load_params
+from pipeline.config import load_params
 from pipeline.dataset.stacking import FrameStacker
+from pipeline.methods.table import get_method, load_agent
 from tests.conftest import REPO
 
 SIDE = 24  # frames 24x24: 2 convs -> 9x9 feature maps
@@ -178,7 +180,7 @@ def test_transition_and_reward_heads_are_eq_8_and_9():
         reward_pred = agent.reward_model(torch.cat([feats["z"], action], -1))  # R(z_t, a_t)
         reward = F.mse_loss(reward_pred, batch["reward"])  # eq. 9
     assert agent.transition.fc_mu.out_features == 16  # predicts z_m, not [z_s, z_m]
-    metrics = agent.update(batch, step=0)
+    metrics = agent.update(batch)
     assert metrics["transition_loss"] == pytest.approx(transition.item(), rel=1e-5)
     assert metrics["reward_loss"] == pytest.approx(reward.item(), rel=1e-5)
     torch.testing.assert_close(transition, transition_nll(next_z_m, mu, torch.ones_like(mu)).mean())
@@ -193,7 +195,7 @@ def test_f_v_is_a_stop_gradient_target_of_the_target_encoder():
     zero_mask = torch.zeros(16, 1, SIDE, SIDE, dtype=torch.uint8)
     black = agent.encoder_target.semantic.feature_map(torch.zeros(16, 3, SIDE, SIDE))
     torch.testing.assert_close(agent.knowledge_map(batch["obs"], zero_mask), black.detach())
-    agent.update(batch, step=0)
+    agent.update(batch)
     assert all(p.grad is None for p in agent.encoder_target.parameters())
     assert agent.encoder.semantic.convs[0].weight.grad is not None
 
@@ -201,15 +203,15 @@ def test_f_v_is_a_stop_gradient_target_of_the_target_encoder():
 def test_rows_without_a_mask_get_no_similarity_loss():
     agent = SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params(variant="m3"), seed=0)
     none = random_batch(mask_share=0.0)
-    assert "similarity_loss" not in agent.update(none, step=0)
+    assert "similarity_loss" not in agent.update(none)
     batch = random_batch(mask_share=0.25)
-    metrics = agent.update(batch, step=1)
+    metrics = agent.update(batch)
     assert metrics["mask_rows"] == pytest.approx(0.25)
     # the loss is the mean over the masked rows only: their masks alone matter
     other = dict(batch, mask=batch["mask"].clone())
     other["mask"][4:] = 255 - other["mask"][4:]
     a, b = (SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params(variant="m3")) for _ in range(2))
-    assert a.update(batch, 0)["similarity_loss"] == b.update(other, 0)["similarity_loss"]
+    assert a.update(batch)["similarity_loss"] == b.update(other)["similarity_loss"]
 
 
 # --- selective replay ------------------------------------------------------------------------
@@ -261,8 +263,9 @@ def test_each_ablation_builds_and_trains_exactly_its_parts(variant):
     assert (agent.encoder.attention is not None) == attention
     assert (agent.transition is not None) == transition
     assert agent.encoder.feature_dim == (32 if motion else 16)  # z = [z_s, z_m] or z_s
-    agent.update(random_batch(), step=0)
-    metrics = agent.update(random_batch(seed=1), step=1)  # step 2: actor and alpha too
+    agent.update(random_batch())
+    metrics = agent.update(random_batch(seed=1))  # update 2: actor and alpha too
+    assert agent.update_step == 2
     extra = {"mask_rows"} if "similarity_loss" in losses else set()
     assert set(metrics) == _SAC_KEYS | losses | extra
 
@@ -270,9 +273,11 @@ def test_each_ablation_builds_and_trains_exactly_its_parts(variant):
 def test_weights_switch_their_terms_off():
     zero = {"similarity_weight": 0.0, "transition_weight": 0.0, "reward_weight": 0.0}
     agent = SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params(**zero))
-    assert set(agent.update(random_batch(), step=1)) == _SAC_KEYS
+    agent.update_step = 1  # the next update is the 2nd: actor and alpha too
+    assert set(agent.update(random_batch())) == _SAC_KEYS
     plain = SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params(variant="sac", aux_weight=0.0))
-    assert set(plain.update(random_batch(), step=1)) == _SAC_KEYS  # plain pixel SAC
+    plain.update_step = 1
+    assert set(plain.update(random_batch())) == _SAC_KEYS  # plain pixel SAC
 
 
 def test_params_validate():
@@ -293,7 +298,8 @@ def test_params_validate():
 
 def test_deployed_policy_acts_without_any_mask(monkeypatch):
     agent = SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params(), seed=0)
-    agent.update(random_batch(), step=1)
+    agent.update_step = 1
+    agent.update(random_batch())  # the 2nd update: the actor has trained
 
     def no_masks(*args: Any) -> None:
         raise AssertionError("acting must not compute F_v")
@@ -314,10 +320,10 @@ def test_deployed_policy_acts_without_any_mask(monkeypatch):
 def test_save_load_gives_the_same_actions(tmp_path):
     agent = SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params(), seed=3)
     for step in range(4):
-        agent.update(random_batch(seed=step), step)
+        agent.update(random_batch(seed=step))
     agent.save(tmp_path / "semore")
     loaded = SemoreAgent.load(tmp_path / "semore")
-    assert loaded.update_step == 4 and loaded.params == agent.params
+    assert loaded.update_step == 4 and loaded.cfg == agent.cfg
     obs = random_batch(b=5, seed=9)["obs"].numpy()
     for x in obs:
         np.testing.assert_array_equal(loaded.act(x, True), agent.act(x, True))
@@ -326,14 +332,17 @@ def test_save_load_gives_the_same_actions(tmp_path):
         torch.manual_seed(0)
         np.testing.assert_array_equal(loaded.act(x), sampled)
     other = SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params(variant="m3"))
-    with pytest.raises(ValueError, match="other params"):
+    with pytest.raises(ValueError, match="another config"):
         other.load_weights(tmp_path / "semore")
+    by_method = load_agent(tmp_path / "semore")  # the method the checkpoint records: semore
+    assert isinstance(by_method, SemoreAgent) and by_method.cfg == agent.cfg
+    np.testing.assert_array_equal(by_method.act(obs[0], True), agent.act(obs[0], True))
 
 
 def test_a_tiny_update_loop_reduces_the_losses():
     agent = SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params(gamma=0.01), seed=0)
     batch = random_batch(b=16)
-    rows = [agent.update(batch, step) for step in range(60)]
+    rows = [agent.update(batch) for _ in range(60)]
 
     def mean(key: str, part: slice) -> float:
         return float(np.mean([r[key] for r in rows[part]]))
@@ -355,7 +364,8 @@ def test_updates_on_replay_buffer_batches_without_masks():
         frame = rng.integers(0, 256, (SIDE, SIDE, 3), dtype=np.uint8)
         buffer.add(SPACE.sample(), 1.0, frame, False)
     agent = SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params())
-    metrics = agent.update(buffer.sample(8, 0.0, rng), step=1)
+    agent.update_step = 1
+    metrics = agent.update(buffer.sample(8, rng))
     assert "similarity_loss" not in metrics and np.isfinite(metrics["loss"])
 
 
@@ -399,7 +409,8 @@ def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segm
     import subprocess
     import sys
 
-    from pipeline.evaluation import evaluate_policy, load_policy
+    from pipeline.agents.checkpoint import read_meta
+    from pipeline.evaluation import deployed, evaluate_policy
     from tests.conftest import REPO
 
     env = "CarRacing-v3"
@@ -420,7 +431,7 @@ def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segm
     assert not [m for m in modules if m.startswith(forbidden)]
     summary = json.loads((d / "summary.json").read_text())
     assert "similarity_loss" in summary or any(k.startswith("similarity") for k in summary)
-    policy = load_policy(d / "model")  # as deployed: no mask anywhere
+    policy = deployed(load_agent(d / "model"), read_meta(d / "model"))  # as deployed: no mask
     result = evaluate_policy(policy, env, load_params(p).env[env], 1, seed=0)
     assert result.episodes == 1 and np.isfinite(result.return_mean)
 
@@ -431,16 +442,16 @@ def test_an_interrupted_semore_training_resumes_to_the_uninterrupted_result(
     """Interrupted after its second resume checkpoint, the rerun goes on from it and ends with
     the same networks, curve and logs as a run never interrupted."""
     from pipeline.config import TrainRun
-    from pipeline.training import TrainInputs, train_sac_run
+    from pipeline.methods.base import TrainInputs
 
     d, p = semore_pipeline
     params = load_params(p)
-    params = params.model_copy(
-        update={"semore": params.semore.model_copy(update={"checkpoint_every": 20})}
-    )
+    params = params.model_copy(update={"semore": {**params.section("semore"), "resume_every": 20}})
+    method = get_method("semore")
+    assert method.params(params).resume_every == 20
     run = TrainRun(env="CarRacing-v3", method="semore", steps=60, seed=0)
     inputs = TrainInputs(d / "r", d / "labels.parquet", dataset=d / "ds")
-    whole = train_sac_run("s", run, params, inputs, progress=False, resume_dir=d / "whole")
+    whole = method.train("s", run, params, inputs, progress=False, resume_dir=d / "whole")
 
     update, calls = SemoreAgent.update, [0]
 
@@ -452,12 +463,12 @@ def test_an_interrupted_semore_training_resumes_to_the_uninterrupted_result(
 
     monkeypatch.setattr(SemoreAgent, "update", dies_at_update_25)
     with pytest.raises(KeyboardInterrupt):
-        train_sac_run("s", run, params, inputs, progress=False, resume_dir=d / "killed")
+        method.train("s", run, params, inputs, progress=False, resume_dir=d / "killed")
     assert (d / "killed" / "state.pt").exists()
     monkeypatch.setattr(SemoreAgent, "update", update)
-    resumed = train_sac_run("s", run, params, inputs, progress=False, resume_dir=d / "killed")
-    assert resumed[1] == whole[1] and resumed[2] == whole[2]  # curve and logs
-    a, b = whole[0].training_state(), resumed[0].training_state()
+    resumed = method.train("s", run, params, inputs, progress=False, resume_dir=d / "killed")
+    assert resumed.curve == whole.curve and resumed.logs == whole.logs
+    a, b = whole.agent.training_state(), resumed.agent.training_state()
     for name, state in a["modules"].items():
         for key, tensor in state.items():
             assert torch.equal(tensor, b["modules"][name][key]), (name, key)
@@ -469,7 +480,9 @@ def test_semore_ablation_presets_parse_over_params_yaml(preset):
     from benchmarks.semore_ablation import load_preset
 
     params, steps = load_preset(str(REPO / "params.yaml"), str(REPO / "benchmarks/params" / preset))
-    assert steps > params.semore.start_steps and params.semore.network.obs == "pixels"
+    hp = get_method("semore").params(params)
+    assert isinstance(hp, SemoreParams)
+    assert steps > hp.start_steps and hp.network.obs == "pixels"
 
 
 def test_semore_ablation_table_reports_the_ordering():

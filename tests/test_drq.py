@@ -1,0 +1,104 @@
+"""Method `drq`: the random shift is a whole-pixel crop of the replicate-padded frame, and a DrQ
+run trains from pixels and comes back through the method table's `load_agent`."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pipeline.agents.sac import SACAgent
+from pipeline.config import ConfigError, parse_params
+from pipeline.dataset.stacking import FrameStacker
+from pipeline.methods.base import TrainInputs
+from pipeline.methods.drq import DrQAgent, DrQParams, random_shift
+from pipeline.methods.table import METHODS, check_params, get_method, load_agent
+from tests.conftest import TINY_COLLECT
+
+
+def test_random_shift_is_a_crop_of_the_padded_frame():
+    torch.manual_seed(0)
+    pad = 3
+    x = torch.randint(0, 256, (64, 6, 12, 12), dtype=torch.uint8)
+    out = random_shift(x, pad)
+    padded = F.pad(x.float(), (pad,) * 4, mode="replicate")
+    offsets = set()
+    for i in range(len(x)):
+        matches = [
+            (dy, dx)
+            for dy in range(2 * pad + 1)
+            for dx in range(2 * pad + 1)
+            if torch.equal(out[i], padded[i, :, dy : dy + 12, dx : dx + 12])
+        ]
+        assert matches, f"row {i} is not a whole-pixel shift of its frame"
+        offsets.add(matches[0])
+    assert len(offsets) > 10  # rows shift independently, over the whole range
+    assert {dy for dy, _ in offsets} == set(range(2 * pad + 1))
+
+
+def _params(tmp_steps: int = 40) -> dict:
+    net = {"obs": "pixels", "frame_stack": 2, "feature_dim": 8, "hidden_dim": 16,
+           "encoder_layers": 2, "encoder_filters": 4, "transition_hidden_dim": 16}  # fmt: skip
+    return {
+        "envs": ["MountainCarContinuous-v0"],
+        "env": {"MountainCarContinuous-v0": {"image_size": 24, "action_repeat": 1,
+                                             "max_episode_steps": 15, "include_state": True}},
+        "collect": {"MountainCarContinuous-v0": dict(TINY_COLLECT)},
+        "train": {"drq-run": {"env": "MountainCarContinuous-v0", "method": "drq",
+                              "steps": tmp_steps, "seed": 0}},
+        "drq": {"network": net, "batch_size": 8, "start_steps": 10, "aux_weight": 0.0,
+                "image_pad": 2, "log_every": 20, "eval_episodes": 0},
+    }  # fmt: skip
+
+
+def test_drq_trains_from_pixels_and_reloads(tmp_path):
+    params = parse_params(_params())
+    check_params(params)
+    inputs = TrainInputs(tmp_path / "rollouts", tmp_path / "labels.parquet")  # reads neither
+    result = get_method("drq").train("drq-run", params.train["drq-run"], params, inputs,
+                                     progress=False)  # fmt: skip
+    agent = result.agent
+    assert isinstance(agent, DrQAgent) and agent.update_step == 40 - 10 + 1
+    assert result.meta["method"] == "drq" and result.meta["obs"] == "pixels"
+    assert any("critic_loss" in row for row in result.logs)
+    agent.save(tmp_path / "agent", result.meta)
+
+    loaded = load_agent(tmp_path / "agent")
+    assert type(loaded) is SACAgent  # deployed as SAC's networks, no augmentation
+    assert isinstance(loaded.cfg, DrQParams) and loaded.cfg.image_pad == 2
+    frames = np.random.default_rng(0).integers(0, 256, (3, 24, 24, 3), dtype=np.uint8)
+    stacker = FrameStacker(2, "pixels")
+    for i, frame in enumerate(frames):
+        x = stacker.reset(frame) if i == 0 else stacker.step(frame)
+        np.testing.assert_array_equal(loaded.act(x, True), agent.act(x, True))
+
+
+def test_drq_update_sees_shifted_frames():
+    """The same batch gives another update with the shift than without it (SAC's update)."""
+    cfg = DrQParams.model_validate(_params()["drq"])
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    rng = np.random.default_rng(0)
+    batch = {
+        "obs": torch.as_tensor(rng.integers(0, 256, (8, 6, 24, 24), dtype=np.uint8)),
+        "next_obs": torch.as_tensor(rng.integers(0, 256, (8, 6, 24, 24), dtype=np.uint8)),
+        "action": torch.zeros(8, 1), "reward": torch.ones(8), "done": torch.zeros(8),
+    }  # fmt: skip
+    drq, sac = DrQAgent((24, 24, 3), space, cfg, seed=1), SACAgent((24, 24, 3), space, cfg, seed=1)
+    torch.manual_seed(0)
+    q_drq = drq.update(batch)["q"]
+    torch.manual_seed(0)
+    q_sac = sac.update(batch)["q"]
+    assert q_drq != q_sac
+
+
+def test_drq_refuses_state_observations():
+    raw = _params()
+    raw["drq"]["network"]["obs"] = "state"
+    with pytest.raises(ConfigError, match="DrQ augments frames"):
+        check_params(parse_params(raw))
+
+
+def test_the_table_lists_drq_as_a_method():
+    assert METHODS["drq"].params_class is DrQParams
