@@ -13,7 +13,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from pipeline.agents.off_policy import OffPolicyAgent, SACParams, env_obs_shape, train_off_policy
+from pipeline.agents.loop import train_off_policy
+from pipeline.agents.off_policy import OffPolicyAgent, SACParams, env_obs_shape
 from pipeline.agents.replay import OfflinePool, ReplayBuffer
 from pipeline.config import Params, TrainRun
 from pipeline.dataset.transitions import Label, OfflineTransitions, load_offline_transitions
