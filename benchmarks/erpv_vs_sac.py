@@ -9,42 +9,46 @@ cartpole-swingup and MountainCarContinuous-v0, the default `sac` / `erpv` sectio
   labelling THE SAME rollouts; its own label table, dataset and C_V. The paper's claim (4.4,
   table 4): even then ERPv stays "comparable to base RL".
 
-Data prep, once per env in the main process, cached under `<out>/work/<env>/` (skipped when
-present): a snapshot of the default dataset `data/datasets/<env>` (checked to be built from the
-current `data/rollouts/<env>`), the constant teacher's labels of those rollouts, their masks
-(scripted back end, as stages/masks.py), dataset (as stages/dataset.py), and one C_V per teacher
-(as stages/pretrain_critic.py). Nothing under models/ is read.
+Data (benchmarks.sweep.prepare_data, in the main process, under `<out>/work/<env>/`, each part
+built once): the scripted cells read the pipeline's own `data/datasets/<env>` (checked to be built
+from the current `data/rollouts/<env>`); the constant teacher's labels of those rollouts, their
+masks and dataset are made by the label, masks and dataset stages' functions; one C_V per dataset
+by pretrain_critic. Nothing under models/ is read.
 
-Every (env, method, seed) run trains with pipeline.training.train_sac_run in a spawned
-single-thread worker, saves the agent as the train stage does, and is evaluated as deployed
-(deterministic, teacher detached) on `--eval-episodes` episodes from seed 10,000. Results are
-saved to `<out>/results.json` after each run; a rerun with the same --out skips finished runs.
-Prints one table (final eval return mean +- std over seeds, steps to the THRESHOLDS below, MCC
-deployment success) and writes aggregated learning curves and ERPv's Q_f / alpha per env (PNG).
+Every (env, method, seed) cell trains with pipeline.training.train_run in a spawned
+single-thread worker (benchmarks.sweep.run_cells) and is evaluated as deployed (load_agent +
+deployed: deterministic, teacher detached) on `--eval-episodes` episodes from seed 10,000. Each
+cell's result goes to `<out>/cells/<cell>.json` when its run ends and a rerun skips the cells that
+have one; `<out>/results.json` gathers them. `--cell NAME` reruns one cell (`--list-cells` names
+them). Prints one table (final eval return mean +- std over seeds, steps to the THRESHOLDS below,
+MCC deployment success) and writes aggregated learning curves and ERPv's Q_f / alpha per env (PNG).
 
     python -m benchmarks.erpv_vs_sac --steps 10000 --seeds 3 --workers 2 --out reports/erpv_vs_sac
+    python -m benchmarks.erpv_vs_sac --steps 10000 --seeds 3 --out reports/erpv_vs_sac \\
+        --cell cartpole-swingup-erpv-constant-seed1
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import multiprocessing
 import shlex
-import shutil
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.config import Params, TrainRun, load_params
-from pipeline.dataset.layout import read_info
-from pipeline.io import atomic_write_bytes, atomic_write_json, sha256_file
-from pipeline.rollouts.format import MANIFEST_NAME
+from benchmarks.sweep import (
+    Cell,
+    Trained,
+    add_sweep_arguments,
+    prepare_data,
+    run_cells,
+    steps_to,
+)
+from pipeline.config import Params, load_params
+from pipeline.io import atomic_write_bytes, atomic_write_json
 
 ENVS = ("cartpole-swingup", "MountainCarContinuous-v0")
 # method -> (train method, teacher whose labels ERPv reads; None: SAC reads no labels)

@@ -1,0 +1,511 @@
+"""The one mechanism of the benchmark sweeps (erpv_vs_sac, hybrid_vs_ppo, semore_ablation): a
+table of cells, each one run of the train stage, run in one process pool with one result file per
+cell, and the data a cell reads prepared by the stages' own functions.
+
+- A `Cell` is a name, the `train.<name>` entry of params.yaml it trains (env, method, steps, seed,
+  ...), `overrides` of method sections (`{section: {key: value}}`: those keys of that section of
+  params.yaml are replaced), the data it reads (`data`: a key the benchmark's `prepare` maps to
+  `TrainInputs`) and `info`, the benchmark's own columns (copied into the result; evaluation
+  settings belong here).
+- `prepare_data` builds what a teacher's labels give for an env, as the DVC stages do and by the
+  functions they call: label (stages/label.py: label_rollouts), masks (stages/masks.py:
+  compute_masks), dataset (stages/dataset.py: build_dataset) and C_V (stages/pretrain_critic.py:
+  pretrain_critic), into directories named by a hash of what they depend on (rollouts manifest,
+  label / masks / dataset / critic settings), so that a rerun or another benchmark reuses them.
+  With no teacher (`label=None`) the pipeline's own outputs under `--data` are read as they are.
+- `run_cells` trains every cell that has no result yet with pipeline.training.train_run in a
+  spawned single-process worker (agent in `<out>/agents/<cell>`, dvclive curves in
+  `<out>/live/<cell>`, a killed run's resume state in `<out>/resume/<cell>`), then calls the
+  benchmark's `finish(cell, params, agent_dir, trained)` there for its evaluation (deployment:
+  pipeline.methods.table.load_agent + pipeline.evaluation.deployed + play_episodes /
+  evaluate_policy) and writes the result to `<out>/<results_dir>/<cell>.json` atomically. A rerun
+  skips cells whose result exists and was made with the same settings (run, method section,
+  env, data); a result made with other settings is stale and run again.
+
+Command line (`add_sweep_arguments`, the same for every sweep):
+
+    --cell NAME          rerun that cell only (repeatable; shell patterns such as
+                         'hybrid-seed*' match several): its result, agent, curves and resume
+                         state are deleted first; the other cells' results are kept and the
+                         report is rebuilt from all of them
+    --list-cells         print every cell of the table and whether it has a result; run nothing
+    --workers N          runs in parallel (processes, one torch thread each unless --threads)
+    --time-budget S      start no run after S seconds (rerun the same command to go on)
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+import json
+import multiprocessing
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from pipeline.config import LabelConfig, Params, parse_params
+from pipeline.io import atomic_write_json, sha256_file
+from pipeline.methods.base import TrainInputs
+from pipeline.rollouts.format import MANIFEST_NAME
+
+PREP_DONE = "prep.json"  # written last in a prepared directory: its content is complete
+
+
+# ---- steps to a threshold ----------------------------------------------------------------------
+
+
+def steps_to(curve: Iterable[tuple[int, float]], threshold: float, window: int = 1) -> int | None:
+    """First step at which the mean of the last `window` values of `curve` ((step, value) rows:
+    episode returns, or periodic evaluations with window 1) is >= threshold; None if never."""
+    rows = list(curve)
+    values = [v for _, v in rows]
+    for i in range(window - 1, len(rows)):
+        if np.mean(values[i - window + 1 : i + 1]) >= threshold:
+            return int(rows[i][0])
+    return None
+
+
+# ---- data a cell reads ---------------------------------------------------------------------------
+
+
+def default_inputs(data: str | Path, env_id: str) -> TrainInputs:
+    """The pipeline's own outputs for `env_id` under `data` (dvc.yaml's layout)."""
+    data = Path(data)
+    return TrainInputs(
+        data / "rollouts" / env_id,
+        data / "labels" / f"{env_id}.parquet",
+        dataset=data / "datasets" / env_id,
+    )
+
+
+def content_key(material: Any) -> str:
+    """A short hash of a JSON-able value: the name of a directory built from it."""
+    text = json.dumps(material, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def prepare_data(
+    env_id: str,
+    params: Params,
+    data: str | Path,
+    work: str | Path,
+    label: LabelConfig | None = None,
+    *,
+    dataset: bool = True,
+    critic: bool = False,
+) -> TrainInputs:
+    """The inputs of a run on `env_id` when `label`'s teacher labels the pipeline's rollouts
+    (`<data>/rollouts/<env>`): its label table, and with `dataset` its masks and dataset, with
+    `critic` its C_V; each built once under `<work>/<env>/` by the functions the label, masks,
+    dataset and pretrain_critic stages call, with params' `masks`, `dataset` and `critic`
+    settings. `label=None`: the pipeline's own label table and dataset under `data`, read in place
+    (the dataset checked to be built from the current rollouts)."""
+    from pipeline.dataset.layout import read_info
+
+    base = default_inputs(data, env_id)
+    rollouts = base.rollouts
+    manifest_sha = sha256_file(rollouts / MANIFEST_NAME)
+    root = Path(work) / env_id
+    if label is None:
+        labels, dataset_dir = base.labels, base.dataset if dataset else None
+        if dataset_dir is not None:
+            built_from = read_info(dataset_dir).get("sources", {}).get("rollout_manifest_sha256")
+            if built_from != manifest_sha:
+                raise SystemExit(
+                    f"{dataset_dir} was not built from the current {rollouts}: run `dvc repro "
+                    f"dataset@{env_id}` first"
+                )
+    else:
+        labels_key = content_key({"rollouts": manifest_sha, "label": label.model_dump(mode="json")})
+        labels = _labels(env_id, rollouts, label, root, labels_key)
+        dataset_dir = None
+        if dataset:
+            dataset_dir = _dataset(env_id, params, rollouts, labels, root, labels_key)
+    critics = None
+    if critic:
+        assert dataset_dir is not None, "C_V is trained on a dataset: pass dataset=True"
+        critics = _critic(env_id, params, dataset_dir, root)
+    return TrainInputs(rollouts, labels, dataset=dataset_dir, critics=critics)
+
+
+def _labels(env_id: str, rollouts: Path, label: LabelConfig, root: Path, key: str) -> Path:
+    """stages/label.py: label_rollouts with `label`'s teacher (answers cached per env)."""
+    from pipeline.labelling.label import label_rollouts
+    from pipeline.teachers import make_teacher
+
+    directory = root / f"labels-{key}"
+    out = directory / "labels.parquet"
+    if (directory / PREP_DONE).exists():
+        return out
+    started = time.perf_counter()
+    summary = label_rollouts(
+        rollouts, label, make_teacher(label.teacher), root / "label_cache", out, progress=False
+    )
+    stats = {
+        "env": env_id,
+        "label": label.model_dump(mode="json"),
+        "rows": summary.rows,
+        "teacher_calls": summary.teacher_calls,
+        "statuses": dict(summary.statuses),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    atomic_write_json(directory / PREP_DONE, stats)
+    print(f"{env_id}: labels of teacher {label.teacher.backend} -> {out} {stats}", flush=True)
+    return out
+
+
+def _dataset(
+    env_id: str, params: Params, rollouts: Path, labels: Path, root: Path, labels_key: str
+) -> Path:
+    """stages/masks.py then stages/dataset.py: compute_masks and build_dataset."""
+    from pipeline.dataset.build import build_dataset
+    from pipeline.masks import make_mask_backend
+    from pipeline.masks.compute import compute_masks
+
+    if params.masks is None or params.dataset is None:
+        raise SystemExit("params.yaml needs `masks` and `dataset` sections to build a dataset")
+    key = content_key(
+        {
+            "labels": labels_key,
+            "masks": params.masks.model_dump(mode="json"),
+            "dataset": params.dataset.model_dump(mode="json"),
+        }
+    )
+    directory = root / f"dataset-{key}"
+    if (directory / PREP_DONE).exists():
+        return directory / "dataset"
+    if directory.exists():
+        shutil.rmtree(directory)  # a half-done build
+    started = time.perf_counter()
+    masks = compute_masks(
+        rollouts,
+        labels,
+        make_mask_backend(params.masks),
+        root / "mask_cache",
+        directory / "masks.parquet",
+        batch_size=params.masks.batch_size,
+        progress=False,
+    )
+    info = build_dataset(
+        rollouts,
+        labels,
+        directory / "masks.parquet",
+        directory / "dataset",
+        shard_max_samples=params.dataset.shard_max_samples,
+    )
+    stats = {
+        "env": env_id,
+        "labels": str(labels),
+        "frames_with_masks": masks.statuses["ok"],
+        "samples": info["counts"]["samples"],
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    atomic_write_json(directory / PREP_DONE, stats)
+    print(f"{env_id}: dataset -> {directory / 'dataset'} {stats}", flush=True)
+    return directory / "dataset"
+
+
+def _critic(env_id: str, params: Params, dataset: Path, root: Path) -> Path:
+    """stages/pretrain_critic.py: pretrain_critic; returns the critics directory (C_V in
+    `<it>/<env>`, as TrainInputs.critics)."""
+    from pipeline.curves import write_training_log
+    from pipeline.dataset.layout import dataset_hashes
+    from pipeline.methods.erpv import pretrain_critic
+
+    if params.critic is None:
+        raise SystemExit("params.yaml needs a `critic` section to pre-train C_V")
+    key = content_key(
+        {
+            "dataset": dataset_hashes(dataset),
+            "critic": params.critic.model_dump(mode="json"),
+            "erpv": params.section("erpv"),
+        }
+    )
+    directory = root / f"critic-{key}"
+    if (directory / PREP_DONE).exists():
+        return directory
+    if directory.exists():
+        shutil.rmtree(directory)
+    started = time.perf_counter()
+    logs = pretrain_critic(env_id, params, dataset, directory / env_id, progress=False)
+    write_training_log(directory / "live", directory / "critic.json", rows=logs)
+    stats = {
+        "env": env_id,
+        "dataset": str(dataset),
+        "last_log": logs[-1] if logs else {},
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    atomic_write_json(directory / PREP_DONE, stats)
+    print(f"{env_id}: C_V on {dataset} -> {directory / env_id} {stats}", flush=True)
+    return directory
+
+
+# ---- cells ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a benchmark's table. `run`: its train.<name> entry (env, method, steps, seed
+    and the method's run options); `overrides`: `{section: {key: value}}` replaced in params.yaml
+    for this run; `data`: the key of its inputs (the benchmark's `prepare`); `info`: the
+    benchmark's columns and evaluation settings, copied into the result."""
+
+    name: str
+    run: dict[str, Any]
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    data: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def env(self) -> str:
+        return self.run["env"]
+
+    @property
+    def method(self) -> str:
+        return self.run["method"]
+
+
+def cell_params(params_path: str | Path, cell: Cell) -> Params:
+    """params.yaml with the cell's section overrides and its one train run."""
+    raw = yaml.safe_load(Path(params_path).read_text())  # `<<: *sac` merges are resolved here
+    for section, keys in cell.overrides.items():
+        raw[section] = {**(raw.get(section) or {}), **keys}
+    raw["train"] = {cell.name: cell.run}
+    return parse_params(raw, source=f"{params_path} + cell {cell.name}")
+
+
+def cell_spec(cell: Cell, params: Params, inputs: TrainInputs) -> dict[str, Any]:
+    """What a cell's result depends on; a stored result with another spec is stale."""
+    from pipeline.dataset.layout import dataset_hashes
+
+    data = inputs.hashes()
+    if inputs.dataset is not None:
+        data |= dataset_hashes(inputs.dataset)
+    spec = {
+        "run": cell.run,
+        "info": cell.info,
+        "section": params.section(cell.method),
+        "env": params.env[cell.env].model_dump(mode="json"),
+        "inputs": {k: str(v) for k, v in asdict(inputs).items() if v is not None},
+        "data": data,
+    }
+    return json.loads(json.dumps(spec, default=str))  # as it reads back from the result file
+
+
+@dataclass
+class Trained:
+    """What training left for `finish`: the curve (step, native return of each episode), the
+    metric rows (each with a `step`) and the seconds it took."""
+
+    curve: list[tuple[int, float]]
+    logs: list[dict[str, float]]
+    seconds: float
+
+
+Finish = Callable[[Cell, Params, Path, Trained], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _Job:
+    cell: Cell
+    params: str
+    inputs: TrainInputs
+    out: str
+    threads: int
+    finish: Finish
+    spec: dict[str, Any]
+
+
+def read_logs(live_dir: str | Path) -> list[dict[str, float]]:
+    """The metric rows a run wrote through dvclive (pipeline.curves), back as rows keyed by step
+    (every metric but the episode `return`)."""
+    from pipeline.curves import METRICS_SUBDIR, RETURN, read_metric
+
+    root = Path(live_dir) / METRICS_SUBDIR
+    rows: dict[int, dict[str, float]] = {}
+    for path in sorted(root.rglob("*.tsv")):
+        name = path.relative_to(root).with_suffix("").as_posix()
+        if name == RETURN:
+            continue
+        for step, value in read_metric(live_dir, name):
+            rows.setdefault(step, {"step": float(step)})[name] = value
+    return [rows[s] for s in sorted(rows)]
+
+
+def _run_cell(job: _Job) -> dict[str, Any]:
+    """One cell in a worker: train_run as the train stage, then the benchmark's `finish`."""
+    import torch
+
+    from pipeline.training import train_run
+
+    torch.set_num_threads(job.threads)  # small nets: runs in parallel processes instead
+    cell, out = job.cell, Path(job.out)
+    params = cell_params(job.params, cell)
+    live = out / "live" / cell.name
+    started = time.perf_counter()
+    curve = train_run(
+        cell.name,
+        params,
+        job.inputs,
+        out / "agents" / cell.name,
+        live,
+        out / "live" / f"{cell.name}.json",
+        resume_dir=out / "resume" / cell.name,
+        progress=False,
+    )
+    seconds = time.perf_counter() - started
+    trained = Trained([(int(s), float(r)) for s, r in curve], read_logs(live), seconds)
+    result = job.finish(cell, params, out / "agents" / cell.name, trained)
+    return {**result, "spec": job.spec}
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser, workers: int = 1) -> None:
+    parser.add_argument(
+        "--cell",
+        action="append",
+        metavar="NAME",
+        help="rerun this cell only (repeatable; shell patterns allowed): its result is deleted "
+        "and made again, the other cells' results are kept",
+    )
+    parser.add_argument("--list-cells", action="store_true", help="list the cells; run nothing")
+    parser.add_argument("--workers", type=int, default=workers, help="runs in parallel")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument(
+        "--time-budget", type=float, default=None, help="start no run after this many seconds"
+    )
+
+
+@dataclass
+class Sweep:
+    """The outcome of `run_cells`: the result of every cell that has a current one, by name;
+    the cells that have none (not run, failed, stale and not selected)."""
+
+    results: dict[str, dict[str, Any]]
+    missing: list[str]
+    failures: int
+
+    def ordered(self, cells: Iterable[Cell]) -> list[dict[str, Any]]:
+        return [self.results[c.name] for c in cells if c.name in self.results]
+
+
+def _select(cells: list[Cell], patterns: list[str]) -> list[Cell]:
+    chosen = []
+    for pattern in patterns:
+        matched = [c for c in cells if fnmatch.fnmatchcase(c.name, pattern)]
+        if not matched:
+            known = ", ".join(c.name for c in cells)
+            raise SystemExit(f"--cell {pattern}: no such cell (cells: {known})")
+        chosen += [c for c in matched if c not in chosen]
+    return chosen
+
+
+def forget_cell(out: Path, results_dir: str, name: str) -> None:
+    """Delete a cell's result and everything its run left (agent, curves, resume state)."""
+    (out / results_dir / f"{name}.json").unlink(missing_ok=True)
+    (out / "live" / f"{name}.json").unlink(missing_ok=True)
+    for sub in ("agents", "live", "resume"):
+        shutil.rmtree(out / sub / name, ignore_errors=True)
+
+
+def run_cells(
+    cells: list[Cell],
+    args: argparse.Namespace,
+    *,
+    params: str | Path,
+    out: Path,
+    prepare: Callable[[str | None], TrainInputs],
+    finish: Finish,
+    describe: Callable[[dict[str, Any]], str] = lambda r: "done",
+    results_dir: str = "cells",
+) -> Sweep | None:
+    """Run the cells of a table that have no current result (all, or those `--cell` names), in a
+    pool of `--workers` spawned processes; each result is written to
+    `<out>/<results_dir>/<cell>.json` as soon as its run ends. `prepare(data key)` gives a cell's
+    inputs (called in this process, once per key). Returns None with `--list-cells`."""
+    started = time.monotonic()
+    names = [c.name for c in cells]
+    if len(set(names)) != len(names):
+        raise ValueError("cell names must be unique")
+    directory = out / results_dir
+    if args.list_cells:
+        for c in cells:
+            state = "result" if (directory / f"{c.name}.json").exists() else "no result"
+            print(f"{c.name:48} {state}")
+        return None
+    selected = _select(cells, args.cell) if args.cell else None
+    for c in selected or []:
+        forget_cell(out, results_dir, c.name)
+    inputs: dict[str | None, TrainInputs] = {}
+
+    def inputs_of(cell: Cell) -> TrainInputs:
+        if cell.data not in inputs:
+            inputs[cell.data] = prepare(cell.data)
+        return inputs[cell.data]
+
+    results: dict[str, dict[str, Any]] = {}
+    todo: list[_Job] = []
+    stale: list[str] = []
+    for c in cells:
+        path = directory / f"{c.name}.json"
+        to_run = selected is None or c in selected
+        if not to_run and not path.exists():
+            continue
+        spec = cell_spec(c, cell_params(params, c), inputs_of(c))
+        if path.exists():
+            result = json.loads(path.read_text())
+            if result.get("spec") == spec:
+                results[c.name] = result
+                continue
+            stale.append(c.name)
+        if to_run:
+            todo.append(_Job(c, str(params), inputs_of(c), str(out), args.threads, finish, spec))
+    if stale:
+        print(f"stale results (made with other settings or data), rerun: {', '.join(stale)}")
+    print(f"{len(results)} cells have a result, {len(todo)} to run", flush=True)
+
+    failures = 0
+    # spawn, not fork: a forked child inherits torch's thread pool state and can crawl or hang
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max(1, args.workers), mp_context=context) as pool:
+        pending: dict[Future, _Job] = {}
+        queue = list(todo)
+        while queue or pending:
+            out_of_time = (
+                args.time_budget is not None and time.monotonic() - started > args.time_budget
+            )
+            while queue and len(pending) < args.workers and not out_of_time:
+                job = queue.pop(0)
+                pending[pool.submit(_run_cell, job)] = job
+            if not pending:
+                break
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                job = pending.pop(future)
+                try:
+                    result = future.result()
+                except Exception as exc:  # report and go on: the other cells are worth having
+                    failures += 1
+                    print(f"{job.cell.name}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+                    continue
+                atomic_write_json(directory / f"{job.cell.name}.json", result)
+                results[job.cell.name] = result
+                print(
+                    f"{job.cell.name}: {describe(result)} "
+                    f"[{time.monotonic() - started:.0f} s elapsed]",
+                    flush=True,
+                )
+    missing = [c.name for c in cells if c.name not in results]
+    if missing:
+        print(
+            f"{len(missing)} cells have no result yet ({', '.join(missing[:5])}"
+            f"{', ...' if len(missing) > 5 else ''}): rerun the same command to go on"
+        )
+    return Sweep(results, missing, failures)
