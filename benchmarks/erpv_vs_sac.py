@@ -34,6 +34,7 @@ import argparse
 import logging
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,15 +77,6 @@ GATE_KEYS = ("vpg/q_f", "vpg/gate_open", "alpha")  # ERPv fig. 5: Q_f and the en
 # ---- pure helpers ------------------------------------------------------------------------------
 
 
-def steps_to(curve: list[tuple[int, float]], threshold: float, window: int) -> int | None:
-    """First step at which the mean of the last `window` episode returns is >= threshold."""
-    rets = [r for _, r in curve]
-    for i in range(window - 1, len(curve)):
-        if np.mean(rets[i - window + 1 : i + 1]) >= threshold:
-            return int(curve[i][0])
-    return None
-
-
 def median_steps(values: list[int | None]) -> int | None:
     """Median over seeds with "not reached" counted as +inf (None when the median is not
     reached, i.e. when fewer than half of the seeds reached)."""
@@ -92,18 +84,6 @@ def median_steps(values: list[int | None]) -> int | None:
         return None
     ordered = sorted(v for v in values if v is not None) + [None] * values.count(None)
     return ordered[(len(ordered) - 1) // 2]
-
-
-def with_start_steps(params: Params, start_steps: int | None) -> Params:
-    """params with `sac.start_steps` and `erpv.start_steps` replaced (None: unchanged)."""
-    if start_steps is None:
-        return params
-    update = {}
-    for section in ("sac", "erpv"):
-        hp = getattr(params, section)
-        if hp is not None:
-            update[section] = hp.model_copy(update={"start_steps": start_steps})
-    return params.model_copy(update=update)
 
 
 def smoothed_on_grid(curve: list[tuple[int, float]], grid: np.ndarray, window: int) -> np.ndarray:
@@ -127,174 +107,94 @@ def nan_mean_std(ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.sqrt(var)
 
 
-# ---- data prep (main process) ------------------------------------------------------------------
+# ---- the table's cells ---------------------------------------------------------------------------
 
 
-def _dataset_rollouts_sha(dataset: Path) -> str | None:
-    return read_info(dataset).get("sources", {}).get("rollout_manifest_sha256")
-
-
-def prepare_env(env_id: str, params: Params, args: argparse.Namespace) -> dict[str, Any]:
-    """The datasets and C_V of both teachers for `env_id` under <out>/work/<env>/; cached."""
-    from pipeline.curves import write_training_log
-    from pipeline.training import pretrain_critic
-
-    work = args.out / "work" / env_id
-    prep_path = work / "prep.json"
-    if prep_path.exists():
-        prep = json.loads(prep_path.read_text())
-        print(f"{env_id}: data prep found in {work} (delete it to redo)")
-        return prep
-    rollouts = Path(args.data) / "rollouts" / env_id
-    labels = Path(args.data) / "labels" / f"{env_id}.parquet"
-    default_dataset = Path(args.data) / "datasets" / env_id
-    rollouts_sha = sha256_file(rollouts / MANIFEST_NAME)
-    if _dataset_rollouts_sha(default_dataset) != rollouts_sha:
-        raise SystemExit(
-            f"{default_dataset} was not built from the current {rollouts}: run `dvc repro "
-            f"dataset@{env_id}` first (both teachers must label the same rollouts)"
+def table_cells(args: argparse.Namespace) -> list[Cell]:
+    """One cell per (seed, env, method); `--start-steps` replaces sac's and erpv's start_steps."""
+    overrides = {}
+    if args.start_steps is not None:
+        overrides = {s: {"start_steps": args.start_steps} for s in ("sac", "erpv")}
+    return [
+        Cell(
+            name=f"{env_id}-{m}-seed{s}",
+            run={"env": env_id, "method": METHODS[m][0], "steps": args.steps, "seed": s},
+            overrides=overrides,
+            # sac reads no labels (online only): its inputs are the scripted ones, unread
+            data=f"{env_id}:{METHODS[m][1] or 'scripted'}",
+            info={"env": env_id, "method": m, "eval_episodes": args.eval_episodes},
         )
-    t0 = time.perf_counter()
-    prep: dict[str, Any] = {"env": env_id, "rollouts": str(rollouts), "labels": str(labels)}
+        for s in range(args.seeds)
+        for env_id in args.envs
+        for m in args.methods
+    ]
 
-    # scripted: a snapshot of the default dataset (data/ may be rebuilt while runs read it)
-    scripted = work / "scripted"
-    if scripted.exists():
-        shutil.rmtree(scripted)  # a half-done prep
-    shutil.copytree(default_dataset, scripted / "dataset")
-    prep["scripted"] = {"dataset": str(scripted / "dataset"), "critics": str(scripted / "critics")}
 
-    # constant: ERPv's Worst Model labels the same rollouts -> masks -> dataset
-    constant = work / "constant"
-    if constant.exists():
-        shutil.rmtree(constant)
-    constant.mkdir(parents=True)
-    label_stats = _constant_dataset(env_id, params, rollouts, constant)
-    prep["constant"] = {
-        "dataset": str(constant / "dataset"),
-        "critics": str(constant / "critics"),
-        "labels": label_stats,
-    }
-
-    for teacher in ("scripted", "constant"):
-        logs = pretrain_critic(
-            env_id,
-            params,
-            Path(prep[teacher]["dataset"]),
-            Path(prep[teacher]["critics"]) / env_id,
-            progress=False,
+def prepare(params: Params, args: argparse.Namespace, key: str):
+    """The inputs of `<env>:<teacher>`: the pipeline's own dataset (scripted) or the constant
+    teacher's relabelling of the same rollouts, and the C_V of that dataset."""
+    env_id, teacher = key.split(":")
+    label = None
+    if teacher == "constant":
+        assert params.label is not None, "params.yaml needs a `label` section"
+        label = params.label.model_copy(
+            update={"teacher": params.label.teacher.model_copy(update={"backend": "constant"})}
         )
-        write_training_log(
-            work / teacher / "critic_live", work / teacher / "critic.json", rows=logs
-        )
-        prep[teacher]["critic_last_log"] = logs[-1] if logs else {}
-        print(f"{env_id}: C_V ({teacher} labels) pre-trained; last log row {logs[-1]}")
-    prep["rollout_manifest_sha256"] = rollouts_sha
-    prep["prep_s"] = round(time.perf_counter() - t0, 1)
-    atomic_write_json(prep_path, prep)
-    print(f"{env_id}: data prep done in {prep['prep_s']:.0f} s -> {work}")
-    return prep
+    return prepare_data(env_id, params, args.data, args.out / "work", label, critic=True)
 
 
-def _constant_dataset(env_id: str, params: Params, rollouts: Path, work: Path) -> dict[str, Any]:
-    """Label `rollouts` with the constant teacher, compute masks, build the dataset in `work`."""
-    from pipeline.dataset.build import build_dataset
-    from pipeline.labelling.label import label_rollouts
-    from pipeline.masks import make_mask_backend
-    from pipeline.masks.compute import compute_masks
-    from pipeline.teachers import make_teacher
+def finish(cell: Cell, params: Params, agent_dir: Path, trained: Trained) -> dict[str, Any]:
+    """The deployed agent (load_agent + deployed) on the eval episodes; the result's columns."""
+    from pipeline.evaluation import deployed, evaluate_policy
+    from pipeline.methods.table import get_method, load_agent
 
-    if params.label is None or params.masks is None or params.dataset is None:
-        raise SystemExit("params.yaml needs `label`, `masks` and `dataset` sections")
-    label_cfg = params.label.model_copy(
-        update={"teacher": params.label.teacher.model_copy(update={"backend": "constant"})}
-    )
-    summary = label_rollouts(
-        rollouts,
-        label_cfg,
-        make_teacher(label_cfg.teacher),
-        work / "label_cache",
-        work / "labels.parquet",
-        progress=False,
-    )
-    # the constant teacher names no objects: no masks; computed anyway so that the dataset's
-    # masks belong to its own labels, as the masks stage would make them
-    masks = compute_masks(
-        rollouts,
-        work / "labels.parquet",
-        make_mask_backend(params.masks),
-        work / "mask_cache",
-        work / "masks.parquet",
-        batch_size=params.masks.batch_size,
-        progress=False,
-    )
-    build_dataset(
-        rollouts,
-        work / "labels.parquet",
-        work / "masks.parquet",
-        work / "dataset",
-        shard_max_samples=params.dataset.shard_max_samples,
-    )
-    stats = {
-        "rows": summary.rows,
-        "teacher_calls": summary.teacher_calls,
-        "statuses": dict(summary.statuses),
-        "frames_with_masks": masks.statuses["ok"],
-    }
-    print(f"{env_id}: constant-teacher labels {stats}")
-    return stats
-
-
-# ---- one run (spawned worker) ------------------------------------------------------------------
-
-
-def _run_one(job: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    from pipeline.evaluation import evaluate_policy, load_policy
-    from pipeline.training import TrainInputs, train_sac_run
-
-    torch.set_num_threads(1)  # small MLPs: one thread per run, runs in parallel processes
-    params = with_start_steps(load_params(job["params"]), job["start_steps"])
-    method, teacher = METHODS[job["method"]]
-    env_id = job["env"]
-    run = TrainRun(env=env_id, method=method, steps=job["steps"], seed=job["seed"])
-    inputs = TrainInputs(
-        Path(job["rollouts"]),
-        Path(job["labels"]),
-        dataset=Path(job["dataset"]),
-        critics=Path(job["critics"]) if teacher is not None else None,
-    )
-    t0 = time.perf_counter()
-    agent, curve, logs, meta = train_sac_run(job["name"], run, params, inputs, progress=False)
-    train_s = time.perf_counter() - t0
-    agent_dir = Path(job["out"]) / "agents" / job["name"]
-    agent.save(agent_dir, {**meta, "benchmark_method": job["method"], "teacher": teacher})
-    t1 = time.perf_counter()
-    result = evaluate_policy(
-        load_policy(agent_dir), env_id, params.env[env_id], job["eval_episodes"], seed=EVAL_SEED
-    )
-    hp = params.sac if method == "sac" else params.erpv
-    assert hp is not None
-    updates = max(0, job["steps"] - hp.start_steps + 1)
+    episodes = cell.info["eval_episodes"]
+    started = time.perf_counter()
+    policy = deployed(load_agent(agent_dir))
+    result = evaluate_policy(policy, cell.env, params.env[cell.env], episodes, seed=EVAL_SEED)
+    eval_s = time.perf_counter() - started
+    start_steps = get_method(cell.method).params(params).start_steps
+    steps, train_s = cell.run["steps"], trained.seconds
+    updates = max(0, steps - start_steps + 1)
     return {
-        **{k: job[k] for k in ("name", "env", "method", "seed", "steps", "eval_episodes")},
-        "start_steps": hp.start_steps,
-        "curve": curve,
-        "logs": logs,
-        "steps_to": {str(t): steps_to(curve, t, job["window"]) for t in THRESHOLDS.get(env_id, ())},
-        "window": job["window"],
+        "name": cell.name,
+        **cell.info,
+        "seed": cell.run["seed"],
+        "steps": steps,
+        "start_steps": start_steps,
+        "curve": trained.curve,
+        "logs": trained.logs,
         "eval_return_mean": result.return_mean,
         "eval_return_std": result.return_std,
         "eval_returns": result.returns,
         "eval_length_mean": result.length_mean,
         "success_rate": result.success_rate,
         "train_s": train_s,
-        "eval_s": time.perf_counter() - t1,
+        "eval_s": eval_s,
         "updates": updates,
         "updates_per_s": updates / train_s if train_s > 0 else None,
-        "env_steps_per_s": job["steps"] / train_s if train_s > 0 else None,
+        "env_steps_per_s": steps / train_s if train_s > 0 else None,
     }
+
+
+def with_steps_to(result: dict[str, Any], window: int) -> dict[str, Any]:
+    """The result with its steps to each threshold over a `window`-episode moving mean."""
+    thresholds = THRESHOLDS.get(result["env"], ())
+    reached = {str(t): steps_to(result["curve"], t, window) for t in thresholds}
+    return {**result, "steps_to": reached, "window": window}
+
+
+def describe(result: dict[str, Any], window: int) -> str:
+    reached = ", ".join(
+        f">={t}: {v if v is not None else 'not reached'}"
+        for t, v in with_steps_to(result, window)["steps_to"].items()
+    )
+    success = result["success_rate"]
+    return (
+        f"eval return {result['eval_return_mean']:.1f}, steps to {reached}"
+        + (f", success {success:.0%}" if success is not None else "")
+        + f"; {result['train_s']:.0f} s, {result['updates_per_s']:.1f} updates/s"
+    )
 
 
 # ---- report ------------------------------------------------------------------------------------
@@ -427,8 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--window", type=int, default=5, help="episodes of the moving mean")
     parser.add_argument("--eval-episodes", type=int, default=20)
-    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("reports/erpv_vs_sac"))
+    add_sweep_arguments(parser, workers=2)
     args = parser.parse_args(argv)
     command = "python -m benchmarks.erpv_vs_sac " + shlex.join(
         sys.argv[1:] if argv is None else argv
@@ -438,81 +338,22 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)  # the CPU is shared with the workers
-    params = with_start_steps(load_params(args.params), args.start_steps)
+    params = load_params(args.params)
     args.out.mkdir(parents=True, exist_ok=True)
-    preps = {env_id: prepare_env(env_id, params, args) for env_id in args.envs}
-
-    results_path = args.out / "results.json"
-    done = json.loads(results_path.read_text()) if results_path.exists() else {}
-    jobs = []
-    for s in range(args.seeds):
-        for env_id in args.envs:
-            for m in args.methods:
-                teacher = METHODS[m][1] or "scripted"  # sac: the dataset is not read (online)
-                jobs.append(
-                    {
-                        "name": f"{env_id}-{m}-seed{s}",
-                        "env": env_id,
-                        "method": m,
-                        "seed": s,
-                        "steps": args.steps,
-                        "start_steps": args.start_steps,
-                        "params": args.params,
-                        "rollouts": preps[env_id]["rollouts"],
-                        "labels": preps[env_id]["labels"],
-                        "dataset": preps[env_id][teacher]["dataset"],
-                        "critics": preps[env_id][teacher]["critics"],
-                        "out": str(args.out),
-                        "window": args.window,
-                        "eval_episodes": args.eval_episodes,
-                    }
-                )
-
-    def finished(job: dict[str, Any]) -> bool:
-        r = done.get(job["name"], {})
-        hp = params.sac if METHODS[job["method"]][0] == "sac" else params.erpv
-        assert hp is not None
-        return (
-            r.get("steps") == job["steps"]
-            and r.get("start_steps") == hp.start_steps
-            and r.get("eval_episodes") == job["eval_episodes"]
-            and r.get("window") == job["window"]
-        )
-
-    todo = [j for j in jobs if not finished(j)]
-    print(f"{len(jobs) - len(todo)} runs already done, {len(todo)} to run", flush=True)
-    failures = 0
-    t0 = time.perf_counter()
-    # spawn, not fork: a forked child inherits torch's thread pool state and can crawl or hang
-    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_run_one, j): j for j in todo}
-        for future in as_completed(futures):
-            job = futures[future]
-            try:
-                result = future.result()
-            except Exception as exc:  # report and go on: the other runs are still worth having
-                failures += 1
-                print(f"{job['name']}: FAILED: {type(exc).__name__}: {exc}", flush=True)
-                continue
-            done[result["name"]] = result
-            atomic_write_json(results_path, done)
-            reached = ", ".join(
-                f">={t}: {v if v is not None else 'not reached'}"
-                for t, v in result["steps_to"].items()
-            )
-            print(
-                f"{result['name']}: eval return {result['eval_return_mean']:.1f}, steps to {reached}"
-                + (
-                    f", success {result['success_rate']:.0%}"
-                    if result["success_rate"] is not None
-                    else ""
-                )
-                + f"; {result['train_s']:.0f} s, {result['updates_per_s']:.1f} updates/s "
-                f"[{time.perf_counter() - t0:.0f} s elapsed]",
-                flush=True,
-            )
-
-    results = [done[j["name"]] for j in jobs if j["name"] in done and finished(j)]
+    cells = table_cells(args)
+    sweep = run_cells(
+        cells,
+        args,
+        params=args.params,
+        out=args.out,
+        prepare=lambda key: prepare(params, args, key),
+        finish=finish,
+        describe=lambda r: describe(r, args.window),
+    )
+    if sweep is None:  # --list-cells
+        return 0
+    results = [with_steps_to(r, args.window) for r in sweep.ordered(cells)]
+    atomic_write_json(args.out / "results.json", {r["name"]: r for r in results})
     if not results:
         print("no finished runs")
         return 1
@@ -534,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_bytes(args.out / "table.txt", text.encode())
     print("\n" + text)
     print(f"figures, table.txt and results.json in {args.out}")
-    return 1 if failures else 0
+    return 1 if sweep.failures else 0
 
 
 if __name__ == "__main__":

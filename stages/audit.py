@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from pipeline.labelling.audit import MAX_EMBEDDED_FRAMES, write_audit
+from pipeline.labelling.review import AuditError
 from pipeline.rollouts.reader import RolloutIntegrityError
 
 
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             args.rollouts, args.labels, args.out, args.masks, args.telemetry,
             against=args.against, max_frames=args.max_frames,
         )  # fmt: skip
-    except (RolloutIntegrityError, FileNotFoundError, ValueError) as exc:
+    except (RolloutIntegrityError, AuditError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     agreement = ", ".join(f"{t} {100 * s['rate']:.0f} %" for t, s in audit["agreement"].items())

@@ -19,6 +19,7 @@ import argparse
 import sys
 
 from pipeline.labelling.exchange import ReviewImportError, export_label_studio, import_label_studio
+from pipeline.labels.tasks import TASKS
 from pipeline.rollouts.reader import RolloutIntegrityError
 
 
@@ -31,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     out.add_argument("--rollouts", required=True)
     out.add_argument("--labels", required=True)
     out.add_argument("--out", required=True, help="directory for <task>.json and its config")
-    out.add_argument("--tasks", nargs="+", help="only these label tasks (default: all)")
+    out.add_argument(
+        "--tasks", nargs="+", choices=sorted(TASKS), help="only these label tasks (default: all)"
+    )
     out.add_argument("--statuses", nargs="+", help="only rows with these parse statuses")
     into = sub.add_parser("import", help="Label Studio's JSON export into the label cache")
     into.add_argument("--rollouts", required=True)
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"({dict(result.imported)}), {result.unchanged} already there, {result.skipped} "
                 "tasks without an annotation"
             )
-    except (ReviewImportError, RolloutIntegrityError, OSError, ValueError) as exc:
+    except (ReviewImportError, RolloutIntegrityError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

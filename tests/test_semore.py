@@ -241,6 +241,39 @@ def test_selective_sample_draws_reasonable_rows_with_the_scheduled_probability()
     assert rows.shape == (100,) and rows.max() < 1000
 
 
+def test_selective_pool_feeds_the_replay_buffer_the_scheduled_rows():
+    """pipeline.methods.semore.selective_pool: update i's offline rows come from the reasonable
+    transitions with probability selective_probability(i); off when nothing is judged."""
+    from dataclasses import replace
+
+    from pipeline.agents.replay import ReplayBuffer
+    from pipeline.dataset.transitions import JUDGE_SPEC, OfflineTransitions
+    from pipeline.methods.semore import selective_pool
+
+    n = 1000
+    judge = np.array([1] * 200 + [0] * 300 + [-1] * 500, np.int8)  # 20 % judged reasonable
+    data = OfflineTransitions(
+        obs=np.arange(n + 1, dtype=np.float32)[:, None], episode_start=np.zeros(n + 1, np.int64),
+        obs_index=np.arange(n), action=np.zeros((n, 1), np.float32),
+        reward=np.zeros(n, np.float32), terminated=np.zeros(n, bool),
+        specs=(JUDGE_SPEC,), fields={"judge": judge},
+    )  # fmt: skip
+    hp = semore_params(batch_size=64, selective_steps=100)
+    pool = selective_pool(hp, data)
+    assert pool is not None
+    buffer = ReplayBuffer(
+        "state", (1,), 1, 10, offline=data, offline_fraction=1.0, offline_pool=pool
+    )
+    rng = np.random.default_rng(0)
+    for update, p in ((0, 1.0), (100, 0.5), (101, 0.0)):
+        rows = [buffer.sample(64, rng, update=update)["judge"].numpy() for _ in range(300)]
+        share = (np.concatenate(rows) == 1).mean()
+        assert share == pytest.approx(p + (1 - p) * 0.2, abs=0.02), update
+    assert selective_pool(semore_params(selective_steps=0), data) is None  # off
+    unjudged = replace(data, fields={"judge": np.full(n, -1, np.int8)})
+    assert selective_pool(hp, unjudged) is None  # nothing judged reasonable
+
+
 # --- ablations --------------------------------------------------------------------------------
 
 _EXPECTED = {

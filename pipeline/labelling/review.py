@@ -58,6 +58,10 @@ def thumbnail(png: bytes, side: int = THUMBNAIL_SIDE) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+class AuditError(ValueError):
+    """The audit cannot be built from what it was given; the message says which input."""
+
+
 # ---- one episode over time -------------------------------------------------------------------
 
 
@@ -209,7 +213,9 @@ def compare_teachers(
     per-dimension action differences (b - a), and the `top` pairs where they differ most
     (actions: mean gap over the range; milestones: potential gap; judge and objects: mismatch)."""
     if a.is_empty() or b.is_empty():
-        raise ValueError("compare_teachers needs two non-empty label tables")
+        raise AuditError(
+            "--against: both label tables must have rows to compare two teachers (one is empty)"
+        )
     name_a, name_b = _teacher_name(a), _teacher_name(b)
     schema = label_schema(env_id)
     joined = _parsed(a).join(_parsed(b), on=["sample_key", "task"], suffix="_b")
