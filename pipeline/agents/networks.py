@@ -37,7 +37,10 @@ def weight_init(module: nn.Module) -> None:
 
 
 class PixelEncoder(nn.Module):
-    """V(.): uint8 frames stacked on channels, (B, C, H, W), scaled by 1/255 here -> (B, F)."""
+    """V(.): frames stacked on channels (B, C, H, W) -> (B, F). `forward` takes uint8 frames and
+    scales them by 1/255; `feature_map` (the conv stack, F's map (B, filters, h, w)) and `project`
+    (FC + LayerNorm + tanh) take float input, as Semore's two streams do (its semantic stream reads
+    frames in [0, 1], its motion stream residuals in [-1, 1])."""
 
     def __init__(
         self,
@@ -52,10 +55,11 @@ class PixelEncoder(nn.Module):
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.obs_shape = tuple(obs_shape)
-        self.feature_dim = feature_dim
+        self.in_channels, self.feature_dim = obs_shape[0], feature_dim
         side = [(d - 3) // 2 + 1 - 2 * (num_layers - 1) for d in obs_shape[1:]]  # output H, W
         if min(side) < 1:
             raise ValueError(f"frames {obs_shape[1:]} are too small for {num_layers} conv layers")
+        self.map_shape = (num_filters, side[0], side[1])  # (C, h, w) of the feature map
         convs: list[nn.Module] = [nn.Conv2d(obs_shape[0], num_filters, 3, stride=2), nn.ReLU()]
         for _ in range(num_layers - 1):
             convs += [nn.Conv2d(num_filters, num_filters, 3, stride=1), nn.ReLU()]
@@ -64,9 +68,14 @@ class PixelEncoder(nn.Module):
         self.ln = nn.LayerNorm(feature_dim)
         self.apply(weight_init)
 
+    def feature_map(self, x: torch.Tensor) -> torch.Tensor:
+        return self.convs(x)  # (B, filters, h, w)
+
+    def project(self, fmap: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.ln(self.fc(fmap.flatten(1))))  # (B, F); tanh after LN as SAC-AE
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        h = self.convs(obs.float() / 255.0).flatten(1)  # (B, filters * h * w)
-        return torch.tanh(self.ln(self.fc(h)))  # (B, F); tanh after LayerNorm as SAC-AE
+        return self.project(self.feature_map(obs.float() / 255.0))  # (B, F)
 
 
 class StateEncoder(nn.Module):
@@ -232,45 +241,6 @@ class RewardModel(nn.Module):
 # --- Semore (seed 001): dual-stream encoder and bidirectional cross-attention -------------------
 
 
-class StreamEncoder(nn.Module):
-    """One stream of Semore ("Feature Extraction"): four 3x3 convs with ReLU (the first with
-    stride 2, as PixelEncoder) -> feature map F (B, C, h, w); `project` F -> FC + LayerNorm (+ tanh,
-    as PixelEncoder, so that every variant's latent lies in [-1, 1]) -> z (B, F).
-
-    Takes float input: the semantic stream frames scaled to [0, 1], the motion stream residuals
-    in [-1, 1]. With the same sizes and 3k input channels it is PixelEncoder, layer for layer."""
-
-    def __init__(
-        self,
-        in_channels: int,
-        frame_hw: tuple[int, int],
-        num_layers: int = 4,
-        num_filters: int = 32,
-        feature_dim: int = 50,
-    ) -> None:
-        super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-        side = [(d - 3) // 2 + 1 - 2 * (num_layers - 1) for d in frame_hw]  # map H, W
-        if min(side) < 1:
-            raise ValueError(f"frames {tuple(frame_hw)} are too small for {num_layers} conv layers")
-        self.in_channels, self.feature_dim = in_channels, feature_dim
-        self.map_shape = (num_filters, side[0], side[1])  # (C, h, w) of F
-        convs: list[nn.Module] = [nn.Conv2d(in_channels, num_filters, 3, stride=2), nn.ReLU()]
-        for _ in range(num_layers - 1):
-            convs += [nn.Conv2d(num_filters, num_filters, 3, stride=1), nn.ReLU()]
-        self.convs = nn.Sequential(*convs)
-        self.fc = nn.Linear(num_filters * side[0] * side[1], feature_dim)
-        self.ln = nn.LayerNorm(feature_dim)
-        self.apply(weight_init)
-
-    def feature_map(self, x: torch.Tensor) -> torch.Tensor:
-        return self.convs(x)  # (B, C, h, w)
-
-    def project(self, fmap: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.ln(self.fc(fmap.flatten(1))))  # (B, F)
-
-
 class CrossAttention(nn.Module):
     """Semore eq. 6-7, bidirectional cross-attention between the semantic and the motion maps.
 
@@ -376,9 +346,9 @@ class SemoreEncoder(nn.Module):
         self.obs_shape = tuple(obs_shape)
         self.semantic_input = semantic_input
         sem_channels = 3 if semantic_input == "current" else channels
-        args = ((h, w), num_layers, num_filters, feature_dim)
-        self.semantic = StreamEncoder(sem_channels, *args)
-        self.motion = StreamEncoder(channels - 3, *args) if motion else None
+        args = (num_layers, num_filters, feature_dim)
+        self.semantic = PixelEncoder((sem_channels, h, w), *args)
+        self.motion = PixelEncoder((channels - 3, h, w), *args) if motion else None
         self.attention: CrossAttention | None = None
         if interaction:
             map_hw = self.semantic.map_shape[1:]

@@ -58,8 +58,8 @@ Ablations (`variant`, Semore table 2), what each builds and trains:
 | `m3` | current frame | yes | yes | - | - | yes |
 | `m4` (Semore) | current frame | yes | yes | yes | yes (on z_m) | yes |
 
-`sac` is the pixel SAC baseline on the same encoder (StreamEncoder on the stack is PixelEncoder
-layer for layer); with `aux_weight: 0` it is plain SAC, as Semore table 1's.
+`sac` is the pixel SAC baseline on the same encoder (its semantic stream on the stack is SAC's
+PixelEncoder); with `aux_weight: 0` it is plain SAC, as Semore table 1's.
 
 Selective replay, offline equivalent. The paper adds an online (observation, action) pair to the
 buffer only if the VLM judged it reasonable, with a probability that decays from 1; at 0.5 the
