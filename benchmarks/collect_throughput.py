@@ -14,13 +14,22 @@ import time
 
 from pipeline.config import load_params
 from pipeline.envs import make_env
+from pipeline.labels.cache import LabelCache
 from pipeline.rollouts.behaviours import make_behaviour
 from pipeline.rollouts.collect import collect, episode_seed
+from pipeline.teachers import make_teacher
 
 
-def steps_per_s_without_writing(env_id, env_cfg, collect_cfg) -> tuple[int, float]:
+def acting_teacher(collect_cfg):
+    """The teacher that acts in `teacher` / `rae` phases, as stages/collect.py builds it."""
+    return make_teacher(collect_cfg.teacher) if collect_cfg.uses_teacher else None
+
+
+def steps_per_s_without_writing(env_id, env_cfg, collect_cfg, cache_dir) -> tuple[int, float]:
     env = make_env(env_id, env_cfg)
-    behaviour = make_behaviour(collect_cfg, env.action_space)
+    teacher = acting_teacher(collect_cfg)
+    cache = LabelCache(cache_dir) if teacher is not None else None
+    behaviour = make_behaviour(collect_cfg, env.action_space, env_id, teacher, cache)
     steps, start = 0, time.perf_counter()
     for episode in range(collect_cfg.episodes):
         seed = episode_seed(collect_cfg.seed, episode)
@@ -40,7 +49,8 @@ def steps_per_s_without_writing(env_id, env_cfg, collect_cfg) -> tuple[int, floa
 def steps_per_s_with_writing(env_id, env_cfg, collect_cfg) -> tuple[int, float, int]:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        manifest = collect(env_id, env_cfg, collect_cfg, tmp, progress=False)
+        teacher = acting_teacher(collect_cfg)
+        manifest = collect(env_id, env_cfg, collect_cfg, tmp, teacher=teacher, progress=False)
         elapsed = time.perf_counter() - start
     steps = manifest["totals"]["steps"]
     nbytes = sum(s["bytes"] for s in manifest["shards"])
@@ -65,7 +75,8 @@ def main() -> None:
         collect_cfg = params.collect[env_id]
         if args.episodes:
             collect_cfg = collect_cfg.model_copy(update={"episodes": args.episodes})
-        steps, bare = steps_per_s_without_writing(env_id, env_cfg, collect_cfg)
+        with tempfile.TemporaryDirectory() as cache_dir:  # the teacher's answers, unshared
+            steps, bare = steps_per_s_without_writing(env_id, env_cfg, collect_cfg, cache_dir)
         steps_w, written, per_sample = steps_per_s_with_writing(env_id, env_cfg, collect_cfg)
         assert steps == steps_w, "both runs must play the same episodes"
         print(

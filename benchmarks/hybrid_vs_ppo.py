@@ -10,19 +10,26 @@ Variants (`--variants`):
   hybrid_kinpot_weak    ours, milestones from the scripted teacher at reliability 0.5
   hybrid_kinpot_random  ours, milestones from the `random` teacher (what do milestones add?)
 
-For every (variant, seed): steps until the mean of the last `--window` training episodes' native
-returns first reaches -190 / -160 / -130; then deterministic deployment episodes of the agent
-alone (teacher and shaping detached): success, length, and the steps spent right of x = 0.1
-in episodes that never reach the flag (the hovering that eq. 1 as printed pays for). Prints the
-table with 95 % bootstrap intervals of the medians, writes figures 3 (per seed) and 4
-(aggregated), and results.json. Results are saved after each run; a rerun with the same --out
-skips finished runs, and `--time-budget` stops starting runs after that many seconds (for
-machines whose commands are cut off).
+The default labels are the pipeline's `data/labels/MountainCar-v0.parquet`; the other teachers
+relabel the same rollouts (milestone task only, the same query interval) with the label stage's
+function into `<out>/work/` (benchmarks.sweep.prepare_data), once. Every (variant, seed) cell
+trains with pipeline.training.train_run (benchmarks.sweep.run_cells); steps until the mean of the
+last `--window` training episodes' native returns first reaches -190 / -160 / -130; then
+deterministic deployment episodes of the agent alone (load_agent + deployed + play_episodes:
+teacher and shaping detached): success, length, and the steps spent right of x = 0.1 in episodes
+that never reach the flag (the hovering that eq. 1 as printed pays for). Prints the table with
+95 % bootstrap intervals of the medians, writes figures 3 (per seed) and 4 (aggregated), and
+results.json. Each cell's result is saved to `<out>/cells/<cell>.json` when its run ends; a rerun
+with the same --out skips finished cells, `--cell NAME` reruns one (`--list-cells` names them),
+and `--time-budget` stops starting runs after that many seconds (for machines whose commands are
+cut off).
 
     python -m benchmarks.hybrid_vs_ppo --prepare-only --out reports/hybrid_vs_ppo
     python -m benchmarks.hybrid_vs_ppo --seeds 10 --steps 300000 --workers 16 --out reports/hybrid_vs_ppo
-    python -m benchmarks.hybrid_vs_ppo --seeds 10 --workers 16 \
+    python -m benchmarks.hybrid_vs_ppo --seeds 10 --workers 16 \\
         --variants ppo_cleanrl ppo_no_obs_norm ppo_no_reward_norm   # why the paper's PPO is slow
+    python -m benchmarks.hybrid_vs_ppo --seeds 10 --steps 300000 --out reports/hybrid_vs_ppo \\
+        --cell hybrid_kinpot-seed3   # rerun one cell
 
 The table prints steps to each threshold over 10- and 100-episode windows (rl-zoo3 reports
 100-episode means).
@@ -31,14 +38,20 @@ The table prints steps to each threshold over 10- and 100-episode windows (rl-zo
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
-import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
+
+from benchmarks.sweep import (
+    Cell,
+    Trained,
+    add_sweep_arguments,
+    prepare_data,
+    run_cells,
+    steps_to,
+)
 
 ENV = "MountainCar-v0"
 THRESHOLDS = (-190.0, -160.0, -130.0)
@@ -76,130 +89,113 @@ PAPER = {  # seed 000, table 2 and sec. 4.4
     "hybrid": {"-190": 158_069, "-160": 158_069, "-130": 200_379, "reach": 1.0, "success": 1.0},
 }
 TABLE_SPACING = 0.001
+DEPLOY_SEED = 10_000
 
 
-def steps_to(curve: list[tuple[int, float]], threshold: float, window: int) -> int | None:
-    """First step at which the mean of the last `window` episode returns is >= threshold."""
-    rets = [r for _, r in curve]
-    for i in range(window - 1, len(curve)):
-        if np.mean(rets[i - window + 1 : i + 1]) >= threshold:
-            return curve[i][0]
-    return None
+def table_cells(args: argparse.Namespace) -> list[Cell]:
+    """One cell per (seed, variant): the run's method and reward terms, the variant's section
+    overrides, and which teacher's labels it reads."""
+    cells = []
+    for s in range(args.seeds):
+        for v in args.variants:
+            spec = ALL_VARIANTS[v]
+            run = {"env": ENV, "steps": args.steps, "seed": s}
+            run |= {k: spec[k] for k in ("method", "reward_terms") if k in spec}
+            if spec["method"] == "hybrid_ppo":
+                overrides = {
+                    "hybrid_ppo": {
+                        "kinematic": spec.get("kinematic", "reward"),
+                        "position_table_spacing": TABLE_SPACING,
+                    }
+                }
+            else:
+                overrides = {"ppo": spec.get("ppo", {})}
+            info = {"variant": v, "eval_episodes": args.eval_episodes}
+            cells.append(Cell(f"{v}-seed{s}", run, overrides, spec.get("labels"), info))
+    return cells
 
 
-def labels_path(out: Path, default: Path, which: str | None) -> Path:
-    return default if which is None else out / "labels" / f"{which}.parquet"
+def prepare(params: Any, args: argparse.Namespace, teacher: str | None):
+    """The default label table (None), or the rollouts relabelled by TEACHERS[teacher]."""
+    from pipeline.config import LabelConfig, TeacherConfig
+
+    label = None
+    if teacher is not None:
+        label = LabelConfig(
+            teacher=TeacherConfig(**TEACHERS[teacher]),
+            tasks={"milestone": params.label.tasks["milestone"]},
+            batch_size=256,
+            max_transport_failure_rate=0.0,
+        )
+    return prepare_data(ENV, params, args.data, args.out / "work", label, dataset=False)
 
 
-def prepare(args: argparse.Namespace) -> None:
-    """Relabel the rollouts with the other teachers (milestone task only, the same query
-    interval) and build every position table once (the workers then need no renderer)."""
-    from pipeline.config import LabelConfig, TeacherConfig, TrainRun, load_params
-    from pipeline.labelling.label import label_rollouts
-    from pipeline.teachers import make_teacher
-    from pipeline.training import TrainInputs, ppo_env_factory
+class HoverCount(gym.Wrapper):
+    """Per episode: the steps whose new state is right of HOVER_X, and whether it terminated
+    (reached the flag)."""
 
-    params = load_params(args.params)
-    every = params.label.tasks["milestone"]
-    for name, teacher in TEACHERS.items():
-        path = labels_path(args.out, args.labels, name)
-        if not path.exists():
-            cfg = LabelConfig(
-                teacher=TeacherConfig(**teacher),
-                tasks={"milestone": every},
-                batch_size=256,
-                max_transport_failure_rate=0.0,
-            )
-            label_rollouts(
-                args.rollouts,
-                cfg,
-                make_teacher(cfg.teacher),
-                args.out / "label_cache",
-                path,
-                progress=False,
-            )
-    for variant in args.variants:
-        spec = ALL_VARIANTS[variant]
-        if spec["method"] != "hybrid_ppo":
-            continue
-        run_params = _params_for(params, spec)
-        run = TrainRun(env=ENV, steps=1, seed=0, **_run_fields(spec))
-        inputs = TrainInputs(args.rollouts, labels_path(args.out, args.labels, spec.get("labels")))
-        ppo_env_factory(run, run_params, inputs, args.out / "tables")  # builds and keeps them
-    print(f"prepared {args.out}: labels {sorted(TEACHERS)}, position tables", flush=True)
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.right: list[int] = []
+        self.reached: list[bool] = []
+
+    def reset(self, **kwargs: Any) -> Any:
+        self.right.append(0)
+        self.reached.append(False)
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.right[-1] += int(obs["state"][0] > HOVER_X)
+        self.reached[-1] = bool(terminated)
+        return obs, reward, terminated, truncated, info
 
 
-def _run_fields(spec: dict[str, Any]) -> dict[str, Any]:
-    return {k: spec[k] for k in ("method", "reward_terms") if k in spec}
+def finish(cell: Cell, params: Any, agent_dir: Path, trained: Trained) -> dict[str, Any]:
+    """Deterministic deployment episodes of the agent alone on the native reward."""
+    from pipeline.envs import make_env
+    from pipeline.evaluation import deployed, play_episodes
+    from pipeline.methods.table import load_agent
 
-
-def _params_for(params: Any, spec: dict[str, Any]) -> Any:
-    if spec["method"] != "hybrid_ppo":
-        ppo = type(params.ppo)(**{**params.ppo.model_dump(), **spec.get("ppo", {})})
-        return params.model_copy(update={"ppo": ppo})
-    hybrid = params.hybrid_ppo.model_copy(
-        update={
-            "kinematic": spec.get("kinematic", "reward"),
-            "position_table_spacing": TABLE_SPACING,
-        }
-    )
-    return params.model_copy(update={"hybrid_ppo": hybrid})
-
-
-def deploy(agent: Any, episodes: int, seed: int) -> dict[str, float]:
-    """Deterministic episodes of the agent alone on the native env."""
-    import gymnasium as gym
-
-    env = gym.make(ENV)
-    successes, lengths, hover = [], [], []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        done, steps, right, success = False, 0, 0, False
-        while not done:
-            obs, _, terminated, truncated, _ = env.step(agent.act(obs, deterministic=True))
-            steps += 1
-            right += obs[0] > HOVER_X
-            done, success = terminated or truncated, bool(terminated)
-        successes.append(success)
-        lengths.append(steps)
-        if not success:
-            hover.append(right)
-    env.close()
+    env = HoverCount(make_env(ENV, params.env[ENV], pixels=False))
+    try:
+        result = play_episodes(
+            env,
+            deployed(load_agent(agent_dir)),
+            cell.info["eval_episodes"],
+            DEPLOY_SEED,
+            success_defined=True,
+        )
+    finally:
+        env.close()
+    hover = [right for right, reached in zip(env.right, env.reached, strict=True) if not reached]
     return {
-        "deploy_success": float(np.mean(successes)),
-        "deploy_length": float(np.mean(lengths)),
+        "name": cell.name,
+        "variant": cell.info["variant"],
+        "seed": cell.run["seed"],
+        "steps": cell.run["steps"],
+        "curve": trained.curve,
+        "train_seconds": trained.seconds,
+        "env_steps_per_s": cell.run["steps"] / trained.seconds,
+        "deploy_success": result.success_rate,
+        "deploy_length": result.length_mean,
         "hover_steps": float(np.mean(hover)) if hover else 0.0,
     }
 
 
-def _run_one(job: dict) -> dict:
-    import torch
-
-    from pipeline.config import TrainRun, load_params
-    from pipeline.training import TrainInputs, train_ppo_run
-
-    torch.set_num_threads(1)  # small MLPs: one thread per run, runs in parallel processes
-    spec = ALL_VARIANTS[job["variant"]]
-    params = _params_for(load_params(job["params"]), spec)
-    run = TrainRun(env=ENV, steps=job["steps"], seed=job["seed"], **_run_fields(spec))
-    out = Path(job["out"])
-    inputs = TrainInputs(
-        Path(job["rollouts"]), labels_path(out, Path(job["labels"]), spec.get("labels"))
-    )
-    started = time.perf_counter()
-    agent, curve, meta = train_ppo_run(
-        job["name"], run, params, inputs, progress=False, table_cache=out / "tables"
-    )
-    seconds = time.perf_counter() - started
-    agent.save(out / "agents" / job["name"], meta)
+def with_steps_to(result: dict[str, Any], window: int) -> dict[str, Any]:
     return {
-        **{k: job[k] for k in ("name", "variant", "seed", "steps")},
-        "curve": curve,
-        "steps_to": {str(int(t)): steps_to(curve, t, job["window"]) for t in THRESHOLDS},
-        "train_seconds": seconds,
-        "env_steps_per_s": job["steps"] / seconds,
-        **deploy(agent, job["eval_episodes"], seed=10_000),
+        **result,
+        "steps_to": {str(int(t)): steps_to(result["curve"], t, window) for t in THRESHOLDS},
     }
+
+
+def describe(result: dict[str, Any], window: int) -> str:
+    return (
+        f"to -130 {with_steps_to(result, window)['steps_to']['-130']}, deployment success "
+        f"{result['deploy_success']:.0%}, hover {result['hover_steps']:.1f}, "
+        f"{result['env_steps_per_s']:.0f} steps/s"
+    )
 
 
 def median_with_ci(
@@ -295,73 +291,49 @@ def plot_aggregate(results: list[dict], variants: list[str], path: Path, steps: 
     plt.close(fig)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--rollouts", type=Path, default=Path(f"data/rollouts/{ENV}"))
-    parser.add_argument("--labels", type=Path, default=Path(f"data/labels/{ENV}.parquet"))
+    parser.add_argument("--data", default="data", help="root of rollouts/ and labels/")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--steps", type=int, default=300_000)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(ALL_VARIANTS))
     parser.add_argument("--window", type=int, default=10)
     parser.add_argument("--eval-episodes", type=int, default=20)
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--time-budget", type=float, default=None, help="seconds")
-    parser.add_argument("--prepare-only", action="store_true")
+    parser.add_argument("--prepare-only", action="store_true", help="relabel, train nothing")
     parser.add_argument("--out", type=Path, default=Path("reports/hybrid_vs_ppo"))
-    args = parser.parse_args()
+    add_sweep_arguments(parser, workers=1)
+    args = parser.parse_args(argv)
 
-    started = time.monotonic()
-    args.out.mkdir(parents=True, exist_ok=True)
-    prepare(args)
-    if args.prepare_only:
-        return
-    from pipeline.evaluation import plot_curves
+    from pipeline.config import load_params
+    from pipeline.curves import plot_curves
     from pipeline.io import atomic_write_json
 
-    results_path = args.out / "results.json"
-    done = json.loads(results_path.read_text()) if results_path.exists() else {}
-    jobs = [
-        {
-            "name": f"{v}-seed{s}", "variant": v, "seed": s, "steps": args.steps,
-            "params": args.params, "rollouts": str(args.rollouts), "labels": str(args.labels),
-            "out": str(args.out), "window": args.window, "eval_episodes": args.eval_episodes,
-        }
-        for s in range(args.seeds)
-        for v in args.variants
-    ]  # fmt: skip
-    todo = [j for j in jobs if done.get(j["name"], {}).get("steps") != args.steps]
-    print(f"{len(jobs) - len(todo)} runs already done, {len(todo)} to run", flush=True)
-    # spawn, not fork: a forked child inherits torch's thread pool state and can crawl or hang
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
-        pending, queue = set(), list(todo)
-        while queue or pending:
-            out_of_time = (
-                args.time_budget is not None and time.monotonic() - started > args.time_budget
-            )
-            while queue and len(pending) < args.workers and not out_of_time:
-                pending.add(pool.submit(_run_one, queue.pop(0)))
-            if not pending:
-                break
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                result = future.result()
-                done[result["name"]] = result
-                atomic_write_json(results_path, done)
-                print(
-                    f"{result['name']}: to -130 {result['steps_to']['-130']}, deployment success "
-                    f"{result['deploy_success']:.0%}, hover {result['hover_steps']:.1f}, "
-                    f"{result['env_steps_per_s']:.0f} steps/s",
-                    flush=True,
-                )
-    missing = [j["name"] for j in jobs if j["name"] not in done]
-    if missing:
-        print(f"{len(missing)} runs left (time budget): rerun the same command to go on")
-        return
-    results = [done[j["name"]] for j in jobs]
+    params = load_params(args.params)
+    args.out.mkdir(parents=True, exist_ok=True)
+    cells = table_cells(args)
+    if args.prepare_only:  # the labels of every teacher
+        for cell in {c.name.rsplit("-seed", 1)[0]: c for c in cells}.values():
+            prepare(params, args, cell.data)
+        print(f"prepared {args.out}: labels {sorted(TEACHERS)}", flush=True)
+        return 0
+    sweep = run_cells(
+        cells,
+        args,
+        params=args.params,
+        out=args.out,
+        prepare=lambda teacher: prepare(params, args, teacher),
+        finish=finish,
+        describe=lambda r: describe(r, args.window),
+    )
+    if sweep is None:  # --list-cells
+        return 0
+    results = [with_steps_to(r, args.window) for r in sweep.ordered(cells)]
+    atomic_write_json(args.out / "results.json", {r["name"]: r for r in results})
+    if sweep.missing:
+        return 1
     for v in args.variants:  # figure 3: one panel per variant, one line per seed
         plot_curves(
             {f"seed {r['seed']}": r["curve"] for r in results if r["variant"] == v},
@@ -372,7 +344,8 @@ def main() -> None:
     text = "\n\n".join(table(results, args.variants, w) for w in sorted({args.window, 100}))
     (args.out / "table.txt").write_text(text + "\n")
     print("\n" + text + f"\n\nfigures, table.txt and results.json in {args.out}")
+    return 1 if sweep.failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

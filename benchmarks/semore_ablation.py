@@ -1,35 +1,45 @@
 """Semore table 2 on our runs: pixel SAC (same encoder) vs the ablations M1-M4 on CarRacing-v3,
-trained by the pipeline's own `train` code on the default pipeline's labelled dataset (masks and
-judge labels from stage one; no teacher or segmenter is called).
+trained by the pipeline's own `train` code (pipeline.training.train_run) on the default pipeline's
+labelled dataset (masks and judge labels from stage one; no teacher or segmenter is called).
 
 A preset (`benchmarks/params/semore_cpu.yaml`, `semore_paper.yaml`) is merged over params.yaml's
-`semore` section and sets the budget. Each run writes `runs/<variant>-seed<k>.json` when done and
-keeps a resume state in `resume/<run>/` while it trains, so a killed benchmark goes on where it
-stopped (finished runs skipped, the unfinished one resumed, bit for bit). Prints the table: final
-deterministic evaluation return (mean +- std over seeds), the first step whose eval return
-reaches `--threshold` (median), beside the paper's ordering (M1 < M2 < M3 < M4, Semore > SAC),
-and a uniformly random policy on the same evaluation episodes (what "learned nothing" scores).
+`semore` section and sets the budget. The cells run through benchmarks.sweep.run_cells: each
+writes `runs/<variant>-seed<k>.json` when done and keeps a resume state in `resume/<run>/` while
+it trains, so a killed benchmark goes on where it stopped (finished runs skipped, the unfinished
+one resumed, bit for bit); `--cell NAME` reruns one (`--list-cells` names them). Prints the table:
+final deterministic evaluation return of the deployed agent (mean +- std over seeds), the first
+step whose eval return reaches `--threshold` (median), beside the paper's ordering (M1 < M2 < M3 <
+M4, Semore > SAC), and a uniformly random policy on the same evaluation episodes (what "learned
+nothing" scores).
 
     python -m benchmarks.semore_ablation --preset benchmarks/params/semore_cpu.yaml \\
         --seeds 3 --workers 2 --out reports/semore_ablation
+    python -m benchmarks.semore_ablation --preset benchmarks/params/semore_cpu.yaml \\
+        --seeds 3 --out reports/semore_ablation --cell m2-seed1
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
+from benchmarks.sweep import Cell, Trained, add_sweep_arguments, prepare_data, run_cells, steps_to
+
 ENV = "CarRacing-v3"
 VARIANTS = ["sac", "m1", "m2", "m3", "m4"]
 PAPER_ORDER = "M1 < M2 < M3 < M4 (full Semore), Semore > SAC (Semore table 2, CARLA tasks)"
+EVAL_SEED = 10_000
+
+
+def read_preset(preset: str | Path) -> tuple[dict[str, Any], int]:
+    """The preset's `semore` keys (merged over params.yaml's section) and its step budget."""
+    over = yaml.safe_load(Path(preset).read_text())
+    return dict(over.get("semore", {})), int(over["steps"])
 
 
 def load_preset(params_path: str, preset: str) -> tuple[Any, int]:
@@ -37,46 +47,46 @@ def load_preset(params_path: str, preset: str) -> tuple[Any, int]:
     from pipeline.config import parse_params
 
     raw = yaml.safe_load(Path(params_path).read_text())
-    over = yaml.safe_load(Path(preset).read_text())
-    semore = dict(raw["semore"])  # `<<: *sac` is already merged by the YAML loader
-    semore.update(over.get("semore", {}))
-    raw["semore"] = semore
-    return parse_params(raw, source=f"{params_path} + {preset}"), int(over["steps"])
+    semore, steps = read_preset(preset)
+    raw["semore"] = {**raw["semore"], **semore}  # `<<: *sac` is already merged by the loader
+    return parse_params(raw, source=f"{params_path} + {preset}"), steps
 
 
-def _run_one(job: dict) -> dict:
-    import torch
+def table_cells(args: argparse.Namespace) -> list[Cell]:
+    semore, steps = read_preset(args.preset)
+    return [
+        Cell(
+            name=f"{v}-seed{s}",
+            run={"env": ENV, "method": "semore", "steps": steps, "seed": s},
+            overrides={"semore": {**semore, "variant": v}},
+            info={"variant": v, "eval_episodes": args.eval_episodes},
+        )
+        for s in range(args.seeds)
+        for v in args.variants
+    ]
 
-    from pipeline.config import TrainRun
+
+def finish(cell: Cell, params: Any, agent_dir: Path, trained: Trained) -> dict[str, Any]:
+    """The deployed agent's deterministic evaluation after training."""
     from pipeline.evaluation import deployed, evaluate_policy
-    from pipeline.io import atomic_write_json
-    from pipeline.training import TrainInputs, train_sac_run
+    from pipeline.methods.table import load_agent
 
-    torch.set_num_threads(job["threads"])
-    params, steps = load_preset(job["params"], job["preset"])
-    hp = params.semore.model_copy(update={"variant": job["variant"]})
-    params = params.model_copy(update={"semore": hp})
-    run = TrainRun(env=ENV, method="semore", steps=steps, seed=job["seed"])
-    inputs = TrainInputs(Path(job["rollouts"]), Path(job["labels"]), dataset=Path(job["dataset"]))
-    out = Path(job["out"])
-    started = time.perf_counter()
-    agent, curve, logs, _ = train_sac_run(
-        job["name"], run, params, inputs, progress=False, resume_dir=out / "resume" / job["name"]
-    )
-    seconds = time.perf_counter() - started
+    episodes = cell.info["eval_episodes"]
     final = evaluate_policy(
-        deployed(agent), ENV, params.env[ENV], job["eval_episodes"], seed=10_000
+        deployed(load_agent(agent_dir)), ENV, params.env[ENV], episodes, seed=EVAL_SEED
     )
-    result = {
-        **{k: job[k] for k in ("name", "variant", "seed")},
-        "steps": steps,
-        "curve": curve,
-        "eval": [(row["step"], row["eval_return"]) for row in logs if "eval_return" in row],
+    return {
+        "name": cell.name,
+        "variant": cell.info["variant"],
+        "seed": cell.run["seed"],
+        "steps": cell.run["steps"],
+        "curve": trained.curve,
+        "eval": [
+            (int(row["step"]), row["eval_return"]) for row in trained.logs if "eval_return" in row
+        ],
         "final_return": final.return_mean,
-        "train_seconds": seconds,
+        "train_seconds": trained.seconds,
     }
-    atomic_write_json(out / "runs" / f"{job['name']}.json", result)
-    return result
 
 
 def random_reference(params_path: str, preset: str, seeds: int, episodes: int) -> dict:
@@ -91,12 +101,10 @@ def random_reference(params_path: str, preset: str, seeds: int, episodes: int) -
     for seed in range(seeds):
         space.seed(seed)
         policy = Policy(lambda obs, space=space: space.sample(), PIXELS, {})
-        finals.append(evaluate_policy(policy, ENV, params.env[ENV], episodes, 10_000).return_mean)
+        finals.append(
+            evaluate_policy(policy, ENV, params.env[ENV], episodes, EVAL_SEED).return_mean
+        )
     return {"variant": "random", "final_returns": finals}
-
-
-def steps_to(evals: list[tuple[int, float]], threshold: float) -> int | None:
-    return next((int(s) for s, r in evals if r >= threshold), None)
 
 
 def table(results: list[dict], threshold: float, reference: dict | None = None) -> str:
@@ -132,63 +140,50 @@ def table(results: list[dict], threshold: float, reference: dict | None = None) 
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--preset", default="benchmarks/params/semore_cpu.yaml")
-    parser.add_argument("--rollouts", default=f"data/rollouts/{ENV}")
-    parser.add_argument("--labels", default=f"data/labels/{ENV}.parquet")
-    parser.add_argument("--dataset", default=f"data/datasets/{ENV}")
+    parser.add_argument("--data", default="data", help="root of rollouts/, labels/, datasets/")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--threshold", type=float, default=100.0)
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--out", type=Path, default=Path("reports/semore_ablation"))
-    args = parser.parse_args()
+    add_sweep_arguments(parser, workers=1)
+    args = parser.parse_args(argv)
 
-    _, steps = load_preset(args.params, args.preset)  # fail early on a bad preset
-    jobs = [
-        {
-            "name": f"{v}-seed{s}", "variant": v, "seed": s, "params": args.params,
-            "preset": args.preset, "rollouts": args.rollouts, "labels": args.labels,
-            "dataset": args.dataset, "out": str(args.out), "threads": args.threads,
-            "eval_episodes": args.eval_episodes,
-        }
-        for s in range(args.seeds)
-        for v in args.variants
-    ]  # fmt: skip
-    done: dict[str, dict] = {}
-    for job in jobs:
-        path = args.out / "runs" / f"{job['name']}.json"
-        if path.exists():
-            result = json.loads(path.read_text())
-            if result["steps"] == steps:
-                done[job["name"]] = result
-    todo = [j for j in jobs if j["name"] not in done]
-    print(f"{len(done)} runs already done, {len(todo)} to run ({steps:,} steps each)", flush=True)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
-        for result in pool.map(_run_one, todo):
-            done[result["name"]] = result
-            print(
-                f"{result['name']}: final return {result['final_return']:.1f} "
-                f"({result['train_seconds']:.0f} s)",
-                flush=True,
-            )
+    params, _ = load_preset(args.params, args.preset)  # fail early on a bad preset
+    cells = table_cells(args)
+    sweep = run_cells(
+        cells,
+        args,
+        params=args.params,
+        out=args.out,
+        prepare=lambda _: prepare_data(ENV, params, args.data, args.out / "work"),
+        finish=finish,
+        describe=lambda r: f"final return {r['final_return']:.1f} ({r['train_seconds']:.0f} s)",
+        results_dir="runs",
+    )
+    if sweep is None:  # --list-cells
+        return 0
+    results = sweep.ordered(cells)
+    if not results:
+        print("no finished runs")
+        return 1
     reference_path = args.out / "runs" / "random.json"
     if reference_path.exists():
         reference = json.loads(reference_path.read_text())
     else:
         reference = random_reference(args.params, args.preset, args.seeds, args.eval_episodes)
         reference_path.write_text(json.dumps(reference, indent=2) + "\n")
-    text = table([done[j["name"]] for j in jobs], args.threshold, reference)
+    text = table(results, args.threshold, reference)
     (args.out / "table.txt").write_text(text + "\n")
     print("\n" + text)
+    return 1 if sweep.failures or sweep.missing else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -27,8 +27,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from pipeline.agents.semore import SemoreAgent
-from pipeline.config import SemoreParams
+from pipeline.agents.semore import SemoreAgent, SemoreParams
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)  # CarRacing-v3: steer, gas, brake
 
@@ -67,8 +66,8 @@ def random_batch(size: int, batch: int, seed: int) -> dict[str, torch.Tensor]:
 
 def sac_agent_runner(size: int, hidden: int, batch: dict[str, torch.Tensor]) -> Callable | None:
     """The repo's SACAgent at the same sizes."""
+    from pipeline.agents.off_policy import NetworkParams, SACParams
     from pipeline.agents.sac import SACAgent
-    from pipeline.config import NetworkParams, SACParams
 
     network = NetworkParams(obs="pixels", frame_stack=3, hidden_dim=hidden)
     agent = SACAgent(
@@ -107,7 +106,7 @@ def main() -> None:
 
         def run(n: int, agent: SemoreAgent = agent) -> None:
             for _ in range(n):
-                agent.update(batch, agent.update_step)
+                agent.update(batch)
 
         rows[name] = run
     sac_run = sac_agent_runner(args.size, args.hidden, batch)

@@ -14,13 +14,15 @@ cell, and the data a cell reads prepared by the stages' own functions.
   label / masks / dataset / critic settings), so that a rerun or another benchmark reuses them.
   With no teacher (`label=None`) the pipeline's own outputs under `--data` are read as they are.
 - `run_cells` trains every cell that has no result yet with pipeline.training.train_run in a
-  spawned single-process worker (agent in `<out>/agents/<cell>`, dvclive curves in
+  spawned worker process (agent in `<out>/agents/<cell>`, dvclive curves in
   `<out>/live/<cell>`, a killed run's resume state in `<out>/resume/<cell>`), then calls the
   benchmark's `finish(cell, params, agent_dir, trained)` there for its evaluation (deployment:
   pipeline.methods.table.load_agent + pipeline.evaluation.deployed + play_episodes /
   evaluate_policy) and writes the result to `<out>/<results_dir>/<cell>.json` atomically. A rerun
   skips cells whose result exists and was made with the same settings (run, method section,
-  env, data); a result made with other settings is stale and run again.
+  env, data); a result made with other settings is stale and run again. A run builds what its
+  method builds (hybrid_ppo's prototypes and MountainCar position table, ~4 s): the library has
+  no benchmark-only cache, so a run's steps/s counts what a `train` stage pays.
 
 Command line (`add_sweep_arguments`, the same for every sweep):
 
@@ -44,7 +46,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -282,19 +284,27 @@ def cell_params(params_path: str | Path, cell: Cell) -> Params:
     return parse_params(raw, source=f"{params_path} + cell {cell.name}")
 
 
-def cell_spec(cell: Cell, params: Params, inputs: TrainInputs) -> dict[str, Any]:
-    """What a cell's result depends on; a stored result with another spec is stale."""
+def input_hashes(inputs: TrainInputs) -> dict[str, str]:
+    """What identifies a run's data: the rollouts' manifest, the label table and the dataset
+    files by content, C_V by its directory (named by the content it was trained on)."""
     from pipeline.dataset.layout import dataset_hashes
 
     data = inputs.hashes()
     if inputs.dataset is not None:
         data |= dataset_hashes(inputs.dataset)
+    if inputs.critics is not None:
+        data["critics"] = inputs.critics.name
+    return data
+
+
+def cell_spec(cell: Cell, params: Params, data: dict[str, str]) -> dict[str, Any]:
+    """What a cell's result depends on (`data`: its input_hashes); a stored result with another
+    spec is stale."""
     spec = {
         "run": cell.run,
         "info": cell.info,
         "section": params.section(cell.method),
         "env": params.env[cell.env].model_dump(mode="json"),
-        "inputs": {k: str(v) for k, v in asdict(inputs).items() if v is not None},
         "data": data,
     }
     return json.loads(json.dumps(spec, default=str))  # as it reads back from the result file
@@ -443,11 +453,12 @@ def run_cells(
     selected = _select(cells, args.cell) if args.cell else None
     for c in selected or []:
         forget_cell(out, results_dir, c.name)
-    inputs: dict[str | None, TrainInputs] = {}
+    inputs: dict[str | None, tuple[TrainInputs, dict[str, str]]] = {}
 
-    def inputs_of(cell: Cell) -> TrainInputs:
+    def inputs_of(cell: Cell) -> tuple[TrainInputs, dict[str, str]]:
         if cell.data not in inputs:
-            inputs[cell.data] = prepare(cell.data)
+            prepared = prepare(cell.data)
+            inputs[cell.data] = prepared, input_hashes(prepared)
         return inputs[cell.data]
 
     results: dict[str, dict[str, Any]] = {}
@@ -458,7 +469,8 @@ def run_cells(
         to_run = selected is None or c in selected
         if not to_run and not path.exists():
             continue
-        spec = cell_spec(c, cell_params(params, c), inputs_of(c))
+        cell_inputs, data = inputs_of(c)
+        spec = cell_spec(c, cell_params(params, c), data)
         if path.exists():
             result = json.loads(path.read_text())
             if result.get("spec") == spec:
@@ -466,9 +478,9 @@ def run_cells(
                 continue
             stale.append(c.name)
         if to_run:
-            todo.append(_Job(c, str(params), inputs_of(c), str(out), args.threads, finish, spec))
+            todo.append(_Job(c, str(params), cell_inputs, str(out), args.threads, finish, spec))
     if stale:
-        print(f"stale results (made with other settings or data), rerun: {', '.join(stale)}")
+        print(f"stale results (made with other settings or data): {', '.join(stale)}")
     print(f"{len(results)} cells have a result, {len(todo)} to run", flush=True)
 
     failures = 0

@@ -25,11 +25,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from pipeline.agents.erpv import ERPvAgent, VLMCritic
+from pipeline.agents.erpv import ERPvAgent, ERPvParams, VLMCritic
+from pipeline.agents.off_policy import NetworkParams, SACParams
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import SACAgent
-from pipeline.config import ERPvParams, NetworkParams, SACParams
-from pipeline.dataset.transitions import OfflineTransitions
+from pipeline.dataset.transitions import OfflineTransitions, action_label_specs
 
 ENV_ID = "Pendulum-v1"
 
@@ -53,12 +53,15 @@ def _labelled_offline(steps: list[tuple]) -> OfflineTransitions:
     obs = np.asarray([s[0] for s in steps] + [steps[-1][3]], np.float32)  # consecutive enough
     n = len(steps)
     labels = np.clip(-obs[:, 2:3], -2, 2).astype(np.float32)  # any label will do for timing
+    fields = {
+        "a_v": labels[:n], "has_label": np.ones(n, bool),
+        "next_a_v": labels[1:], "has_next_label": np.ones(n, bool),
+    }  # fmt: skip
     return OfflineTransitions(
         obs=obs, episode_start=np.zeros(n + 1, np.int64), obs_index=np.arange(n),
         action=np.asarray([s[1] for s in steps], np.float32),
         reward=np.asarray([s[2] for s in steps], np.float32),
-        terminated=np.zeros(n, bool), a_v=labels[:n], has_label=np.ones(n, bool),
-        next_a_v=labels[1:], has_next_label=np.ones(n, bool),
+        terminated=np.zeros(n, bool), specs=action_label_specs(1), fields=fields,
     )  # fmt: skip
 
 
@@ -105,7 +108,7 @@ def main() -> None:
         agent = agent or SACAgent((3,), space, cfg, device=args.device)
         buffer = ReplayBuffer(
             "state", (3,), 1, args.buffer + 1000,
-            offline=_labelled_offline(steps) if offline else None,
+            offline=_labelled_offline(steps) if offline else None, offline_fraction=offline,
         )  # fmt: skip
         for i, (obs, action, reward, next_obs, terminated, _) in enumerate(steps):
             if i == 0 or steps[i - 1][4] or steps[i - 1][5]:
@@ -114,7 +117,7 @@ def main() -> None:
 
         def run(n: int) -> None:
             for _ in range(n):
-                agent.update(buffer.sample(cfg.batch_size, offline, rng))
+                agent.update(buffer.sample(cfg.batch_size, rng))
 
         return run
 

@@ -12,7 +12,6 @@ import numpy as np
 import polars as pl
 from PIL import Image
 
-from pipeline.io import atomic_write_bytes
 from pipeline.labels.status import LABELLED_STATUSES
 from pipeline.rollouts.reader import iter_rollouts
 
@@ -80,21 +79,6 @@ class PrototypeCache:
         if self.bandwidth <= 0:
             raise ValueError(f"RBF bandwidth must be > 0, got {self.bandwidth}")
         self._sq_norms = (self.embeddings**2).sum(axis=1)  # (N,)
-
-    def save(self, path: str | Path) -> None:
-        buffer = io.BytesIO()
-        arrays = {"embeddings": self.embeddings, "potentials": self.potentials}
-        if self.positions is not None:
-            arrays["positions"] = self.positions
-        np.savez(buffer, bandwidth=np.float64(self.bandwidth), **arrays)
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, buffer.getvalue())
-
-    @classmethod
-    def load(cls, path: str | Path) -> PrototypeCache:
-        with np.load(path) as data:
-            positions = data.get("positions", None)
-            return cls(data["embeddings"], data["potentials"], float(data["bandwidth"]), positions)
 
     def potential(self, embedding: np.ndarray) -> float:
         """Phi_rbf(s) = sum_i w_i Phi_i / sum_i w_i, w_i = exp(-|e - e_i|^2 / (2 sigma^2)).

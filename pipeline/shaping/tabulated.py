@@ -6,22 +6,18 @@ embedding every frame (the per-step cost that made hybrid PPO ~8x slower than PP
 
 The labelled frames' own positions are entries of the table, so their potentials are exactly
 those of their frames; between grid points the nearest entry stands in (the error is measured by
-`max_error` and reported by benchmarks.hybrid_vs_ppo)."""
+`max_error`)."""
 
 from __future__ import annotations
 
-import hashlib
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from pipeline.config import EnvConfig
 from pipeline.envs.gym_envs import make_gym_base
 from pipeline.envs.wrappers import resize_frame
-from pipeline.io import atomic_write_bytes
 from pipeline.shaping.prototypes import Embedder, PrototypeCache
 
 POSITION_RANGE = (-1.2, 0.6)  # MountainCar-v0's min_position and max_position
@@ -62,35 +58,6 @@ class PositionPotentialTable:
         positions = np.unique(np.concatenate([grid, np.asarray(exact_positions, np.float64)]))
         levels, phis = _potentials(cache, embedder, positions, env_cfg.image_size)
         return cls(positions, levels, phis)
-
-    @classmethod
-    def cached(
-        cls,
-        cache_dir: str | Path,
-        cache: PrototypeCache,
-        embedder: Embedder,
-        env_cfg: EnvConfig,
-        spacing: float,
-        exact_positions: Sequence[float] = (),
-    ) -> PositionPotentialTable:
-        """`build`, kept in `cache_dir` under a hash of everything it depends on, so that the
-        runs of a benchmark render the grid once."""
-        h = hashlib.sha256()
-        for part in (cache.embeddings, cache.potentials, np.asarray(exact_positions, np.float64)):
-            h.update(np.ascontiguousarray(part).tobytes())
-        h.update(
-            f"{cache.bandwidth}|{embedder.embedder_id}|{env_cfg.image_size}|{spacing}".encode()
-        )
-        path = Path(cache_dir) / f"position-table-{h.hexdigest()[:16]}.npz"
-        if path.exists():
-            with np.load(path) as data:
-                return cls(data["positions"], data["levels"], data["phis"])
-        table = cls.build(cache, embedder, env_cfg, spacing, exact_positions)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        buffer = io.BytesIO()
-        np.savez(buffer, positions=table.positions, levels=table.levels, phis=table.phis)
-        atomic_write_bytes(path, buffer.getvalue())
-        return table
 
     def lookup(self, position: float) -> tuple[float, float]:
         """(nearest prototype level, Phi_rbf) of the frame at `position`."""
