@@ -2,6 +2,7 @@ import pytest
 import yaml
 
 from pipeline.config import ConfigError, load_params, parse_params
+from pipeline.methods.table import check_params
 from tests.conftest import REPO, tiny_params_dict, write_params
 
 
@@ -23,12 +24,18 @@ def test_unknown_key_is_named_with_the_allowed_keys():
 
 
 def test_unknown_top_level_section_is_named():
+    """A top-level mapping may be a method's section, so parse_params keeps it; the method table's
+    check names it with the known methods and stage sections."""
     raw = tiny_params_dict()
     raw["colect"] = {}
     with pytest.raises(
         ConfigError,
-        match=r"colect: unknown key; allowed keys: collect, critic, dataset, env, envs, erpv, evaluate, hybrid_ppo, label",
+        match=r"colect: not a stage's section nor a method's \(methods: ppo, hybrid_ppo, sac, drq, "
+        r"erpv, semore; stages: envs, env, collect, label, masks, dataset, train, critic, evaluate",
     ):
+        check_params(parse_params(raw))
+    raw["colect"] = 3  # not even a mapping: parse_params refuses it
+    with pytest.raises(ConfigError, match=r"colect: not a section of params.yaml \(sections: envs"):
         parse_params(raw)
 
 
@@ -148,6 +155,8 @@ def _with_runs(raw, runs, critic_envs):
 
 
 def test_cross_section_mistakes_are_all_named_with_their_fix():
+    """The stage sections' rules in parse_params, all at once; then the methods' rules in the
+    method table's check_params, all at once."""
     raw = _with_runs(
         tiny_params_dict(("MountainCarContinuous-v0",)),
         {
@@ -161,6 +170,14 @@ def test_cross_section_mistakes_are_all_named_with_their_fix():
     message = str(err.value)
     assert "train.a.env: 'cartpole-swingup' is not listed in `envs`" in message
     assert "critic.envs: 'walker-walk' is not listed in `envs`" in message
+
+    raw["train"]["a"].update(env="MountainCarContinuous-v0", reward_terms=["env"])
+    raw["critic"]["envs"] = []
+    params = parse_params(raw)  # the stage sections are right now
+    with pytest.raises(ConfigError) as err:
+        check_params(params)
+    message = str(err.value)
+    assert "train.a.reward_terms: applies to method hybrid_ppo, not 'sac'" in message
     assert "train.b: method erpv reads the pre-trained C_V of 'MountainCarContinuous-v0'" in message
     assert "add 'MountainCarContinuous-v0' to critic.envs" in message
 
@@ -176,8 +193,9 @@ def test_check_params_stage_stops_with_the_projects_message(tmp_path, capsys):
     path = write_params(tmp_path / "params.yaml", raw)
     out = tmp_path / "checked.json"
     assert check_params.main(["--params", str(path), "--out", str(out)]) == 2
-    assert "train.a.method: Input should be 'ppo', 'hybrid_ppo', 'sac', 'erpv' or 'semore'" in (
-        capsys.readouterr().err
+    assert (
+        "train.a.method: unknown method 'ppoo'; known: ppo, hybrid_ppo, sac, drq, erpv, semore"
+        in capsys.readouterr().err
     )
     assert not out.exists()
     raw["train"]["a"]["method"] = "ppo"

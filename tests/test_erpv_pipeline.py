@@ -12,6 +12,7 @@ import yaml
 
 from pipeline.config import load_params
 from pipeline.curves import read_metric
+from pipeline.methods.table import get_method
 from tests.conftest import REPO
 
 ENV = "MountainCarContinuous-v0"
@@ -86,7 +87,7 @@ def test_pretrain_train_evaluate_end_to_end(pipeline_dir):
         assert read_metric(live, name), name
     assert all(0.0 <= v <= 1.0 for _, v in read_metric(live, "vpg/gate_open"))
     # nothing is plotted before it is measured: no Q_f row during the warm-up
-    start = load_params(d / "params.yaml").erpv.start_steps
+    start = get_method("erpv").params(load_params(d / "params.yaml")).start_steps
     assert min(step for step, _ in read_metric(live, "vpg/q_f")) >= start
     summary = json.loads((d / "summaries" / "erpv.json").read_text())
     assert "alpha" in summary and "step" in summary
@@ -108,20 +109,24 @@ def test_pretrain_train_evaluate_end_to_end(pipeline_dir):
 
 
 def test_a_saved_and_reloaded_agent_acts_like_the_trained_one(pipeline_dir, tmp_path):
-    """The deployed policy (load_policy, as evaluate uses it) gives the in-memory agent's actions."""
+    """The deployed policy (load_agent + deployed, as evaluate uses them) gives the in-memory
+    agent's actions."""
     from pathlib import Path
 
+    from pipeline.agents.checkpoint import read_meta
     from pipeline.config import TrainRun, load_params
-    from pipeline.evaluation import load_policy
-    from pipeline.training import TrainInputs, train_sac_run
+    from pipeline.evaluation import deployed
+    from pipeline.methods.base import TrainInputs
+    from pipeline.methods.table import load_agent
 
     d = Path(pipeline_dir)
     params = load_params(d / "params.yaml")
     run = TrainRun(env=ENV, method="sac", steps=150, seed=3)
     inputs = TrainInputs(d / "rollouts", d / "labels.parquet", dataset=d / "dataset")
-    agent, *_, meta = train_sac_run("sac", run, params, inputs, progress=False)
-    agent.save(tmp_path / "agent", meta)
-    policy = load_policy(tmp_path / "agent")
+    result = get_method(run.method).train("sac", run, params, inputs, progress=False)
+    agent = result.agent
+    agent.save(tmp_path / "agent", result.meta)
+    policy = deployed(load_agent(tmp_path / "agent"), read_meta(tmp_path / "agent"))
     states = np.random.default_rng(0).uniform([-1.2, -0.07], [0.6, 0.07], (16, 2))
     for s in states.astype(np.float32):
         policy.begin({"state": s})  # state agents stack nothing: each act reads its state
@@ -129,7 +134,7 @@ def test_a_saved_and_reloaded_agent_acts_like_the_trained_one(pipeline_dir, tmp_
 
 
 def test_a_killed_training_resumes_to_the_uninterrupted_result(pipeline_dir, tmp_path):
-    """SIGKILL a train stage after its first resume checkpoint; the rerun goes on from there and
+    """SIGKILL a train stage after its first resume state; the rerun goes on from there and
     ends with the checkpoint and curves byte-identical to a run never interrupted (CPU)."""
     import os
     import signal
@@ -138,7 +143,7 @@ def test_a_killed_training_resumes_to_the_uninterrupted_result(pipeline_dir, tmp
     d = pipeline_dir
     raw = yaml.safe_load((d / "params.yaml").read_text())
     raw["train"] = {"long": {"env": ENV, "method": "sac", "steps": 450, "seed": 0}}
-    raw["sac"].update(checkpoint_every=100, log_every=100)
+    raw["sac"].update(resume_every=100, log_every=100)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
 
     def argv(out):

@@ -79,7 +79,7 @@ def test_running_mean_std_matches_numpy_over_batches():
 def test_normalised_ppo_saves_its_statistics_and_deploys_them_frozen(tmp_path):
     """With normalize_obs the policy reads (obs - mean) / std of what training saw: the
     statistics are checkpoint buffers, acting never moves them, and a reloaded agent acts alike."""
-    from pipeline.agents.load import load_agent
+    from pipeline.methods.table import load_agent
 
     def make():
         return gym.make("MountainCar-v0", max_episode_steps=50)
@@ -101,7 +101,7 @@ def test_normalised_ppo_saves_its_statistics_and_deploys_them_frozen(tmp_path):
         .astype(np.float32)
     ]
     assert torch.equal(agent.obs_mean, mean)  # acting does not update the statistics
-    agent.save(tmp_path / "agent", {"run": "t"})
+    agent.save(tmp_path / "agent", {"run": "t", "method": "ppo"})  # load_agent reads `method`
     loaded = load_agent(tmp_path / "agent")
     assert torch.equal(loaded.obs_mean, mean) and loaded.normalize_obs
     again = [

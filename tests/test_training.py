@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.agents.checkpoint import read_meta
 from pipeline.config import ConfigError, parse_params
 from pipeline.curves import read_metric
-from pipeline.evaluation import evaluate_policy, load_policy
+from pipeline.evaluation import deployed, evaluate_policy
+from pipeline.methods.base import TrainInputs
+from pipeline.methods.table import check_params, load_agent
 from pipeline.rollouts.collect import collect
-from pipeline.training import TrainInputs, train_run
+from pipeline.training import train_run
 from tests.conftest import PPO_DEFAULTS, REPO, collect_cfg, env_cfg, label_cfg, tiny_params_dict
 
 HYBRID = {"alpha": 10.0, "bandwidth": 0.5, "confirm_steps": 2, "embedder": "grey", "grey_size": 8}
@@ -73,9 +76,7 @@ def test_hybrid_run_writes_a_checkpoint_that_acts_like_the_trained_agent(labelle
     ]
     assert set(meta["data"]) == {"rollouts_manifest_sha256", "labels_sha256"}
 
-    policy = load_policy(tmp_path / "agent")
-    from pipeline.agents.load import load_agent
-
+    policy = deployed(load_agent(tmp_path / "agent"), read_meta(tmp_path / "agent"))
     agent = load_agent(tmp_path / "agent")
     states = (
         np.random.default_rng(0).uniform([-1.2, -0.07], [0.6, 0.07], (32, 2)).astype(np.float32)
@@ -93,9 +94,8 @@ def test_evaluate_reports_success_and_lengths(labelled, tmp_path):
     train_run(
         "base", params, labelled, tmp_path / "agent", tmp_path / "live", tmp_path / "summary.json"
     )
-    result = evaluate_policy(
-        load_policy(tmp_path / "agent"), "MountainCar-v0", params.env["MountainCar-v0"], 2, 100
-    )
+    policy = deployed(load_agent(tmp_path / "agent"), read_meta(tmp_path / "agent"))
+    result = evaluate_policy(policy, "MountainCar-v0", params.env["MountainCar-v0"], 2, 100)
     assert result.lengths == [50, 50] and result.returns == [-50.0, -50.0]
     assert result.success_rate == 0.0  # an untrained agent does not reach the flag in 50 steps
 
@@ -109,9 +109,10 @@ def test_kinematic_only_ablation_reads_no_frames(labelled, tmp_path):
         "reward_terms": ["env", "kinematic"],
     }
     params = parse_params(train_params(kin=run))
-    from pipeline.training import ppo_env_factory
+    from pipeline.methods.hybrid_ppo import METHOD
 
-    env = ppo_env_factory(params.train["kin"], params, None)()  # no data needed without Phi
+    hp = METHOD.params(params)
+    env = METHOD.env_factory(params.train["kin"], hp, params, None)()  # no data without Phi
     obs, _ = env.reset(seed=0)
     assert set(obs) == {"state"}
     _, reward, *_ = env.step(2)
@@ -136,22 +137,34 @@ def test_kinematic_only_ablation_reads_no_frames(labelled, tmp_path):
                 "reward_terms": ["env"],
             },
             (),
-            "reward_terms applies to method hybrid_ppo",
+            "reward_terms: applies to method hybrid_ppo, not 'ppo'",
         ),
         (
             {"env": "MountainCar-v0", "method": "hybrid_ppo", "steps": 1, "seed": 0},
             ("hybrid_ppo",),
             "needs a `hybrid_ppo:` section",
         ),
-        ({"env": "MountainCar-v0", "method": "sarsa", "steps": 1, "seed": 0}, (), "method"),
+        (
+            {"env": "MountainCar-v0", "method": "sarsa", "steps": 1, "seed": 0},
+            (),
+            "train.bad.method: unknown method 'sarsa'",
+        ),
     ],
 )
-def test_bad_train_runs_are_named(run, drop, message):
+def test_bad_train_runs_are_named(run, drop, message, tmp_path):
+    """parse_params names what the stage sections alone show (an env not in `envs`); the method
+    table's check_params the rest, and train_run refuses to start such a run."""
     raw = train_params(bad=run)
     for section in drop:
         del raw[section]
     with pytest.raises(ConfigError, match=message):
-        parse_params(raw)
+        check_params(parse_params(raw))
+    if run["env"] in raw["envs"]:
+        inputs = TrainInputs(tmp_path / "rollouts", tmp_path / "labels.parquet")
+        with pytest.raises(ConfigError, match=message):
+            train_run(
+                "bad", parse_params(raw), inputs, tmp_path / "a", tmp_path / "l", tmp_path / "s"
+            )
 
 
 def test_bad_run_name_is_refused():
@@ -186,6 +199,60 @@ print("\\n".join(sorted(sys.modules)))
     assert "pipeline.shaping.prototypes" in modules  # it did read the labels
     assert not [m for m in modules if m.startswith("pipeline.teachers")]
     assert "transformers" not in modules and "openai" not in modules
+
+
+def _import_closure(roots: list[str]) -> tuple[set[str], set[str]]:
+    """The project modules that `roots` import, transitively and statically: every `import` and
+    `from ... import` statement of each module's source, those inside functions included (a lazy
+    import runs only on some paths, which one run may not take), with the packages above each
+    module. Returns (project modules, top-level names of the other packages imported)."""
+    import ast
+
+    seen: set[str] = set()
+    external: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        base = REPO.joinpath(*name.split("."))
+        path = base / "__init__.py" if (base / "__init__.py").exists() else base.with_suffix(".py")
+        if name in seen or not path.exists():
+            continue  # seen, or a name imported from a module rather than a module
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        package = parts if path.name == "__init__.py" else parts[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                start = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+                module = ".".join(p for p in (start, node.module or "") if p)
+                targets = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            for target in targets:
+                if target.split(".")[0] in ("pipeline", "stages"):
+                    todo.append(target)
+                else:
+                    external.add(target.split(".")[0])
+    return seen, external
+
+
+def test_nothing_training_imports_imports_a_teacher():
+    """The same contract for every method, not only the one a run exercises: the import closure
+    of pipeline.training, the method table (every method's module) and the train stage reaches
+    no teacher and no teacher client library, lazy imports included."""
+    from pipeline.methods.table import METHODS
+
+    modules, external = _import_closure(
+        ["pipeline.training", "pipeline.methods.table", "stages.train"]
+    )
+    assert {type(method).__module__ for method in METHODS.values()} <= modules
+    assert not [m for m in modules if m.startswith(("pipeline.teachers", "pipeline.labelling"))]
+    assert not {"transformers", "openai"} & external
+    # the walk does find a teacher where there is one: the label stage's
+    labelling, _ = _import_closure(["stages.label"])
+    assert "pipeline.teachers.scripted" in labelling
 
 
 def test_training_log_leaves_the_repository_alone(tmp_path, monkeypatch):
@@ -249,7 +316,7 @@ def test_a_killed_ppo_training_resumes_to_the_uninterrupted_result(labelled, tmp
     run = {"env": "MountainCar-v0", "method": "hybrid_ppo", "steps": 8192, "seed": 0}
     raw = train_params(long=run)
     raw["hybrid_ppo"].update(
-        position_table_spacing=0.01, normalize_obs=True, normalize_reward=True, checkpoint_every=4
+        position_table_spacing=0.01, normalize_obs=True, normalize_reward=True, resume_every=4
     )
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
 
@@ -301,6 +368,6 @@ def test_resumable_ppo_refuses_envs_it_cannot_pickle():
         cfg = EnvConfig(image_size=16, action_repeat=1, max_episode_steps=20, include_state=True)
         return make_env("MountainCar-v0", cfg)
 
-    with pytest.raises(ValueError, match="checkpoint_every: 0"):
+    with pytest.raises(ValueError, match="resume_every: 0"):
         train_ppo(make, ppo_params(num_envs=1, rollout_steps=8, minibatches=1), 64, 0,
-                  obs_fn=lambda o: o["state"], checkpoint=Never())  # fmt: skip
+                  obs_fn=lambda o: o["state"], resume=Never())  # fmt: skip
