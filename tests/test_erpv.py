@@ -15,7 +15,8 @@ from pipeline.agents.erpv import (
     ver_regulariser,
     vpg_loss,
 )
-from pipeline.agents.off_policy import NetworkParams, sac_alpha_loss, train_off_policy
+from pipeline.agents.loop import train_off_policy
+from pipeline.agents.off_policy import NetworkParams, sac_alpha_loss
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import SACAgent
 from pipeline.dataset.transitions import OfflineTransitions, action_label_specs

@@ -8,13 +8,13 @@ import pytest
 import torch
 from torch.distributions import Normal
 
+from pipeline.agents.loop import train_off_policy
 from pipeline.agents.networks import Actor, PixelEncoder, make_encoder
 from pipeline.agents.off_policy import (
     NetworkParams,
     SACParams,
     sac_alpha_loss,
     soft_update,
-    train_off_policy,
 )
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import SACAgent
