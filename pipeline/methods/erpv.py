@@ -47,7 +47,7 @@ class ERPv(OffPolicyMethod):
     ) -> tuple[OffPolicyAgent, dict[str, Any]]:
         """ERPv's agent with its env's frozen C_V; the critic's data hashes go in the meta."""
         if inputs.critics is None:
-            raise TrainError(f"train.{run.env}: erpv needs the pre-trained critics (--critics)")
+            raise TrainError("erpv needs the directory of pre-trained critics (--critics)")
         path = inputs.critics / run.env
         if (path / NO_CRITIC).exists():
             raise TrainError(
