@@ -302,3 +302,18 @@ def test_erpv_end_to_end_on_point_mass(tmp_path):
     np.testing.assert_array_equal(agent.act(x, True), loaded.act(x, True))
     np.testing.assert_array_equal(agent.act(x, True), by_method.act(x, True))
     assert np.isfinite(play_episodes(PointMass(), deployed(loaded), 1, seed=0).returns).all()
+
+
+def test_an_erpv_checkpoint_needs_its_params_class_to_load_as_sac(tmp_path):
+    """SACAgent.load on ERPv's checkpoint without ERPv's params says how to load it."""
+    from pipeline.agents.checkpoint import CheckpointError
+    from pipeline.agents.erpv import ERPvParams
+
+    cfg = ERPvParams(network=NetworkParams(obs="state", hidden_dim=8, feature_dim=4))
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    agent = SACAgent((3,), space, cfg)
+    agent.algorithm = "erpv"  # what ERPvAgent writes, without building a C_V
+    agent.save(tmp_path / "a")
+    with pytest.raises(CheckpointError, match="load_agent"):
+        SACAgent.load(tmp_path / "a")
+    assert SACAgent.load(tmp_path / "a", params_class=ERPvParams).cfg == cfg

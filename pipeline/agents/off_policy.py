@@ -488,6 +488,11 @@ class OffPolicyAgent(ABC):
             np.asarray(meta["action_low"], np.float32),
             np.asarray(meta["action_high"], np.float32),
         )
+        if params_class is None and meta.get("algorithm") != cls.algorithm:
+            raise CheckpointError(
+                f"{path}: saved by {meta.get('algorithm')!r}, whose settings {cls.__name__} cannot "
+                f"type; load it with pipeline.methods.table.load_agent (or pass params_class)"
+            )
         cfg = (params_class or cls.params_class).model_validate(meta["config"])
         agent = cls(tuple(meta["obs_shape"]), space, cfg, device=device)
         agent.load_weights(path)

@@ -26,7 +26,7 @@ from pipeline.dataset.stacking import stack_window, to_channels
 from pipeline.dataset.transitions import FieldSpec, ObsKind, OfflineTransitions
 
 # (update index, rng) -> the offline transition indices a batch's offline rows are drawn from,
-# or None for all of them (Semore's selective replay: pipeline.agents.semore.selective_pool)
+# or None for all of them (Semore's selective replay: pipeline.methods.semore.selective_pool)
 OfflinePool = Callable[[int, np.random.Generator], np.ndarray | None]
 
 

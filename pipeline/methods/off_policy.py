@@ -1,5 +1,5 @@
 """The run of every SAC-family method (sac, drq, erpv, semore): envs, the labelled dataset as the
-replay's offline part, the agent, the loop (pipeline.agents.off_policy.train_off_policy), the
+replay's offline part, the agent, the loop (pipeline.agents.loop.train_off_policy), the
 resume state. A method says which label groups it reads (`labels`), how its agent is built
 (`build_agent`) and how the offline rows of a batch are drawn (`offline_pool`)."""
 
