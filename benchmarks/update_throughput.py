@@ -109,6 +109,7 @@ def main() -> None:
         buffer = ReplayBuffer(
             "state", (3,), 1, args.buffer + 1000,
             offline=_labelled_offline(steps) if offline else None, offline_fraction=offline,
+            device=agent.device,
         )  # fmt: skip
         for i, (obs, action, reward, next_obs, terminated, _) in enumerate(steps):
             if i == 0 or steps[i - 1][4] or steps[i - 1][5]:

@@ -13,7 +13,9 @@ from pipeline.agents.sac import SACAgent
 from pipeline.config import ConfigError, parse_params
 from pipeline.dataset.stacking import FrameStacker
 from pipeline.methods.base import TrainInputs
-from pipeline.methods.drq import DrQAgent, DrQParams, random_shift
+from pipeline.agents.augment import random_shift, shift, shift_offsets
+from pipeline.agents.off_policy import SACParams
+from pipeline.methods.drq import DrQAgent, DrQParams
 from pipeline.methods.table import METHODS, check_params, get_method, load_agent
 from tests.conftest import TINY_COLLECT
 
@@ -23,6 +25,7 @@ def test_random_shift_is_a_crop_of_the_padded_frame():
     pad = 3
     x = torch.randint(0, 256, (64, 6, 12, 12), dtype=torch.uint8)
     out = random_shift(x, pad)
+    assert out.dtype == torch.uint8 and out.shape == x.shape  # frames stay uint8
     padded = F.pad(x.float(), (pad,) * 4, mode="replicate")
     offsets = set()
     for i in range(len(x)):
@@ -30,12 +33,34 @@ def test_random_shift_is_a_crop_of_the_padded_frame():
             (dy, dx)
             for dy in range(2 * pad + 1)
             for dx in range(2 * pad + 1)
-            if torch.equal(out[i], padded[i, :, dy : dy + 12, dx : dx + 12])
+            if torch.equal(out[i].float(), padded[i, :, dy : dy + 12, dx : dx + 12])
         ]
         assert matches, f"row {i} is not a whole-pixel shift of its frame"
         offsets.add(matches[0])
     assert len(offsets) > 10  # rows shift independently, over the whole range
     assert {dy for dy, _ in offsets} == set(range(2 * pad + 1))
+
+
+def test_a_row_and_its_mask_take_the_same_offset():
+    """Semore's mask map must move with its frame: `shift` applies one offset to both."""
+    pad = 2
+    frames = torch.randint(0, 256, (16, 9, 10, 10), dtype=torch.uint8)
+    masks = frames[:, -1:].clone()  # a mask equal to one channel of the frame
+    offsets = shift_offsets(16, pad, "cpu")
+    assert torch.equal(shift(frames, offsets, pad)[:, -1:], shift(masks, offsets, pad))
+    with pytest.raises(ValueError, match="one \\(dy, dx\\) offset per row"):
+        shift(frames, offsets[:3], pad)
+
+
+def test_augment_shifts_the_mask_with_obs_and_next_obs_on_its_own():
+    cfg = SACParams.model_validate(_params()["drq"])
+    agent = SACAgent((24, 24, 3), gym.spaces.Box(-1.0, 1.0, (1,), np.float32), cfg, seed=0)
+    frames = torch.randint(0, 256, (32, 6, 24, 24), dtype=torch.uint8)
+    batch = {"obs": frames, "next_obs": frames.clone(), "mask": frames[:, -1:].clone()}
+    out = agent.augment(batch)
+    assert torch.equal(out["obs"][:, -1:], out["mask"])  # o_t and its mask: one offset
+    assert not torch.equal(out["obs"], out["next_obs"])  # o_{t+1}: its own offsets
+    assert torch.equal(batch["obs"], frames)  # the sampled batch is not modified
 
 
 def _params(tmp_steps: int = 40) -> dict:
@@ -85,7 +110,8 @@ def test_drq_update_sees_shifted_frames():
         "next_obs": torch.as_tensor(rng.integers(0, 256, (8, 6, 24, 24), dtype=np.uint8)),
         "action": torch.zeros(8, 1), "reward": torch.ones(8), "done": torch.zeros(8),
     }  # fmt: skip
-    drq, sac = DrQAgent((24, 24, 3), space, cfg, seed=1), SACAgent((24, 24, 3), space, cfg, seed=1)
+    plain = SACParams.model_validate({**_params()["drq"], "image_pad": 0})  # the same, unshifted
+    drq, sac = DrQAgent((24, 24, 3), space, cfg, seed=1), SACAgent((24, 24, 3), space, plain, seed=1)
     torch.manual_seed(0)
     q_drq = drq.update(batch)["q"]
     torch.manual_seed(0)
@@ -93,10 +119,19 @@ def test_drq_update_sees_shifted_frames():
     assert q_drq != q_sac
 
 
+def test_image_pad_is_an_option_of_every_pixel_method_and_refused_on_states():
+    for method in ("sac", "erpv", "semore"):
+        assert METHODS[method].params_class.model_fields["image_pad"].default == 0
+    raw = _params()
+    raw["drq"]["network"]["obs"] = "state"
+    with pytest.raises(ValueError, match="image_pad shifts frames"):
+        SACParams.model_validate({**raw["drq"], "image_pad": 2})
+
+
 def test_drq_refuses_state_observations():
     raw = _params()
     raw["drq"]["network"]["obs"] = "state"
-    with pytest.raises(ConfigError, match="DrQ augments frames"):
+    with pytest.raises(ConfigError, match="network.obs: pixels"):
         check_params(parse_params(raw))
 
 

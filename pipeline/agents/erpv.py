@@ -125,6 +125,7 @@ class VLMCritic(nn.Module):
         self.encoder = make_encoder(
             network.obs, self.input_shape, feature_dim=network.feature_dim,
             num_layers=network.encoder_layers, num_filters=network.encoder_filters,
+            stride=network.encoder_stride,
         )  # fmt: skip
         self.critic = Critic(network.feature_dim, len(self.action_low), network.hidden_dim)
 
@@ -205,7 +206,7 @@ def pretrain_vlm_critic(
     net = cfg.network
     obs_shape = transitions.obs.shape[1:]
     k = net.frame_stack if net.obs == "pixels" else 1  # states are not stacked
-    store = TransitionStore.from_offline(transitions.select(usable), k)
+    store = TransitionStore.from_offline(transitions.select(usable), k, device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         critic = VLMCritic(obs_shape, low, high, net).to(device)
@@ -259,7 +260,7 @@ class ERPvAgent(SACAgent):
         cfg: ERPvParams | None,
         vlm_critic: VLMCritic,
         *,
-        device: torch.device | str = "cpu",
+        device: torch.device | str | None = None,
         seed: int = 0,
     ) -> None:
         super().__init__(obs_shape, action_space, cfg, device=device, seed=seed)

@@ -1,7 +1,8 @@
 """The networks of SAC + DeepMDP as ERPv builds them (seed 002, appendix C.3, figures 7-11).
 
 - `PixelEncoder`: the visual encoder V(.) of SAC-AE (Yarats et al. 2019), which ERPv's DMControl
-  setup inherits through RAD: 3x3 convs (the first with stride 2), ReLU, flatten, Linear,
+  setup inherits through RAD: 3x3 convs (the first with stride 2; the others stride 1, or 2 for
+  the small encoder of the CPU pixel preset), ReLU, flatten, Linear,
   LayerNorm, tanh. ERPv figure 8 prints DBC's CARLA variant (128x128 input, four convs of
   64-128-256-256 filters, all stride 2, the first 5x5, then Linear to 50 and LayerNorm); for the
   84x84 DMControl / CarRacing frames the paper defers to RAD, i.e. the SAC-AE stack here.
@@ -48,6 +49,7 @@ class PixelEncoder(nn.Module):
         num_layers: int = 4,
         num_filters: int = 32,
         feature_dim: int = 50,
+        stride: int = 1,
     ) -> None:
         super().__init__()
         if len(obs_shape) != 3:
@@ -56,13 +58,20 @@ class PixelEncoder(nn.Module):
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.obs_shape = tuple(obs_shape)
         self.in_channels, self.feature_dim = obs_shape[0], feature_dim
-        side = [(d - 3) // 2 + 1 - 2 * (num_layers - 1) for d in obs_shape[1:]]  # output H, W
+        if stride not in (1, 2):
+            raise ValueError(f"stride of the later conv layers must be 1 or 2, got {stride}")
+        side = list(obs_shape[1:])  # the map's H, W after each 3x3 conv without padding
+        for layer in range(num_layers):
+            side = [(d - 3) // (2 if layer == 0 else stride) + 1 for d in side]
         if min(side) < 1:
-            raise ValueError(f"frames {obs_shape[1:]} are too small for {num_layers} conv layers")
+            raise ValueError(
+                f"frames {obs_shape[1:]} are too small for {num_layers} conv layers of stride "
+                f"2, then {stride}"
+            )
         self.map_shape = (num_filters, side[0], side[1])  # (C, h, w) of the feature map
         convs: list[nn.Module] = [nn.Conv2d(obs_shape[0], num_filters, 3, stride=2), nn.ReLU()]
         for _ in range(num_layers - 1):
-            convs += [nn.Conv2d(num_filters, num_filters, 3, stride=1), nn.ReLU()]
+            convs += [nn.Conv2d(num_filters, num_filters, 3, stride=stride), nn.ReLU()]
         self.convs = nn.Sequential(*convs)
         self.fc = nn.Linear(num_filters * side[0] * side[1], feature_dim)
         self.ln = nn.LayerNorm(feature_dim)
@@ -100,11 +109,13 @@ def make_encoder(
     feature_dim: int = 50,
     num_layers: int = 4,
     num_filters: int = 32,
+    stride: int = 1,
 ) -> PixelEncoder | StateEncoder:
     """`obs_shape` is the encoder's input: (C, H, W) with C = 3 * frame stack for pixels, (D,) for
-    states."""
+    states; `stride` that of the conv layers after the first."""
     if kind == "pixels":
-        return PixelEncoder(tuple(obs_shape), num_layers, num_filters, feature_dim)  # type: ignore[arg-type]
+        shape: tuple[int, int, int] = tuple(obs_shape)  # type: ignore[assignment]
+        return PixelEncoder(shape, num_layers, num_filters, feature_dim, stride)
     if kind == "state":
         if len(obs_shape) != 1:
             raise ValueError(f"a state encoder needs obs_shape (D,), got {obs_shape}")
@@ -332,6 +343,7 @@ class SemoreEncoder(nn.Module):
         feature_dim: int = 50,
         attention_dim: int = 32,
         attention_stride: int = 5,
+        stride: int = 1,
     ) -> None:
         super().__init__()
         channels, h, w = obs_shape
@@ -346,7 +358,7 @@ class SemoreEncoder(nn.Module):
         self.obs_shape = tuple(obs_shape)
         self.semantic_input = semantic_input
         sem_channels = 3 if semantic_input == "current" else channels
-        args = (num_layers, num_filters, feature_dim)
+        args = (num_layers, num_filters, feature_dim, stride)
         self.semantic = PixelEncoder((sem_channels, h, w), *args)
         self.motion = PixelEncoder((channels - 3, h, w), *args) if motion else None
         self.attention: CrossAttention | None = None

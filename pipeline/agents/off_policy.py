@@ -24,9 +24,10 @@ from typing import Any, ClassVar, Literal, Self
 import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
+from pipeline.agents.augment import random_shift, shift, shift_offsets
 from pipeline.agents.checkpoint import (
     CheckpointError,
     load_module_tensors,
@@ -59,6 +60,14 @@ class NetworkParams(Section):
     )
     encoder_layers: int = Field(default=4, ge=1, le=8, description="Conv layers (SAC-AE / RAD: 4).")
     encoder_filters: int = Field(default=32, ge=1, description="Conv filters (SAC-AE / RAD: 32).")
+    encoder_stride: int = Field(
+        default=1,
+        ge=1,
+        le=2,
+        description="Stride of every conv layer after the first (SAC-AE / RAD: 1, the first has "
+        "2). 2: each layer halves the map, the small encoder of the CPU pixel preset (64x64 -> "
+        "3x3 maps after 4 layers: about 8x less conv work than SAC-AE's 35x35 at 84x84).",
+    )
     transition_hidden_dim: int = Field(
         default=512, ge=1, description="T_D and the reward head's width (figure 11: 512)."
     )
@@ -145,6 +154,35 @@ class SACParams(Section):
         description="Deterministic episodes played in an env of their own at every metrics row "
         "(`eval_return`: a learning curve even when training episodes are long); 0: none.",
     )
+    image_pad: int = Field(
+        default=0,
+        ge=0,
+        description="Random-shift augmentation of every update's frames (DrQ: 4 pixels each way "
+        "at 84x84; pipeline.agents.augment); 0: none (SAC's and ERPv's setting in the papers). "
+        "Pixels only.",
+    )
+    device: str = Field(
+        default="auto",
+        description="Where the networks, the replay's frames, the batches and the augmentation "
+        "live: `auto` (cuda when torch sees a GPU, else cpu), `cpu`, `cuda`, `cuda:1`, ...",
+    )
+
+    @model_validator(mode="after")
+    def _augment_pixels_only(self) -> Self:
+        if self.image_pad and self.network.obs != "pixels":
+            raise ValueError("image_pad shifts frames: set `network.obs: pixels` or image_pad: 0")
+        if self.device != "auto":
+            try:
+                torch.device(self.device)
+            except RuntimeError as exc:
+                raise ValueError(f"device {self.device!r} is not a torch device: {exc}") from exc
+        return self
+
+    def torch_device(self) -> torch.device:
+        """The device `device` names (`auto`: cuda when available)."""
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
 
 
 def encoder_input_shape(network: NetworkParams, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -253,11 +291,11 @@ class OffPolicyAgent(ABC):
         action_space: gym.spaces.Box,
         cfg: SACParams | None = None,
         *,
-        device: torch.device | str = "cpu",
+        device: torch.device | str | None = None,
         seed: int = 0,
     ) -> None:
         self.cfg = cfg = cfg if cfg is not None else self.params_class()
-        self.device = torch.device(device)
+        self.device = cfg.torch_device() if device is None else torch.device(device)
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.input_shape = encoder_input_shape(cfg.network, self.obs_shape)
         self.scale = ActionScale(*box_bounds(action_space), self.device)
@@ -359,6 +397,8 @@ class OffPolicyAgent(ABC):
         metrics."""
         self.update_step += 1
         b = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        if self.cfg.image_pad:
+            b = self.augment(b)
         metrics, h, next_h = self.update_critic(b)
         if self.update_step % self.cfg.actor_update_freq == 0:
             # DrQ-v2: the actor reuses this step's features, detached (SAC-AE: no actor gradient
@@ -369,6 +409,18 @@ class OffPolicyAgent(ABC):
             soft_update(self.encoder_target, self.encoder, self.cfg.encoder_tau)
         values = torch.stack([v.detach().float() for v in metrics.values()]).tolist()  # one sync
         return dict(zip(metrics, values, strict=True))
+
+    def augment(self, batch: Tensors) -> Tensors:
+        """DrQ's random shift (`image_pad` pixels): obs and next_obs each by their own offset per
+        row (K = M = 1, as DrQ-v2), o_t's mask map (Semore) by o_t's. What the guidance reads of
+        the frames (ERPv's C_V) sees them shifted too."""
+        pad = self.cfg.image_pad
+        offsets = shift_offsets(len(batch["obs"]), pad, self.device)
+        out = dict(batch, obs=shift(batch["obs"], offsets, pad))
+        out["next_obs"] = random_shift(batch["next_obs"], pad)
+        if "mask" in batch:
+            out["mask"] = shift(batch["mask"], offsets, pad)
+        return out
 
     def update_actor_and_alpha(
         self, h: torch.Tensor, next_h: torch.Tensor, batch: Tensors

@@ -3,9 +3,10 @@ o_{t+1}, d_t, a_v,t}), read from the pipeline's dataset instead of asking a VLM 
 
 Two parts: an offline part, prefilled from a labelled dataset (`load_offline_transitions`), and an
 online part that the training loop fills; `sample` mixes them at the fraction fixed at
-construction. Observations are stored once per step; a transition is an index into them
-(o_{t+1} is the next stored observation). Pixel observations are stacked at sample time, k frames
-oldest first on the channel axis, by the one stacking rule of pipeline.dataset.stacking.
+construction. Observations are stored once per step, on the training device (frames as uint8);
+a transition is an index into them (o_{t+1} is the next stored observation). Pixel observations
+are stacked at sample time by a gather on that device, k frames oldest first on the channel axis,
+by the one stacking rule of pipeline.dataset.stacking (MR.Q / TD-MPC2 keep frames the same way).
 
 Labels are the data's declared fields (`FieldSpec`: ERPv's a_v, Semore's mask and judge, ...):
 the buffer carries them without knowing what they are. Online rows get each field's fill value,
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline.dataset.stacking import stack_window, to_channels
+from pipeline.dataset.stacking import stack_window
 from pipeline.dataset.transitions import FieldSpec, ObsKind, OfflineTransitions
 
 # (update index, rng) -> the offline transition indices a batch's offline rows are drawn from,
@@ -43,9 +44,10 @@ class TransitionStore:
         capacity: int,
         frame_stack: int,
         specs: Sequence[FieldSpec] = (),
+        device: torch.device | str = "cpu",
     ) -> None:
         self.k = frame_stack
-        self.obs = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
+        self.obs = _device_obs(np.zeros((capacity, *obs_shape), dtype=obs_dtype), device)
         self.episode_start = np.zeros(capacity, dtype=np.int64)
         self.obs_index = np.zeros(capacity, dtype=np.int64)
         self.action = np.zeros((capacity, action_dim), dtype=np.float32)
@@ -60,10 +62,13 @@ class TransitionStore:
         self.oldest = 0  # the oldest transition still sampleable (absolute)
 
     @classmethod
-    def from_offline(cls, data: OfflineTransitions, frame_stack: int) -> TransitionStore:
+    def from_offline(
+        cls, data: OfflineTransitions, frame_stack: int, device: torch.device | str = "cpu"
+    ) -> TransitionStore:
         store = cls.__new__(cls)
         store.k = frame_stack
-        for name in ("obs", "episode_start", "obs_index", "action", "reward", "terminated"):
+        store.obs = _device_obs(data.obs, device)
+        for name in ("episode_start", "obs_index", "action", "reward", "terminated"):
             setattr(store, name, getattr(data, name))
         store.specs, store.fields = data.specs, dict(data.fields)
         store.n_obs, store.n_transitions, store.oldest = len(data.obs), len(data), 0
@@ -74,7 +79,7 @@ class TransitionStore:
 
     def add_obs(self, obs: np.ndarray, first: bool) -> None:
         pos = self.n_obs % len(self.obs)
-        self.obs[pos] = obs
+        self.obs[pos] = _device_obs(obs[None], self.obs.device)[0]
         prev = (self.n_obs - 1) % len(self.obs)
         self.episode_start[pos] = self.n_obs if first else self.episode_start[prev]
         self.n_obs += 1
@@ -111,19 +116,22 @@ class TransitionStore:
         ):
             self.oldest += 1
 
-    def _stacked(self, index: np.ndarray) -> np.ndarray:
-        """Observations at absolute indices (B,) -> (B, 3k, H, W) for frames, (B, D) for states."""
+    def _stacked(self, index: np.ndarray) -> torch.Tensor:
+        """Observations at absolute indices (B,) -> (B, 3k, H, W) for frames, (B, D) for states,
+        gathered where the store lives."""
         cap = len(self.obs)
         if self.obs.ndim == 2:
-            return self.obs[index % cap]
+            return self.obs[torch.as_tensor(index % cap, device=self.obs.device)]
         frames = stack_window(index, self.episode_start[index % cap], self.k)  # (B, k)
-        return to_channels(self.obs[frames % cap])  # (B, k, H, W, 3) -> (B, 3k, H, W)
+        stack = self.obs[torch.as_tensor(frames % cap, device=self.obs.device)]  # (B, k, 3, H, W)
+        return stack.flatten(1, 2)  # (B, 3k, H, W): to_channels' layout, no copy beyond the gather
 
     def sample(
         self, n: int, rng: np.random.Generator, pool: np.ndarray | None = None
-    ) -> dict[str, np.ndarray]:
+    ) -> dict[str, Any]:
         """`n` transitions uniformly (from `pool`, transition indices, when given), with every
-        declared field: obs / next_obs stacked, field rows of o_t or of the transition."""
+        declared field: obs / next_obs stacked (tensors where the store lives), the rest arrays:
+        field rows of o_t or of the transition."""
         if pool is None:
             rows = rng.integers(self.oldest, self.n_transitions, size=n) % len(self.obs_index)
         else:
@@ -151,7 +159,7 @@ class TransitionStore:
         n_obs = min(self.n_obs, len(self.obs))
         n_tr = min(self.n_transitions, len(self.obs_index))
         return {
-            "obs": self.obs[:n_obs].copy(),
+            "obs": _host_obs(self.obs[:n_obs]),
             "episode_start": self.episode_start[:n_obs].copy(),
             **{name: getattr(self, name)[:n_tr].copy() for name in _TRANSITION_ARRAYS},
             "fields": {name: values[:n_tr].copy() for name, values in self.fields.items()},
@@ -161,12 +169,15 @@ class TransitionStore:
 
     def load_state(self, state: dict[str, Any]) -> None:
         shape = (state["capacity"], *state["obs"].shape[1:])
-        if shape != self.obs.shape or sorted(state["fields"]) != sorted(self.fields):
+        ours = (len(self.obs), *_host_obs(self.obs[:1]).shape[1:])
+        if shape != ours or sorted(state["fields"]) != sorted(self.fields):
             raise ValueError(
                 f"saved replay holds observations {shape} with fields {sorted(state['fields'])}, "
-                f"this buffer {self.obs.shape} with {sorted(self.fields)}"
+                f"this buffer {ours} with {sorted(self.fields)}"
             )
-        arrays = {name: state[name] for name in ("obs", "episode_start", *_TRANSITION_ARRAYS)}
+        self.obs.zero_()
+        self.obs[: len(state["obs"])] = _device_obs(state["obs"], self.obs.device)
+        arrays = {name: state[name] for name in ("episode_start", *_TRANSITION_ARRAYS)}
         for name, value in [*arrays.items(), *state["fields"].items()]:
             full = self.fields[name] if name in self.fields else getattr(self, name)
             full[...] = 0
@@ -175,6 +186,19 @@ class TransitionStore:
 
 
 _TRANSITION_ARRAYS = ("obs_index", "action", "reward", "terminated")
+
+
+def _device_obs(obs: np.ndarray, device: torch.device | str) -> torch.Tensor:
+    """Observations as the store keeps them, on `device`: frames (N, H, W, 3) uint8 as (N, 3, H,
+    W), so that a gathered stack (B, k, 3, H, W) is already the encoders' (B, 3k, H, W); states
+    (N, D) as they are. Each frame is kept once: obs, next_obs and every stack index into it."""
+    tensor = torch.as_tensor(np.require(obs, requirements="W"), device=device)  # no read-only views
+    return tensor.permute(0, 3, 1, 2).contiguous() if tensor.ndim == 4 else tensor.contiguous()
+
+
+def _host_obs(obs: torch.Tensor) -> np.ndarray:
+    """The inverse of `_device_obs`: the env's layout in host memory (a resume state's format)."""
+    return (obs.permute(0, 2, 3, 1) if obs.ndim == 4 else obs).cpu().numpy().copy()
 
 
 class ReplayBuffer:
@@ -199,6 +223,7 @@ class ReplayBuffer:
         offline_fraction: float = 0.0,
         offline_pool: OfflinePool | None = None,
         fields: Sequence[FieldSpec] = (),
+        device: torch.device | str = "cpu",
     ) -> None:
         if obs not in ("pixels", "state"):
             raise ValueError(f"obs must be 'pixels' or 'state', got {obs!r}")
@@ -219,7 +244,10 @@ class ReplayBuffer:
         k = frame_stack if obs == "pixels" else 1  # states need no stacking
         dtype = np.dtype(np.uint8 if obs == "pixels" else np.float32)
         self.specs = tuple(offline.specs if offline is not None else fields)
-        self.online = TransitionStore(self.obs_shape, dtype, action_dim, capacity, k, self.specs)
+        self.device = torch.device(device)
+        self.online = TransitionStore(
+            self.obs_shape, dtype, action_dim, capacity, k, self.specs, self.device
+        )
         self.offline: TransitionStore | None = None
         if offline is not None and len(offline):
             if offline.obs.shape[1:] != self.obs_shape:
@@ -231,7 +259,7 @@ class ReplayBuffer:
                 raise ValueError(
                     f"offline actions have {offline.action_dim} dimensions, expected {action_dim}"
                 )
-            self.offline = TransitionStore.from_offline(offline, k)
+            self.offline = TransitionStore.from_offline(offline, k, self.device)
         self._episode_open = False
 
     def online_state(self) -> dict[str, Any]:
@@ -278,17 +306,13 @@ class ReplayBuffer:
         self.online.add_transition(np.asarray(action), float(reward), bool(terminated), values)
 
     def sample(
-        self,
-        batch_size: int,
-        rng: np.random.Generator,
-        device: torch.device | str | None = None,
-        update: int = 0,
+        self, batch_size: int, rng: np.random.Generator, update: int = 0
     ) -> dict[str, torch.Tensor]:
         """round(batch_size * offline_fraction) rows from the offline part (from the pool that
         `offline_pool(update, rng)` names, if any), the rest online; all rows from one part when
-        the other is empty. Uniform with replacement within a part. Returns tensors: obs /
-        next_obs (B, 3k, H, W) uint8 or (B, D) float32, action (B, A), reward, done (B,) float32,
-        offline (B,) bool, and every declared field (B, *shape)."""
+        the other is empty. Uniform with replacement within a part. Returns tensors on the
+        buffer's device: obs / next_obs (B, 3k, H, W) uint8 or (B, D) float32, action (B, A),
+        reward, done (B,) float32, offline (B,) bool, and every declared field (B, *shape)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         pool = self.offline_pool(update, rng) if self.offline_pool is not None else None
@@ -306,6 +330,12 @@ class ReplayBuffer:
             parts.append((self.offline.sample(n_off, rng, pool), True))  # type: ignore[union-attr]
         if batch_size - n_off:
             parts.append((self.online.sample(batch_size - n_off, rng), False))
-        batch = {key: np.concatenate([p[key] for p, _ in parts]) for key in parts[0][0]}
-        batch["offline"] = np.concatenate([np.full(len(p["reward"]), o) for p, o in parts])
-        return {key: torch.as_tensor(value, device=device) for key, value in batch.items()}
+        batch = {
+            key: torch.cat([p[key] for p, _ in parts])
+            if key in ("obs", "next_obs")  # tensors already where the buffer lives
+            else torch.as_tensor(np.concatenate([p[key] for p, _ in parts]), device=self.device)
+            for key in parts[0][0]
+        }
+        offline = np.concatenate([np.full(len(p["reward"]), o) for p, o in parts])
+        batch["offline"] = torch.as_tensor(offline, device=self.device)
+        return batch

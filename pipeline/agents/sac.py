@@ -47,6 +47,7 @@ class SACAgent(OffPolicyAgent):
         self.encoder = make_encoder(
             net.obs, self.input_shape, feature_dim=net.feature_dim,
             num_layers=net.encoder_layers, num_filters=net.encoder_filters,
+            stride=net.encoder_stride,
         )  # fmt: skip
         self.critic = Critic(net.feature_dim, action_dim, net.hidden_dim)
         self.actor = Actor(

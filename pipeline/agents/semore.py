@@ -328,7 +328,7 @@ class SemoreAgent(OffPolicyAgent):
         action_space,
         cfg: SemoreParams,
         *,
-        device: torch.device | str = "cpu",
+        device: torch.device | str | None = None,
         seed: int = 0,
     ) -> None:
         if len(obs_shape) != 3 or obs_shape[2] != 3:
@@ -355,6 +355,7 @@ class SemoreAgent(OffPolicyAgent):
             feature_dim=net.feature_dim,
             attention_dim=net.attention_dim,
             attention_stride=net.attention_stride,
+            stride=net.encoder_stride,
         )
         z_dim = self.encoder.feature_dim
         self.critic = Critic(z_dim, action_dim, net.hidden_dim)

@@ -97,6 +97,7 @@ class OffPolicyMethod(Method):
                 offline=offline,
                 offline_fraction=hp.offline_fraction,
                 offline_pool=self.offline_pool(hp, offline) if offline is not None else None,
+                device=agent.device,  # frames once, where the update runs
             )
             material = run_material(name, run, hp, env_cfg, data_hashes)
             resume = resume_for(resume_dir, hp.resume_every, material)
