@@ -1,0 +1,254 @@
+"""The pixel benchmark: SAC, DrQ, ERPv (its paper's setting, with random shifts, with the Worst
+Model's labels) and Semore M4 learning DMC cartpole-swingup from frames, on a preset
+(`benchmarks/params/pixels_cpu.yaml`: 64x64, action repeat 8, the small stride-2 encoder).
+
+Data (in this process, each part built once under `<out>/`): the preset's sections are merged
+over params.yaml (`<out>/params.yaml`, a complete params file), the collect stage's function
+(pipeline.rollouts.collect.collect) collects the preset's RAE episodes at the preset's frame size
+into `<out>/data/rollouts/<env>`, and benchmarks.sweep.prepare_data labels them with the label
+stage's function (the preset's `label.teacher`, or the `constant` Worst Model for
+`erpv-constant`), computes masks, builds the dataset and pre-trains C_V on pixels with the
+stages' functions. Nothing is read from the default pipeline's outputs.
+
+Every (arm, seed) cell trains through pipeline.training.train_run in a spawned worker
+(benchmarks.sweep.run_cells: one result file per cell, skipped on a rerun, a killed run resumed
+from its resume state) and is evaluated as deployed (load_agent + deployed, deterministic) on
+`--eval-episodes` episodes from seed 10,000. The report: final return mean +- std over seeds,
+steps to 500 (first periodic evaluation >= 500, median over seeds), the published numbers beside
+(ERPv table 2, DrQ), and the mean +- std curve of each arm's periodic evaluations (PNG).
+
+    python -m benchmarks.pixels --seeds 3 --workers 2 --out reports/pixels
+    python -m benchmarks.pixels --arms drq sac --seeds 1 --out reports/pixels --time-budget 3600
+    python -m benchmarks.pixels --out reports/pixels --cell drq-seed0
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from benchmarks.sweep import Cell, Trained, add_sweep_arguments, prepare_data, run_cells, steps_to
+from pipeline.config import Params, parse_params
+from pipeline.io import atomic_write_bytes, atomic_write_json
+
+ENV = "cartpole-swingup"
+EVAL_SEED = 10_000
+THRESHOLD = 500.0
+# arm -> (method, teacher whose labels it reads, overrides of the method's section)
+ARMS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "sac": ("sac", "scripted", {}),
+    "drq": ("drq", "scripted", {}),
+    "erpv": ("erpv", "scripted", {}),
+    "erpv-shift": ("erpv", "scripted", {"image_pad": 4}),
+    "erpv-constant": ("erpv", "constant", {}),
+    "semore-m4": ("semore", "scripted", {"variant": "m4"}),
+}
+# Published cartpole-swingup figures from pixels (84x84, action repeat 8), final return.
+PUBLISHED = {
+    "sac": "ERPv table 2: SAC 237 +- 49 (100k frames); CURL paper: pixel SAC 419 (100k)",
+    "drq": "DrQ: 759 +- 92 at 100k frames (12.5k steps); its curves: 661 +- 134 at 10k steps",
+    "erpv": "ERPv table 2: 855 +- 2 (100k frames)",
+}
+ARM_SECTIONS = ("sac", "drq", "erpv", "semore")
+
+
+def read_preset(preset: str | Path) -> tuple[dict[str, Any], int]:
+    """The preset's sections (yaml merges resolved) and its step budget."""
+    raw = yaml.safe_load(Path(preset).read_text())
+    if not isinstance(raw, dict) or "steps" not in raw:
+        raise SystemExit(f"{preset}: a preset is a mapping of params sections plus `steps`")
+    steps = int(raw.pop("steps"))
+    return raw, steps
+
+
+def merged_params(params_path: str | Path, preset: dict[str, Any]) -> dict[str, Any]:
+    """params.yaml with the preset merged in: `env` and `collect` per env id, every other section
+    key by key; the env list is the preset's env alone and `train` empty (the cells fill it)."""
+    raw = copy.deepcopy(yaml.safe_load(Path(params_path).read_text()))
+    for section, value in preset.items():
+        if section in ("env", "collect"):
+            for env_id, keys in value.items():
+                raw[section][env_id] = {**raw[section].get(env_id, {}), **keys}
+        elif isinstance(value, dict) and isinstance(raw.get(section), dict):
+            raw[section] = {**raw[section], **value}
+        else:
+            raw[section] = value
+    raw["envs"] = [ENV]
+    raw["train"] = {}
+    return raw
+
+
+def write_params(raw: dict[str, Any], path: Path) -> Params:
+    """The merged params, checked, written where the cells read them."""
+    params = parse_params(raw, source=str(path))
+    atomic_write_bytes(path, yaml.safe_dump(raw, sort_keys=False).encode())
+    return params
+
+
+def collect_rollouts(params: Params, data: Path) -> Path:
+    """stages/collect.py's function with the preset's env and collect settings (resumes)."""
+    from pipeline.rollouts.collect import collect
+    from pipeline.teachers import make_teacher
+
+    cfg = params.collect[ENV]
+    out = data / "rollouts" / ENV
+    teacher = make_teacher(cfg.teacher) if cfg.uses_teacher else None
+    manifest = collect(ENV, params.env[ENV], cfg, out, teacher=teacher, replace=True)
+    print(f"{ENV}: {manifest['totals']} -> {out}", flush=True)
+    return out
+
+
+def prepare(params: Params, out: Path, key: str):
+    """The inputs of `<teacher>`: the preset's rollouts labelled by that teacher, their masks,
+    dataset and C_V."""
+    assert params.label is not None, "params.yaml needs a `label` section"
+    label = params.label
+    if key == "constant":
+        teacher = label.teacher.model_copy(update={"backend": "constant"})
+        label = label.model_copy(update={"teacher": teacher})
+    collect_rollouts(params, out / "data")
+    return prepare_data(ENV, params, out / "data", out / "work", label, critic=True)
+
+
+def table_cells(args: argparse.Namespace, steps: int) -> list[Cell]:
+    return [
+        Cell(
+            name=f"{arm}-seed{s}",
+            run={"env": ENV, "method": ARMS[arm][0], "steps": steps, "seed": s},
+            overrides={ARMS[arm][0]: ARMS[arm][2]} if ARMS[arm][2] else {},
+            data=ARMS[arm][1],
+            info={"arm": arm, "eval_episodes": args.eval_episodes},
+        )
+        for s in range(args.seeds)
+        for arm in args.arms
+    ]
+
+
+def finish(cell: Cell, params: Params, agent_dir: Path, trained: Trained) -> dict[str, Any]:
+    """The deployed agent's deterministic evaluation after training."""
+    from pipeline.evaluation import deployed, evaluate_policy
+    from pipeline.methods.table import get_method, load_agent
+
+    hp = get_method(cell.method).params(params)
+    final = evaluate_policy(
+        deployed(load_agent(agent_dir)), ENV, params.env[ENV], cell.info["eval_episodes"],
+        seed=EVAL_SEED,
+    )  # fmt: skip
+    updates = max(0, cell.run["steps"] - hp.start_steps + 1)
+    return {
+        "name": cell.name,
+        "arm": cell.info["arm"],
+        "seed": cell.run["seed"],
+        "steps": cell.run["steps"],
+        "curve": trained.curve,
+        "eval": [(int(r["step"]), r["eval_return"]) for r in trained.logs if "eval_return" in r],
+        "final_return": final.return_mean,
+        "final_returns": final.returns,
+        "train_seconds": trained.seconds,
+        "updates_per_s": updates / trained.seconds if trained.seconds > 0 else None,
+    }
+
+
+def table(results: list[dict[str, Any]], arms: list[str]) -> str:
+    lines = [
+        f"{ENV} from pixels, {results[0]['steps']:,} agent steps per run; final return: "
+        f"deterministic evaluation of the deployed agent after training (mean +- std over seeds); "
+        f"steps to {THRESHOLD:g}: first periodic evaluation reaching it (median over the seeds "
+        "that reached [how many])",
+        "",
+        f"{'arm':15}{'seeds':>6}{'final return':>20}{'steps to 500':>16}{'train s':>9}"
+        f"{'upd/s':>7}   published (84x84)",
+    ]
+    for arm in arms:
+        rs = [r for r in results if r["arm"] == arm]
+        if not rs:
+            continue
+        finals = np.array([r["final_return"] for r in rs])
+        reached = [s for r in rs if (s := steps_to(r["eval"], THRESHOLD)) is not None]
+        median = f"{int(np.median(reached)):,} [{len(reached)}/{len(rs)}]" if reached else "-"
+        lines.append(
+            f"{arm:15}{len(rs):>6}{f'{finals.mean():.1f} +- {finals.std():.1f}':>20}{median:>16}"
+            f"{np.mean([r['train_seconds'] for r in rs]):>9.0f}"
+            f"{np.mean([r['updates_per_s'] for r in rs]):>7.1f}   {PUBLISHED.get(arm, '')}"
+        )
+    return "\n".join(lines)
+
+
+def plot(results: list[dict[str, Any]], arms: list[str], path: Path) -> None:
+    """Each arm's periodic evaluation return, mean +- std over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm in arms:
+        rs = [r for r in results if r["arm"] == arm and r["eval"]]
+        if not rs:
+            continue
+        steps = np.array([s for s, _ in rs[0]["eval"]])
+        ys = np.array([[v for _, v in r["eval"]] for r in rs if len(r["eval"]) == len(steps)])
+        mean, std = ys.mean(0), ys.std(0)
+        ax.plot(steps, mean, label=f"{arm} ({len(ys)} seeds)")
+        ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+    ax.axhline(THRESHOLD, color="grey", lw=0.8, ls="--")
+    ax.set(xlabel="agent steps (x8 env frames)", ylabel="eval return", title=f"{ENV}, pixels")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--preset", default="benchmarks/params/pixels_cpu.yaml")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--steps", type=int, default=None, help="agent steps per run "
+                        "(default: the preset's `steps`)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--eval-episodes", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("reports/pixels"))
+    add_sweep_arguments(parser, workers=1)
+    args = parser.parse_args(argv)
+    preset, steps = read_preset(args.preset)
+    steps = args.steps if args.steps is not None else steps
+    args.out.mkdir(parents=True, exist_ok=True)
+    params_path = args.out / "params.yaml"
+    params = write_params(merged_params(args.params, preset), params_path)
+    cells = table_cells(args, steps)
+    sweep = run_cells(
+        cells,
+        args,
+        params=params_path,
+        out=args.out,
+        prepare=lambda key: prepare(params, args.out, key),
+        finish=finish,
+        describe=lambda r: f"final return {r['final_return']:.1f} ({r['train_seconds']:.0f} s)",
+        results_dir="runs",
+    )
+    if sweep is None:  # --list-cells
+        return 0
+    results = sweep.ordered(cells)
+    if not results:
+        print("no finished runs")
+        return 1
+    text = table(results, args.arms)
+    print(text)
+    atomic_write_bytes(args.out / "table.txt", (text + "\n").encode())
+    atomic_write_json(args.out / "results.json", {r["name"]: r for r in results})
+    plot(results, args.arms, args.out / "curves.png")
+    return 0 if not sweep.failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Every pixel method of the SAC family (sac, drq, erpv, erpv with random shifts, semore) trains a
+few steps from a dataset that the pipeline's stages built from frames (collect -> label -> masks
+-> dataset -> pretrain_critic on pixels, the CPU pixel preset's networks at a smaller frame size),
+and a run SIGKILLed after its first resume state finishes, on rerun, byte-identical to a run never
+interrupted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from benchmarks.pixels import ENV, merged_params, read_preset
+from pipeline.config import load_params
+from pipeline.methods.table import get_method, load_agent
+from tests.conftest import REPO
+
+RUNS = {  # run name -> (method, section overrides)
+    "sac": ("sac", {}),
+    "drq": ("drq", {}),
+    "erpv": ("erpv", {}),
+    "erpv-shift": ("erpv", {"image_pad": 2}),
+    "semore": ("semore", {}),
+}
+STEPS = 48
+
+
+@pytest.fixture(scope="module")
+def pixel_pipeline(tmp_path_factory):
+    """The pixel preset's params at 48x48 frames (the smallest where Semore's 3 stride-2 layers
+    keep its 5x5 SSIM window) with tiny budgets and networks, and its data built by the stages."""
+    d = tmp_path_factory.mktemp("pixels")
+    preset, _ = read_preset(REPO / "benchmarks" / "params" / "pixels_cpu.yaml")
+    raw = merged_params(REPO / "params.yaml", preset)
+    raw["env"][ENV].update(image_size=48, max_episode_steps=24)
+    raw["collect"][ENV].update(episodes=2, rae_switch_steps=[5, 10])
+    raw["critic"].update(steps=20)
+    small = {"batch_size": 8, "start_steps": 16, "log_every": 16, "resume_every": 16,
+             "eval_episodes": 0, "replay_capacity": 500}  # fmt: skip
+    for section in ("sac", "drq", "erpv", "semore"):
+        raw[section].update(small)
+        raw[section]["network"].update(hidden_dim=32, feature_dim=16, transition_hidden_dim=32,
+                                       encoder_filters=8)  # fmt: skip
+    raw["semore"]["network"].update(attention_dim=8)
+    raw["train"] = {
+        name: {"env": ENV, "method": method, "steps": STEPS, "seed": 0}
+        for name, (method, _) in RUNS.items()
+    }
+    raw["evaluate"]["episodes"] = 1
+    p = d / "params.yaml"
+    p.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+    from stages import collect, dataset, label, masks, pretrain_critic
+
+    assert collect.main(["--params", str(p), "--env", ENV, "--out", f"{d}/r"]) == 0
+    assert label.main(["--params", str(p), "--rollouts", f"{d}/r", "--cache", f"{d}/lc",
+                       "--out", f"{d}/labels.parquet"]) == 0  # fmt: skip
+    assert masks.main(["--params", str(p), "--rollouts", f"{d}/r", "--labels",
+                       f"{d}/labels.parquet", "--cache", f"{d}/mc", "--out",
+                       f"{d}/masks.parquet"]) == 0  # fmt: skip
+    assert dataset.main(["--params", str(p), "--rollouts", f"{d}/r", "--labels",
+                         f"{d}/labels.parquet", "--masks", f"{d}/masks.parquet", "--out",
+                         f"{d}/ds"]) == 0  # fmt: skip
+    assert pretrain_critic.main(["--params", str(p), "--env", ENV, "--dataset", f"{d}/ds",
+                                 "--out", f"{d}/critics/{ENV}", "--live", f"{d}/cl",
+                                 "--summary", f"{d}/critic.json"]) == 0  # fmt: skip
+    return d
+
+
+def _params_for(d, name, resume_every=None, steps=STEPS):
+    """The fixture's params with run `name` alone and its section overrides applied (as a sweep
+    cell's)."""
+    raw = yaml.safe_load((d / "params.yaml").read_text())
+    method, over = RUNS[name]
+    raw[method].update(over)
+    if resume_every is not None:
+        raw[method]["resume_every"] = resume_every
+    raw["train"] = {name: {**raw["train"][name], "steps": steps}}
+    return raw
+
+
+def _train_argv(d, params, name, out):
+    return ["--params", str(params), "--run", name, "--rollouts", f"{d}/r", "--labels",
+            f"{d}/labels.parquet", "--dataset", f"{d}/ds", "--critics", f"{d}/critics",
+            "--out", f"{out}/model", "--live", f"{out}/live", "--summary", f"{out}/summary.json",
+            "--resume-dir", f"{out}/resume"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_each_pixel_method_trains_from_a_pipeline_built_pixel_dataset(pixel_pipeline, name):
+    from pipeline.agents.checkpoint import read_meta
+    from pipeline.evaluation import deployed, evaluate_policy
+    from stages import train
+
+    d = pixel_pipeline
+    params = d / f"{name}.yaml"
+    params.write_text(yaml.safe_dump(_params_for(d, name)))
+    assert train.main(_train_argv(d, params, name, d / "out" / name)) == 0
+    model = d / "out" / name / "model"
+    meta = read_meta(model)
+    method, over = RUNS[name]
+    assert meta["method"] == method and meta["obs"] == "pixels"
+    assert meta["config"]["network"]["encoder_stride"] == 2  # the preset's small encoder
+    assert meta["config"]["image_pad"] == over.get("image_pad", 4 if method == "drq" else 0)
+    assert meta["update_step"] == STEPS - 16 + 1
+    hp = get_method(method).params(load_params(params))
+    assert hp.network.obs == "pixels"
+    policy = deployed(load_agent(model), meta)
+    result = evaluate_policy(policy, ENV, load_params(params).env[ENV], 1, seed=0)
+    assert result.episodes == 1
+
+
+@pytest.mark.parametrize("name", ["drq", "erpv", "semore"])
+def test_a_killed_pixel_run_resumes_to_the_uninterrupted_result(pixel_pipeline, tmp_path, name):
+    """SIGKILL the train stage after its first resume state (the replay's frames, kept on the
+    training device, saved in it); the rerun ends byte-identical to the uninterrupted run."""
+    d = pixel_pipeline
+    params = tmp_path / "params.yaml"
+    # the first resume state at the first episode end (24 steps), then 96 more steps to kill in
+    params.write_text(yaml.safe_dump(_params_for(d, name, resume_every=24, steps=120)))
+
+    def run(out):
+        code = (
+            "from stages.train import main; "
+            f"raise SystemExit(main({_train_argv(d, params, name, out)!r}))"
+        )
+        return subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
+
+    assert run(tmp_path / "whole").wait(timeout=300) == 0
+    killed = run(tmp_path / "killed")
+    state = tmp_path / "killed" / "resume" / "state.pt"
+    deadline = time.monotonic() + 300
+    while not state.exists() and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert state.exists() and not (tmp_path / "killed" / "model" / "agent.json").exists()
+    assert run(tmp_path / "killed").wait(timeout=300) == 0
+    for part in ("model/agent.safetensors", "model/agent.json", "summary.json"):
+        whole, resumed = tmp_path / "whole" / part, tmp_path / "killed" / part
+        assert resumed.read_bytes() == whole.read_bytes(), part
