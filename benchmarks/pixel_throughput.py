@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.agents.erpv import ERPvAgent, ERPvParams, VLMCritic
-from pipeline.agents.off_policy import NetworkParams, SACParams
+from pipeline.agents.off_policy import NetworkParams
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.semore import SemoreAgent, SemoreParams
 from pipeline.dataset.transitions import (
@@ -155,7 +155,7 @@ class RandomShiftsAug(nn.Module):
         self.pad = pad
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n, _, h, w = x.size()
+        n, _, h, _ = x.size()
         x = F.pad(x, (self.pad,) * 4, "replicate")
         eps = 1.0 / (h + 2 * self.pad)
         arange = torch.linspace(-1.0 + eps, 1.0 - eps, h + 2 * self.pad, device=x.device)[:h]
@@ -234,7 +234,9 @@ class RefDrQ:
             alpha_loss.backward()
             self.alpha_opt.step()
             with torch.no_grad():  # utils.soft_update_params(critic, critic_target, 0.01)
-                for p, t in zip(self.critic.parameters(), self.critic_target.parameters()):
+                for p, t in zip(
+                    self.critic.parameters(), self.critic_target.parameters(), strict=True
+                ):
                     t.data.copy_(0.01 * p.data + 0.99 * t.data)
 
 
@@ -313,7 +315,9 @@ def rows_for(config: tuple[int, int, int], batch: int, ks: list[int], n_frames: 
     common = {"network": net, "batch_size": batch, "device": "cpu"}
     shape = (size, size, 3)
     drq = DrQAgent(shape, SPACE, DrQParams(**common, aux_weight=0.0, image_pad=4))
-    sac = DrQAgent(shape, SPACE, DrQParams(**common, image_pad=4).model_copy(update={"image_pad": 0}))
+    sac = DrQAgent(
+        shape, SPACE, DrQParams(**common, image_pad=4).model_copy(update={"image_pad": 0})
+    )
     erpv_cfg = ERPvParams(**common, offline_fraction=0.5)
     critic = VLMCritic(shape, SPACE.low, SPACE.high, net).freeze()
     erpv = ERPvAgent(shape, SPACE, erpv_cfg, critic)

@@ -213,8 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--preset", default="benchmarks/params/pixels_cpu.yaml")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--steps", type=int, default=None, help="agent steps per run "
-                        "(default: the preset's `steps`)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="agent steps per run (default: the preset's `steps`)",
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("reports/pixels"))

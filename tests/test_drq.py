@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pipeline.agents.augment import random_shift, shift, shift_offsets
+from pipeline.agents.off_policy import SACParams
 from pipeline.agents.sac import SACAgent
 from pipeline.config import ConfigError, parse_params
 from pipeline.dataset.stacking import FrameStacker
 from pipeline.methods.base import TrainInputs
-from pipeline.agents.augment import random_shift, shift, shift_offsets
-from pipeline.agents.off_policy import SACParams
 from pipeline.methods.drq import DrQAgent, DrQParams
 from pipeline.methods.table import METHODS, check_params, get_method, load_agent
 from tests.conftest import TINY_COLLECT
@@ -111,7 +111,10 @@ def test_drq_update_sees_shifted_frames():
         "action": torch.zeros(8, 1), "reward": torch.ones(8), "done": torch.zeros(8),
     }  # fmt: skip
     plain = SACParams.model_validate({**_params()["drq"], "image_pad": 0})  # the same, unshifted
-    drq, sac = DrQAgent((24, 24, 3), space, cfg, seed=1), SACAgent((24, 24, 3), space, plain, seed=1)
+    drq, sac = (
+        DrQAgent((24, 24, 3), space, cfg, seed=1),
+        SACAgent((24, 24, 3), space, plain, seed=1),
+    )
     torch.manual_seed(0)
     q_drq = drq.update(batch)["q"]
     torch.manual_seed(0)
@@ -131,7 +134,7 @@ def test_image_pad_is_an_option_of_every_pixel_method_and_refused_on_states():
 def test_drq_refuses_state_observations():
     raw = _params()
     raw["drq"]["network"]["obs"] = "state"
-    with pytest.raises(ConfigError, match="network.obs: pixels"):
+    with pytest.raises(ConfigError, match=r"network\.obs: pixels"):
         check_params(parse_params(raw))
 
 

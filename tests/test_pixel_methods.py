@@ -2,7 +2,7 @@
 few steps from a dataset that the pipeline's stages built from frames (collect -> label -> masks
 -> dataset -> pretrain_critic on pixels, the CPU pixel preset's networks at a smaller frame size),
 and a run SIGKILLed after its first resume state finishes, on rerun, byte-identical to a run never
-interrupted."""
+interrupted (and, in process, an interrupted one resumes to the same networks)."""
 
 from __future__ import annotations
 
@@ -115,14 +115,14 @@ def test_each_pixel_method_trains_from_a_pipeline_built_pixel_dataset(pixel_pipe
     assert result.episodes == 1
 
 
-@pytest.mark.parametrize("name", ["drq", "erpv", "semore"])
-def test_a_killed_pixel_run_resumes_to_the_uninterrupted_result(pixel_pipeline, tmp_path, name):
-    """SIGKILL the train stage after its first resume state (the replay's frames, kept on the
-    training device, saved in it); the rerun ends byte-identical to the uninterrupted run."""
-    d = pixel_pipeline
+def test_a_killed_pixel_run_resumes_to_the_uninterrupted_result(pixel_pipeline, tmp_path):
+    """SIGKILL an erpv-shift train stage (frames on the training device, shifted, the labelled
+    dataset and C_V) after its first resume state; the rerun ends byte-identical to the
+    uninterrupted run."""
+    d, name = pixel_pipeline, "erpv-shift"
     params = tmp_path / "params.yaml"
-    # the first resume state at the first episode end (24 steps), then 96 more steps to kill in
-    params.write_text(yaml.safe_dump(_params_for(d, name, resume_every=24, steps=120)))
+    # the first resume state at the first episode end (24 steps), then 48 more steps to kill in
+    params.write_text(yaml.safe_dump(_params_for(d, name, resume_every=24, steps=72)))
 
     def run(out):
         code = (
@@ -144,3 +144,44 @@ def test_a_killed_pixel_run_resumes_to_the_uninterrupted_result(pixel_pipeline, 
     for part in ("model/agent.safetensors", "model/agent.json", "summary.json"):
         whole, resumed = tmp_path / "whole" / part, tmp_path / "killed" / part
         assert resumed.read_bytes() == whole.read_bytes(), part
+
+
+@pytest.mark.parametrize("name", ["sac", "drq", "semore"])
+def test_an_interrupted_pixel_run_resumes_to_the_uninterrupted_result(
+    pixel_pipeline, tmp_path, monkeypatch, name
+):
+    """Interrupted in its update after the first resume state (in process: cheaper than a
+    SIGKILL, the same state on disk), the rerun ends with the uninterrupted run's networks, curve
+    and metric rows."""
+    import torch
+
+    from pipeline.agents.off_policy import OffPolicyAgent
+    from pipeline.config import parse_params
+    from pipeline.methods.base import TrainInputs
+
+    d = pixel_pipeline
+    params = parse_params(_params_for(d, name, resume_every=24, steps=48))
+    method = get_method(RUNS[name][0])
+    run = params.train[name]
+    inputs = TrainInputs(d / "r", d / "labels.parquet", dataset=d / "ds", critics=d / "critics")
+    whole = method.train(name, run, params, inputs, progress=False, resume_dir=tmp_path / "w")
+
+    update, calls = OffPolicyAgent.update, [0]
+
+    def dies_at_update_20(self, batch):
+        calls[0] += 1
+        if calls[0] == 20:  # updates start at step 16, the resume state is taken at step 24
+            raise KeyboardInterrupt
+        return update(self, batch)
+
+    monkeypatch.setattr(OffPolicyAgent, "update", dies_at_update_20)
+    with pytest.raises(KeyboardInterrupt):
+        method.train(name, run, params, inputs, progress=False, resume_dir=tmp_path / "k")
+    assert (tmp_path / "k" / "state.pt").exists()
+    monkeypatch.setattr(OffPolicyAgent, "update", update)
+    resumed = method.train(name, run, params, inputs, progress=False, resume_dir=tmp_path / "k")
+    assert resumed.curve == whole.curve and resumed.logs == whole.logs
+    a, b = whole.agent.training_state(), resumed.agent.training_state()
+    for module, state in a["modules"].items():
+        for key, tensor in state.items():
+            assert torch.equal(tensor, b["modules"][module][key]), (module, key)

@@ -47,7 +47,14 @@ class TransitionStore:
         device: torch.device | str = "cpu",
     ) -> None:
         self.k = frame_stack
-        self.obs = _device_obs(np.zeros((capacity, *obs_shape), dtype=obs_dtype), device)
+        # frames (H, W, 3) are kept channels first (see _device_obs), allocated where they live
+        shape = (
+            (capacity, obs_shape[2], *obs_shape[:2])
+            if len(obs_shape) == 3
+            else (capacity, *obs_shape)
+        )
+        dtype = torch.from_numpy(np.zeros(0, dtype=obs_dtype)).dtype
+        self.obs = torch.zeros(shape, dtype=dtype, device=device)
         self.episode_start = np.zeros(capacity, dtype=np.int64)
         self.obs_index = np.zeros(capacity, dtype=np.int64)
         self.action = np.zeros((capacity, action_dim), dtype=np.float32)
