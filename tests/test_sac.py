@@ -57,6 +57,33 @@ def test_pixel_encoder_output_shape_and_range():
         make_encoder("rgb", (3, 8, 8))  # type: ignore[arg-type]
 
 
+def test_stride_two_encoder_halves_every_map_and_matches_the_stride_one_values():
+    """`encoder_stride: 2` (the CPU pixel preset): 64 -> 31 -> 15 -> 7 -> 3; the layout change
+    (channels-last) gives the values of a plain NCHW conv stack."""
+    encoder = PixelEncoder((9, 64, 64), num_layers=4, num_filters=8, feature_dim=5, stride=2)
+    assert encoder.map_shape == (8, 3, 3) and encoder.fc.in_features == 8 * 3 * 3
+    frames = torch.randint(0, 256, (4, 9, 64, 64), dtype=torch.uint8)
+    x = frames.float() / 255.0
+    for layer in encoder.convs:  # the reference: the same layers on a contiguous NCHW tensor
+        x = layer(x.contiguous())
+    torch.testing.assert_close(encoder.feature_map(frames.float() / 255.0), x)
+    torch.testing.assert_close(encoder(frames), encoder.project(x))
+    with pytest.raises(ValueError, match="stride"):
+        PixelEncoder((9, 64, 64), stride=3)
+    with pytest.raises(ValueError, match="too small"):
+        PixelEncoder((9, 24, 24), num_layers=4, stride=2)
+
+
+def test_device_setting_is_checked_and_auto_picks_the_cpu_without_a_gpu():
+    from pipeline.agents.off_policy import SACParams
+
+    with pytest.raises(ValueError, match="not a torch device"):
+        SACParams(device="gpu0")
+    assert SACParams(device="cpu").torch_device() == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert SACParams().torch_device().type == expected
+
+
 def test_actor_log_prob_is_the_squashed_gaussian_density():
     torch.manual_seed(0)
     actor = Actor(feature_dim=4, action_dim=2, hidden_dim=8)
