@@ -47,6 +47,7 @@ from pipeline.agents.erpv import ERPvAgent, ERPvParams, VLMCritic
 from pipeline.agents.off_policy import NetworkParams
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.semore import SemoreAgent, SemoreParams
+from pipeline.dataset.stacking import stack_window
 from pipeline.dataset.transitions import (
     JUDGE_SPEC,
     OfflineTransitions,
@@ -185,10 +186,12 @@ class RefDrQ:
         # replay_buffer.py stores every obs and next_obs stacked: (N, 9, H, W) uint8 twice
         idx = np.arange(len(frames) - 1)
         idx = idx[starts[idx + 1] == starts[idx]]  # transitions within an episode
-        stack = _stack_indices(idx, starts, 3)
+        stack = stack_window(idx, starts[idx], 3)
         chw = np.ascontiguousarray(frames.transpose(0, 3, 1, 2))
         self.obses = chw[stack].reshape(len(idx), 9, size, size)
-        self.next_obses = chw[_stack_indices(idx + 1, starts, 3)].reshape(len(idx), 9, size, size)
+        self.next_obses = chw[stack_window(idx + 1, starts[idx + 1], 3)].reshape(
+            len(idx), 9, size, size
+        )
         self.actions = np.random.default_rng(0).uniform(-1, 1, (len(idx), 1)).astype(np.float32)
         self.rewards = np.random.default_rng(1).uniform(0, 1, (len(idx), 1)).astype(np.float32)
         self.rng = np.random.default_rng(0)
@@ -238,10 +241,6 @@ class RefDrQ:
                     self.critic.parameters(), self.critic_target.parameters(), strict=True
                 ):
                     t.data.copy_(0.01 * p.data + 0.99 * t.data)
-
-
-def _stack_indices(index: np.ndarray, starts: np.ndarray, k: int) -> np.ndarray:
-    return np.maximum(index[:, None] + np.arange(-(k - 1), 1)[None], starts[index][:, None])
 
 
 # ---- ours ----------------------------------------------------------------------------------------

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +83,13 @@ def label_cfg(**overrides: Any) -> LabelConfig:
 def write_params(path: Path, params: dict) -> Path:
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path
+
+
+def sigkill_once_saved(proc: subprocess.Popen, state: Path, timeout: float = 300.0) -> None:
+    """SIGKILL `proc` as soon as `state` (its first resume state) exists, or when it has exited
+    or `timeout` seconds have passed; then reap it. The caller asserts what the kill left."""
+    deadline = time.monotonic() + timeout
+    while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()

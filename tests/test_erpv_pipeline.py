@@ -13,7 +13,7 @@ import yaml
 from pipeline.config import load_params
 from pipeline.curves import read_metric
 from pipeline.methods.table import get_method
-from tests.conftest import REPO
+from tests.conftest import REPO, sigkill_once_saved
 
 ENV = "MountainCarContinuous-v0"
 
@@ -136,9 +136,6 @@ def test_a_saved_and_reloaded_agent_acts_like_the_trained_one(pipeline_dir, tmp_
 def test_a_killed_training_resumes_to_the_uninterrupted_result(pipeline_dir, tmp_path):
     """SIGKILL a train stage after its first resume state; the rerun goes on from there and
     ends with the checkpoint and curves byte-identical to a run never interrupted (CPU)."""
-    import os
-    import signal
-    import time
 
     d = pipeline_dir
     raw = yaml.safe_load((d / "params.yaml").read_text())
@@ -159,11 +156,7 @@ def test_a_killed_training_resumes_to_the_uninterrupted_result(pipeline_dir, tmp
     assert run(tmp_path / "whole").wait(timeout=300) == 0
     killed = run(tmp_path / "killed")
     state = tmp_path / "killed" / "resume" / "state.pt"
-    deadline = time.monotonic() + 300
-    while not state.exists() and killed.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.kill(killed.pid, signal.SIGKILL)
-    killed.wait()
+    sigkill_once_saved(killed, state)
     assert state.exists() and not (tmp_path / "killed" / "model" / "agent.json").exists()
     assert run(tmp_path / "killed").wait(timeout=300) == 0
     assert not (tmp_path / "killed" / "resume").exists()  # cleared once finished

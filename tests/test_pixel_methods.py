@@ -6,11 +6,8 @@ interrupted (and, in process, an interrupted one resumes to the same networks)."
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -18,7 +15,7 @@ import yaml
 from benchmarks.pixels import ENV, merged_params, read_preset
 from pipeline.config import load_params
 from pipeline.methods.table import get_method, load_agent
-from tests.conftest import REPO
+from tests.conftest import REPO, sigkill_once_saved
 
 RUNS = {  # run name -> (method, section overrides)
     "sac": ("sac", {}),
@@ -134,11 +131,7 @@ def test_a_killed_pixel_run_resumes_to_the_uninterrupted_result(pixel_pipeline, 
     assert run(tmp_path / "whole").wait(timeout=300) == 0
     killed = run(tmp_path / "killed")
     state = tmp_path / "killed" / "resume" / "state.pt"
-    deadline = time.monotonic() + 300
-    while not state.exists() and killed.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.kill(killed.pid, signal.SIGKILL)
-    killed.wait()
+    sigkill_once_saved(killed, state)
     assert state.exists() and not (tmp_path / "killed" / "model" / "agent.json").exists()
     assert run(tmp_path / "killed").wait(timeout=300) == 0
     for part in ("model/agent.safetensors", "model/agent.json", "summary.json"):

@@ -16,7 +16,15 @@ from pipeline.methods.base import TrainInputs
 from pipeline.methods.table import check_params, load_agent
 from pipeline.rollouts.collect import collect
 from pipeline.training import train_run
-from tests.conftest import PPO_DEFAULTS, REPO, collect_cfg, env_cfg, label_cfg, tiny_params_dict
+from tests.conftest import (
+    PPO_DEFAULTS,
+    REPO,
+    collect_cfg,
+    env_cfg,
+    label_cfg,
+    sigkill_once_saved,
+    tiny_params_dict,
+)
 
 HYBRID = {"alpha": 10.0, "bandwidth": 0.5, "confirm_steps": 2, "embedder": "grey", "grey_size": 8}
 
@@ -307,9 +315,6 @@ def test_a_killed_ppo_training_resumes_to_the_uninterrupted_result(labelled, tmp
     """SIGKILL a hybrid_ppo train stage after its first resume state (saved mid-episode, with
     the envs, the lock and the normalisers); the rerun goes on from there and ends with the
     checkpoint and curve byte-identical to a run never interrupted (CPU)."""
-    import os
-    import signal
-    import time
 
     import yaml
 
@@ -331,11 +336,7 @@ def test_a_killed_ppo_training_resumes_to_the_uninterrupted_result(labelled, tmp
     assert start(tmp_path / "whole").wait(timeout=300) == 0
     killed = start(tmp_path / "killed")
     state = tmp_path / "killed" / "resume" / "state.pt"
-    deadline = time.monotonic() + 300
-    while not state.exists() and killed.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.kill(killed.pid, signal.SIGKILL)
-    killed.wait()
+    sigkill_once_saved(killed, state)
     assert state.exists() and not (tmp_path / "killed" / "model" / "agent.json").exists()
     assert start(tmp_path / "killed").wait(timeout=300) == 0
     assert not (tmp_path / "killed" / "resume").exists()  # cleared once finished

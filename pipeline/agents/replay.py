@@ -39,7 +39,7 @@ class TransitionStore:
     def __init__(
         self,
         obs_shape: tuple[int, ...],
-        obs_dtype: np.dtype,
+        obs_dtype: torch.dtype,
         action_dim: int,
         capacity: int,
         frame_stack: int,
@@ -53,8 +53,7 @@ class TransitionStore:
             if len(obs_shape) == 3
             else (capacity, *obs_shape)
         )
-        dtype = torch.from_numpy(np.zeros(0, dtype=obs_dtype)).dtype
-        self.obs = torch.zeros(shape, dtype=dtype, device=device)
+        self.obs = torch.zeros(shape, dtype=obs_dtype, device=device)
         self.episode_start = np.zeros(capacity, dtype=np.int64)
         self.obs_index = np.zeros(capacity, dtype=np.int64)
         self.action = np.zeros((capacity, action_dim), dtype=np.float32)
@@ -176,7 +175,7 @@ class TransitionStore:
 
     def load_state(self, state: dict[str, Any]) -> None:
         shape = (state["capacity"], *state["obs"].shape[1:])
-        ours = (len(self.obs), *_host_obs(self.obs[:1]).shape[1:])
+        ours = (len(self.obs), *_host_layout(self.obs).shape[1:])
         if shape != ours or sorted(state["fields"]) != sorted(self.fields):
             raise ValueError(
                 f"saved replay holds observations {shape} with fields {sorted(state['fields'])}, "
@@ -203,9 +202,14 @@ def _device_obs(obs: np.ndarray, device: torch.device | str) -> torch.Tensor:
     return tensor.permute(0, 3, 1, 2).contiguous() if tensor.ndim == 4 else tensor.contiguous()
 
 
+def _host_layout(obs: torch.Tensor) -> torch.Tensor:
+    """A view of stored observations in the env's layout: frames (N, H, W, 3), states (N, D)."""
+    return obs.permute(0, 2, 3, 1) if obs.ndim == 4 else obs
+
+
 def _host_obs(obs: torch.Tensor) -> np.ndarray:
     """The inverse of `_device_obs`: the env's layout in host memory (a resume state's format)."""
-    return (obs.permute(0, 2, 3, 1) if obs.ndim == 4 else obs).cpu().numpy().copy()
+    return _host_layout(obs).cpu().numpy().copy()
 
 
 class ReplayBuffer:
@@ -249,7 +253,7 @@ class ReplayBuffer:
         self.kind, self.obs_shape, self.action_dim = obs, tuple(obs_shape), action_dim
         self.offline_fraction, self.offline_pool = offline_fraction, offline_pool
         k = frame_stack if obs == "pixels" else 1  # states need no stacking
-        dtype = np.dtype(np.uint8 if obs == "pixels" else np.float32)
+        dtype = torch.uint8 if obs == "pixels" else torch.float32
         self.specs = tuple(offline.specs if offline is not None else fields)
         self.device = torch.device(device)
         self.online = TransitionStore(
