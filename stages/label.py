@@ -2,7 +2,8 @@
 label cache, and write the label table.
 
     python -m stages.label --params params.yaml --rollouts data/rollouts/CarRacing-v3 \\
-        --cache data/label_cache/CarRacing-v3 --out data/labels/CarRacing-v3.parquet
+        --cache data/label_cache/CarRacing-v3 --out data/labels/CarRacing-v3.parquet \\
+        --corrections corrections/CarRacing-v3.jsonl
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import sys
 
 from pipeline.config import ConfigError, load_params
+from pipeline.labelling.corrections import CorrectionsError
 from pipeline.labelling.label import LabelError, label_rollouts
 from pipeline.rollouts.reader import RolloutIntegrityError
 from pipeline.segments import StoreError
@@ -27,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", required=True, help="label cache directory (kept across runs)")
     parser.add_argument("--out", required=True, help="label table to write (parquet)")
     parser.add_argument(
+        "--corrections",
+        help="a person's corrections to overlay on the teacher's answers (corrections/<env>.jsonl; "
+        "a missing file holds none)",
+    )
+    parser.add_argument(
         "--telemetry", help="where the calls' latency and attempts are kept (not a DVC output)"
     )
     args = parser.parse_args(argv)
@@ -38,9 +45,16 @@ def main(argv: list[str] | None = None) -> int:
         teacher = make_teacher(params.label.teacher)
         summary = label_rollouts(
             args.rollouts, params.label, teacher, args.cache, args.out,
-            telemetry_dir=args.telemetry,
+            telemetry_dir=args.telemetry, corrections=args.corrections,
         )  # fmt: skip
-    except (ConfigError, LabelError, StoreError, RolloutIntegrityError, OSError) as exc:
+    except (
+        ConfigError,
+        CorrectionsError,
+        LabelError,
+        StoreError,
+        RolloutIntegrityError,
+        OSError,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     statuses = ", ".join(f"{s} {n}" for s, n in summary.statuses.most_common())
@@ -48,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.out}: {summary.rows} rows; {summary.queried} prompts, {summary.cache_hits} from "
         f"the cache, {summary.teacher_calls} teacher calls; {statuses}"
     )
+    if summary.corrected or summary.corrections_unused:
+        print(
+            f"{args.corrections}: {summary.corrected} answers replaced by a person's correction"
+            + (f", {summary.corrections_unused} corrections of frames or tasks not queried "
+               "under label.tasks (unused)" if summary.corrections_unused else "")
+        )  # fmt: skip
     return 0
 
 

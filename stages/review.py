@@ -2,15 +2,15 @@
 
 Export a label table as Label Studio tasks (one JSON file and labelling config per task, frames
 inline, the teacher's answers as pre-annotations), then import the JSON export of the corrected
-tasks into the label cache as the teacher `human:<reviewer>`:
+tasks as `human:<reviewer>`'s corrections into `corrections/<env>.jsonl`:
 
     python -m stages.review export --rollouts data/rollouts/MountainCar-v0 \\
         --labels data/labels/MountainCar-v0.parquet --out review/MountainCar-v0 --tasks milestone
     python -m stages.review import --rollouts data/rollouts/MountainCar-v0 \\
-        --cache data/label_cache/MountainCar-v0 --reviewer alice --export export.json
+        --reviewer alice --export export.json
 
-Then set `label.teacher: {backend: human, human: alice, reliability: 1.0, seed: 0}` and
-`dvc repro`: the corrections are served from the cache like any teacher's answers.
+Then `dvc repro`: that env's label stage overlays the corrections on `label.teacher`'s answers
+(the other prompts keep the teacher's answers). Commit corrections/ with git: it is the only copy.
 """
 
 from __future__ import annotations
@@ -36,10 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         "--tasks", nargs="+", choices=sorted(TASKS), help="only these label tasks (default: all)"
     )
     out.add_argument("--statuses", nargs="+", help="only rows with these parse statuses")
-    into = sub.add_parser("import", help="Label Studio's JSON export into the label cache")
+    into = sub.add_parser("import", help="Label Studio's JSON export into corrections/<env>.jsonl")
     into.add_argument("--rollouts", required=True)
-    into.add_argument("--cache", required=True, help="the label cache the label stage reads")
-    into.add_argument("--reviewer", required=True, help="the teacher id becomes human:<name>")
+    into.add_argument("--reviewer", required=True, help="the corrections' teacher id: human:<name>")
+    into.add_argument(
+        "--corrections", help="the corrections file to add to (default: corrections/<env>.jsonl)"
+    )
     into.add_argument("--export", required=True, help="Label Studio JSON export (a list)")
     args = parser.parse_args(argv)
     try:
@@ -50,11 +52,15 @@ def main(argv: list[str] | None = None) -> int:
             for task, n in summary.tasks.items():
                 print(f"{args.out}/{task}.json: {n} tasks ({task}.label_config.xml beside it)")
         else:
-            result = import_label_studio(args.export, args.rollouts, args.cache, args.reviewer)
+            result = import_label_studio(
+                args.export, args.rollouts, args.reviewer, corrections=args.corrections
+            )
             print(
-                f"{result.teacher_id}: {sum(result.imported.values())} corrections stored "
-                f"({dict(result.imported)}), {result.unchanged} already there, {result.skipped} "
-                "tasks without an annotation"
+                f"{result.path}: {sum(result.imported.values())} corrections by "
+                f"{result.teacher_id} written ({dict(result.imported)}; {result.replaced} of them "
+                f"replace an earlier correction), {result.unchanged} already there, "
+                f"{result.skipped} tasks without an annotation. `dvc repro` relabels the env; "
+                f"commit {result.path} with git"
             )
     except (ReviewImportError, RolloutIntegrityError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

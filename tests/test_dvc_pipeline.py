@@ -4,6 +4,7 @@ Slow (about 8 minutes on 2 cores: a dozen `dvc repro` runs, each stage a fresh P
 excluded from the default run, CI runs it with `pytest -m slow`.
 """
 
+import json
 import os
 import re
 import shutil
@@ -57,7 +58,7 @@ def _with_stage_two(params, runs):
 
 def _scratch_repo(repo, params):
     repo.mkdir()
-    for name in ("pipeline", "stages"):
+    for name in ("pipeline", "stages", "corrections"):
         shutil.copytree(REPO / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "dvc.yaml", repo / "dvc.yaml")
     write_params(repo / "params.yaml", params)
@@ -236,3 +237,58 @@ def test_shared_dataset_reaches_a_fresh_clone_through_a_dvc_remote(built_a, tmp_
     assert _ran(_run(["dvc", "repro", "train@mcc-erpv"], clone)) == [
         "check_params", "train@mcc-erpv",
     ]  # fmt: skip
+
+
+def test_human_corrections_survive_checkout_and_leave_other_envs_alone(built_a, tmp_path):
+    """The journey that lost data: a person corrects some labels of one env (README's review
+    commands), `dvc repro`, then the user goes back with `git checkout` + `dvc checkout`. The
+    corrections are an overlay on the base teacher in their own git-versioned file: the other
+    env's data is untouched, unreviewed prompts keep the teacher's answers, and no checkout
+    deletes the corrections."""
+    import polars as pl
+
+    env, other = "MountainCar-v0", "MountainCarContinuous-v0"
+    repo, _ = _copy(built_a, tmp_path)
+    _run(["git", "add", "-A"], repo)
+    _bash("git commit -qm project", repo)
+    before = pl.read_parquet(repo / "data" / "labels" / f"{env}.parquet")
+    other_dataset = yaml.safe_load((repo / "dvc.lock").read_text())["stages"][f"dataset@{other}"]
+
+    review = tmp_path / "review"
+    _run([sys.executable, "-m", "stages.review", "export", "--rollouts", f"data/rollouts/{env}",
+          "--labels", f"data/labels/{env}.parquet", "--out", str(review), "--tasks", "milestone"],
+         repo)  # fmt: skip
+    tasks = json.loads((review / "milestone.json").read_text())[:2]
+    for task in tasks:
+        task["annotations"] = [{"result": [{"from_name": "milestone", "to_name": "image",
+                                "type": "choices", "value": {"choices": ["GOAL"]}}]}]  # fmt: skip
+    (review / "export.json").write_text(json.dumps(tasks))
+    _run([sys.executable, "-m", "stages.review", "import", "--rollouts", f"data/rollouts/{env}",
+          "--reviewer", "alice", "--export", str(review / "export.json")], repo)  # fmt: skip
+    corrections = repo / "corrections" / f"{env}.jsonl"
+    assert len(corrections.read_text().splitlines()) == 2
+
+    ran = _ran(_run(["dvc", "repro"], repo))
+    assert f"label@{env}" in ran and f"dataset@{env}" in ran
+    assert not any(s.endswith(f"@{other}") and not s.startswith("label@") for s in ran), ran
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+    assert lock[f"dataset@{other}"] == other_dataset  # relabelled from the cache: same bytes
+    after = pl.read_parquet(repo / "data" / "labels" / f"{env}.parquet")
+    human = after.filter(pl.col("queried") & (pl.col("teacher_id") == "human:alice"))
+    assert sorted(human["sample_key"]) == sorted(t["data"]["sample_key"] for t in tasks)
+    kept = after.filter(pl.col("teacher_id") != "human:alice")
+    assert set(kept["teacher_id"]) == set(before["teacher_id"])  # unreviewed: the base teacher
+    unchanged = before.join(
+        human.select("sample_key", "task"), on=["sample_key", "task"], how="anti"
+    )
+    assert kept.filter(pl.col("queried")).height == unchanged.filter(pl.col("queried")).height
+
+    # back to the commit before the review, data included, and forward again
+    _bash("git stash -q && dvc checkout -q --force", repo)  # dvc.lock as before the repro
+    assert corrections.exists()  # untracked by DVC and git stash: nothing deleted it
+    assert _ran(_run(["dvc", "repro"], repo))  # the overlay is applied again
+    relabelled = pl.read_parquet(repo / "data" / "labels" / f"{env}.parquet")
+    assert relabelled.equals(after)
+    _bash("git add -A && git commit -qm 'review: alice' && git checkout -q HEAD~1 && "
+          "dvc checkout -q --force && git checkout -q - && dvc checkout -q --force", repo)  # fmt: skip
+    assert corrections.exists() and "up to date" in _run(["dvc", "status"], repo)

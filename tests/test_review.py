@@ -1,16 +1,20 @@
 """The audit's review data (timeline, filters, two-teacher comparison) and the round trip of a
-label table through Label Studio's JSON formats back into the cache as a `human:` teacher."""
+label table through Label Studio's JSON formats into a corrections file that the label stage
+overlays on the base teacher's answers."""
 
+import dataclasses
 import json
 
 import polars as pl
 import pytest
 
 from pipeline.config import TeacherConfig
+from pipeline.labelling.corrections import CorrectionsError, read_corrections, write_corrections
 from pipeline.labelling.exchange import (
     ReviewImportError,
     export_label_studio,
     import_label_studio,
+    label_config,
 )
 from pipeline.labelling.label import label_rollouts
 from pipeline.labelling.review import (
@@ -21,10 +25,9 @@ from pipeline.labelling.review import (
     timeline,
     value_text,
 )
-from pipeline.labels.cache import LabelCache
+from pipeline.labels.schema import label_schema
 from pipeline.rollouts.collect import collect
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
-from pipeline.teachers import make_teacher
 from pipeline.teachers.baselines import ConstantTeacher, RandomTeacher
 from pipeline.teachers.scripted import ScriptedTeacher
 from tests.conftest import collect_cfg, env_cfg, label_cfg
@@ -132,10 +135,17 @@ def test_value_text_and_thumbnail(rollouts):
     assert thumbnail(sample.frame_png).startswith("data:image/jpeg;base64,")
 
 
-def test_label_studio_round_trip_into_the_cache_as_a_human_teacher(rollouts, tmp_path):
-    """Export -> a reviewer corrects some tasks -> import as human:alice -> a label stage with
-    the human teacher serves exactly the corrections, and nothing else, from the cache."""
-    labels = _label(rollouts, tmp_path, ScriptedTeacher(0.5, 3))
+def _choice(name, value):
+    return [{"result": [{"from_name": name, "to_name": "image", "type": "choices",
+             "value": {"choices": [value]}}]}]  # fmt: skip
+
+
+def test_label_studio_round_trip_overlays_corrections_on_the_base_teacher(rollouts, tmp_path):
+    """Export -> a reviewer corrects some tasks -> import as human:alice into the corrections
+    file -> the label stage with the same base teacher replaces exactly the corrected rows (and
+    the frames that carry them) and keeps every other answer, with no teacher call."""
+    base = ScriptedTeacher(0.5, 3)
+    labels = _label(rollouts, tmp_path, base)
     summary = export_label_studio(rollouts, labels, tmp_path / "ls", tasks=["milestone", "action"])
     exported = {t: json.loads((tmp_path / "ls" / f"{t}.json").read_text()) for t in summary.tasks}
     table = pl.read_parquet(labels).filter(pl.col("queried"))
@@ -147,68 +157,119 @@ def test_label_studio_round_trip_into_the_cache_as_a_human_teacher(rollouts, tmp
     predicted = [t for t in exported["milestone"] if "predictions" in t]
     assert len(predicted) >= ok_rows.height  # regex fallbacks are pre-filled too
 
-    # the reviewer: every milestone set to GOAL on the first 3 tasks, one cancelled, the rest
-    # untouched; push "right" on the first action task
+    # the reviewer: GOAL on the first 3 milestone tasks, one cancelled, the rest untouched;
+    # push "right" on the first action task
     corrected = exported["milestone"]
     for item in corrected[:3]:
-        item["annotations"] = [{"result": [{"from_name": "milestone", "to_name": "image",
-                                "type": "choices", "value": {"choices": ["GOAL"]}}]}]  # fmt: skip
+        item["annotations"] = _choice("milestone", "GOAL")
     corrected[3]["annotations"] = [{"was_cancelled": True, "result": []}]
-    exported["action"][0]["annotations"] = [{"result": [{"from_name": "push", "to_name": "image",
-                                             "type": "choices", "value": {"choices": ["right"]}}]}]  # fmt: skip
+    exported["action"][0]["annotations"] = _choice("push", "right")
     export = tmp_path / "export.json"
     export.write_text(json.dumps(corrected + exported["action"][:1]))
-    cache = tmp_path / "human_cache"
-    result = import_label_studio(export, rollouts, cache, "alice")
-    assert result.teacher_id == "human:alice"
+    path = tmp_path / "corrections" / f"{ENV}.jsonl"
+    result = import_label_studio(export, rollouts, "alice", corrections=path)
+    assert result.teacher_id == "human:alice" and result.path == path
     assert dict(result.imported) == {"milestone": 3, "action": 1}
-    assert result.skipped == len(corrected) - 3 + 0 and len(LabelCache(cache)) == 4
-    again = import_label_studio(export, rollouts, cache, "alice")  # idempotent
+    assert result.skipped == len(corrected) - 3
+    assert len(read_corrections(path)) == 4 and len(path.read_text().splitlines()) == 4
+    before = path.read_bytes()
+    again = import_label_studio(export, rollouts, "alice", corrections=path)  # idempotent
     assert sum(again.imported.values()) == 0 and again.unchanged == 4
+    assert path.read_bytes() == before
 
-    human = make_teacher(TeacherConfig(backend="human", reliability=1.0, seed=0, human="alice"))
-    out = tmp_path / "human.parquet"
-    label_rollouts(rollouts, label_cfg(tasks=TASKS), human, cache, out, progress=False)
-    rows = pl.read_parquet(out).filter(pl.col("queried"))
-    answered = rows.filter(pl.col("parse_status") == "ok")
-    assert set(answered["teacher_id"]) == {"human:alice"}
+    cache = tmp_path / "cache"  # the base teacher's answers, as _label cached them
+    out = tmp_path / "overlaid.parquet"
+    got = label_rollouts(
+        rollouts, label_cfg(tasks=TASKS), base, cache, out, progress=False, corrections=path
+    )
+    assert got.teacher_calls == 0 and got.corrected == 4 and got.corrections_unused == 0
+    new, old = pl.read_parquet(out), pl.read_parquet(labels)
+    assert new.height == old.height
     keys = {(t["data"]["sample_key"], "milestone") for t in corrected[:3]}
     keys.add((exported["action"][0]["data"]["sample_key"], "action"))
-    assert set(answered.select("sample_key", "task").iter_rows()) == keys
-    assert set(answered.filter(pl.col("task") == "milestone")["milestone"]) == {"GOAL"}
-    assert answered.filter(pl.col("task") == "action")["action_index"].to_list() == [2]
-    rest = rows.filter(pl.col("parse_status") != "ok")
-    assert set(rest["parse_status"]) == {"not_reviewed"}  # never invented, never cached
-    assert len(LabelCache(cache)) == 4
+    human = new.filter(pl.col("teacher_id") == "human:alice")
+    queried = human.filter(pl.col("queried"))
+    assert set(queried.select("sample_key", "task").iter_rows()) == keys
+    assert set(queried["parse_status"]) == {"ok"}
+    assert set(human.filter(pl.col("task") == "milestone")["milestone"]) == {"GOAL"}
+    assert set(human.filter(pl.col("task") == "action")["action_index"]) == {2}
+    # the frames between two queries carry the corrected answer too
+    assert set(human["source_key"]) == {k for k, _ in keys} and human.height > len(keys)
+    # everything else is the base teacher's table, byte for byte in every column
+    rest = new.filter(pl.col("teacher_id") != "human:alice")
+    kept = old.join(human.select("sample_key", "task"), on=["sample_key", "task"], how="anti")
+    assert rest.sort("sample_key", "task").equals(kept.sort("sample_key", "task"))
+    assert set(rest["teacher_id"]) == {base.teacher_id}
+
+    # a second review of one frame replaces the first; the file stays one line per (frame, task)
+    corrected[0]["annotations"] = _choice("milestone", "BOTTOM")
+    export.write_text(json.dumps(corrected[:1]))
+    third = import_label_studio(export, rollouts, "bob", corrections=path)
+    assert third.replaced == 1 and len(read_corrections(path)) == 4
+    now = read_corrections(path)[(corrected[0]["data"]["sample_key"], "milestone")]
+    assert now.reviewer == "bob" and "BOTTOM" in now.answer
+
+
+def test_corrections_of_other_frames_or_tasks_are_refused_or_reported(rollouts, tmp_path):
+    labels = _label(rollouts, tmp_path, ScriptedTeacher(1.0, 0))
+    export_label_studio(rollouts, labels, tmp_path / "ls", tasks=["milestone"])
+    items = json.loads((tmp_path / "ls" / "milestone.json").read_text())
+    items[0]["annotations"] = _choice("milestone", "GOAL")
+    (tmp_path / "e.json").write_text(json.dumps(items[:1]))
+    path = tmp_path / "c.jsonl"
+    import_label_studio(tmp_path / "e.json", rollouts, "bob", corrections=path)
+    key = items[0]["data"]["sample_key"]
+
+    def relabel(tasks):
+        out = tmp_path / "out.parquet"
+        return label_rollouts(
+            rollouts, label_cfg(tasks=tasks), ScriptedTeacher(1.0, 0), tmp_path / "cache", out,
+            progress=False, corrections=path,
+        )  # fmt: skip
+
+    assert relabel({"action": 3}).corrections_unused == 1  # milestone not queried: reported
+    (correction,) = read_corrections(path).values()
+    write_corrections(path, [dataclasses.replace(correction, frame_sha256="0" * 64)])
+    with pytest.raises(CorrectionsError, match=rf"{path}: the correction of \('{key}', 'milestone'\) was made on another frame"):  # fmt: skip
+        relabel(TASKS)
+    path.write_text('{"sample_key": "000000/000000"}\n')
+    with pytest.raises(CorrectionsError, match=rf"{path}:1: a correction has the keys"):
+        relabel(TASKS)
 
 
 def test_import_refuses_what_it_cannot_store_faithfully(rollouts, tmp_path):
     labels = _label(rollouts, tmp_path, ScriptedTeacher(1.0, 0))
     export_label_studio(rollouts, labels, tmp_path / "ls", tasks=["milestone"])
     items = json.loads((tmp_path / "ls" / "milestone.json").read_text())
-
-    def annotate(choice):
-        return [{"result": [{"from_name": "milestone", "to_name": "image", "type": "choices",
-                 "value": {"choices": [choice]}}]}]  # fmt: skip
-
+    out = tmp_path / "c.jsonl"
     path = tmp_path / "e.json"
     items[0]["annotations"] = [{"result": []}]  # submitted without a choice
     path.write_text(json.dumps(items[:1]))
     with pytest.raises(ReviewImportError, match="no choices for 'milestone'"):
-        import_label_studio(path, rollouts, tmp_path / "c", "bob")
-    items[0]["annotations"] = annotate("FLYING")
+        import_label_studio(path, rollouts, "bob", corrections=out)
+    items[0]["annotations"] = _choice("milestone", "FLYING")
     path.write_text(json.dumps(items[:1]))
     with pytest.raises(ReviewImportError, match="not a valid milestone label"):
-        import_label_studio(path, rollouts, tmp_path / "c", "bob")
-    items[0]["annotations"] = annotate("GOAL")
-    path.write_text(json.dumps(items[:1]))
-    import_label_studio(path, rollouts, tmp_path / "c", "bob")
-    items[0]["annotations"] = annotate("BOTTOM")  # a second opinion by the same name
-    path.write_text(json.dumps(items[:1]))
-    with pytest.raises(ReviewImportError, match=r"never replaced.*bob-2"):
-        import_label_studio(path, rollouts, tmp_path / "c", "bob")
+        import_label_studio(path, rollouts, "bob", corrections=out)
     path.write_text("{not json")
     with pytest.raises(ReviewImportError, match="not a Label Studio JSON export"):
-        import_label_studio(path, rollouts, tmp_path / "c", "bob")
-    with pytest.raises(ValueError, match="reviewer name"):
-        import_label_studio(path, rollouts, tmp_path / "c", "a:b")
+        import_label_studio(path, rollouts, "bob", corrections=out)
+    with pytest.raises(ReviewImportError, match="reviewer name"):
+        import_label_studio(path, rollouts, "a:b", corrections=out)
+    assert not out.exists()  # nothing refused was written
+
+
+def test_continuous_action_controls_are_named():
+    """CarRacing's three number boxes each carry a header naming the dimension and its range."""
+    space = {"type": "box", "low": [-1.0, 0.0, 0.0], "high": [1.0, 1.0, 1.0]}
+    xml = label_config("action", "CarRacing-v3", space)
+    names = label_schema("CarRacing-v3").action_names
+    assert len(names) == 3
+    for name, low, high in zip(names, space["low"], space["high"], strict=True):
+        header = f'<Header value="{name} in [{low}, {high}]"/>'
+        assert header in xml and xml.index(header) < xml.index(f'<Number name="{name}"')
+
+
+def test_human_backend_names_the_overlay():
+    with pytest.raises(ValueError, match=r"corrections/<env>\.jsonl"):
+        TeacherConfig(backend="human", reliability=1.0, seed=0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from pipeline.config.base import Section
 
@@ -57,13 +57,12 @@ class TeacherConfig(Section):
     """A teacher: the one that labels (`label.teacher`) or the one that acts while collecting
     (`collect.<env>.teacher`)."""
 
-    backend: Literal["scripted", "random", "constant", "hf", "openai", "human"] = Field(
+    backend: Literal["scripted", "random", "constant", "hf", "openai"] = Field(
         description="`scripted`: per-env reference scripts with injected failures, a stand-in for "
         "a VLM (offline default); `random`: ERPv table 4's Random Executor; `constant`: its Worst "
         "Model (all outputs 0); `hf`: a transformers VLM (section `hf`); `openai`: an "
-        "OpenAI-compatible server (section `openai`); `human`: corrections a person made in a "
-        "review tool, imported into the label cache (`python -m stages.review import`); prompts "
-        "with none get status not_reviewed."
+        "OpenAI-compatible server (section `openai`). A person's corrections are not a teacher: "
+        "they overlay this teacher's answers (corrections/<env>.jsonl, `stages.review import`)."
     )
     reliability: float = Field(
         ge=0.0,
@@ -74,11 +73,17 @@ class TeacherConfig(Section):
     seed: int = Field(ge=0, description="scripted / random: seed of the injected randomness.")
     hf: HFTeacherConfig | None = Field(default=None, description="Settings of backend `hf`.")
     openai: OpenAITeacherConfig | None = Field(default=None, description="Settings of `openai`.")
-    human: str | None = Field(
-        default=None,
-        pattern=r"^[A-Za-z0-9_.-]+$",
-        description="backend human: the reviewer's name; the teacher id is `human:<name>`.",
-    )
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _no_human_backend(cls, value: object) -> object:
+        if value == "human":
+            raise ValueError(
+                "backend 'human' was replaced by an overlay: keep the teacher whose answers the "
+                "person reviewed as the backend; `python -m stages.review import` writes the "
+                "corrections to corrections/<env>.jsonl and the label stage applies them"
+            )
+        return value
 
     @model_validator(mode="after")
     def _backend_has_settings(self) -> TeacherConfig:
@@ -88,6 +93,4 @@ class TeacherConfig(Section):
             raise ValueError(
                 "backend 'openai' needs an `openai:` section with `base_url` and `model`"
             )
-        if self.backend == "human" and self.human is None:
-            raise ValueError("backend 'human' needs `human: <reviewer name>`")
         return self

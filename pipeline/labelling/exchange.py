@@ -6,17 +6,17 @@ holds the frame (a PNG data URL: nothing to host), the teacher's raw answer, the
 teacher got, and whose `predictions` pre-fill the controls with the parsed answer, so a reviewer
 only changes what is wrong.
 
-Import: Label Studio's JSON export of those tasks. Each annotated task becomes the answer of the
-teacher `human:<reviewer>` to the very prompt the label stage would render for that frame and
-task, written as the answer format the prompts ask for (parsed back before it is stored: a
-correction that does not parse is refused, naming its task), and stored in the label cache under
-that teacher's cache key. A label stage with `teacher: {backend: human, human: <reviewer>}` then
-finds the corrections in the cache like any teacher's answers, and they flow into the datasets.
+Import: Label Studio's JSON export of those tasks. Each annotated task becomes a correction by
+`human:<reviewer>` of that frame and task, written as the answer format the prompts ask for
+(parsed back before it is stored: a correction that does not parse is refused, naming its task),
+in the env's corrections file (`corrections/<env>.jsonl`, pipeline.labelling.corrections). The
+label stage overlays the corrections on the base teacher's answers: unreviewed prompts keep them.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,13 +27,17 @@ from xml.sax.saxutils import quoteattr
 import polars as pl
 
 from pipeline.io import atomic_write_bytes, check_writable
-from pipeline.labels.cache import LabelCache
+from pipeline.labelling.corrections import (
+    HUMAN_PREFIX,
+    Correction,
+    CorrectionsError,
+    check_reviewer,
+    corrections_path,
+    merge_corrections,
+)
 from pipeline.labels.schema import label_schema
-from pipeline.labels.tasks import answer_text, parse_answer, render_prompt
+from pipeline.labels.tasks import answer_text, parse_answer
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
-from pipeline.teachers.base import Reply
-from pipeline.teachers.cached import prompt_cache_key, store_replies
-from pipeline.teachers.human import HumanTeacher
 
 JUDGE_CHOICES = ("reasonable", "unreasonable")
 
@@ -60,6 +64,8 @@ def label_config(task: str, env_id: str, space: dict[str, Any]) -> str:
     elif task == "action":
         for d, name in enumerate(schema.action_names):
             low, high = space["low"][d], space["high"][d]
+            # a Number box shows no name of its own: a header says which dimension it is
+            controls.append(f"  <Header value={quoteattr(f'{name} in [{low}, {high}]')}/>")
             controls.append(
                 f'  <Number name={quoteattr(name)} toName="image" min="{low}" max="{high}" '
                 f'step="0.01" required="true"/>'
@@ -206,29 +212,39 @@ def export_label_studio(
 @dataclass
 class ImportSummary:
     teacher_id: str
-    imported: Counter = field(default_factory=Counter)  # task -> corrections stored
+    path: Path  # the corrections file written
+    imported: Counter = field(default_factory=Counter)  # task -> corrections added or replaced
     skipped: int = 0  # tasks with no (uncancelled) annotation
-    unchanged: int = 0  # corrections imported before (the same answer already in the cache)
+    replaced: int = 0  # corrections of a (frame, task) corrected before, now replaced
+    unchanged: int = 0  # corrections imported before (the same answer already in the file)
 
 
 def import_label_studio(
-    export_path: str | Path, rollout_dir: str | Path, cache_dir: str | Path, reviewer: str
+    export_path: str | Path,
+    rollout_dir: str | Path,
+    reviewer: str,
+    corrections: str | Path | None = None,
 ) -> ImportSummary:
-    """Store the annotations of a Label Studio JSON export as `human:<reviewer>`'s answers in the
-    label cache at `cache_dir`; see the module doc. All tasks are checked before any is stored."""
+    """Add the annotations of a Label Studio JSON export to the env's corrections file
+    (`corrections`, default `corrections/<env>.jsonl`) as `human:<reviewer>`'s answers; see the
+    module doc. Every task is checked before anything is written."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
     schema = label_schema(env_id)
-    teacher = HumanTeacher(reviewer)
+    try:
+        check_reviewer(reviewer)
+    except CorrectionsError as exc:
+        raise ReviewImportError(str(exc)) from None
+    path = Path(corrections) if corrections is not None else corrections_path(env_id)
     try:
         exported = json.loads(Path(export_path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ReviewImportError(f"{export_path}: not a Label Studio JSON export ({exc})") from None
     if not isinstance(exported, list):
         raise ReviewImportError(f"{export_path}: expected a JSON list of tasks (Label Studio's JSON export)")  # fmt: skip
-    check_writable(cache_dir)
-    summary = ImportSummary(teacher.teacher_id)
-    wanted: list[tuple[str, str, Any]] = []  # (sample_key, task, value)
+    check_writable(path.parent)
+    summary = ImportSummary(f"{HUMAN_PREFIX}{reviewer}", path)
+    wanted: list[tuple[str, str, str]] = []  # (sample_key, task, answer text)
     for n, item in enumerate(exported):
         data = item.get("data", {})
         where = (
@@ -248,34 +264,22 @@ def import_label_studio(
             raise ReviewImportError(f"{where}: the correction {value!r} is not a valid {task} label: {parsed.detail}")  # fmt: skip
         wanted.append((data["sample_key"], task, text))
     keys = {k for k, _, _ in wanted}
-    samples = {s.key: s for s in iter_rollouts(rollout_dir) if s.key in keys}
-    missing = sorted(keys - set(samples))
+    frames = {
+        s.key: hashlib.sha256(s.frame_png).hexdigest()
+        for s in iter_rollouts(rollout_dir)
+        if s.key in keys
+    }
+    missing = sorted(keys - set(frames))
     if missing:
         raise ReviewImportError(
             f"{export_path}: {len(missing)} frames are not in {rollout_dir} (first: {missing[0]}): "
             "import against the rollouts the export was made from"
         )
-    cache = LabelCache(cache_dir)
-    prompts, replies = [], []
-    for key, task, text in wanted:
-        sample = samples[key]
-        prompt = render_prompt(
-            task, env_id, space, sample.frame_png, sample.record["context"],
-            stored_action=sample.record["action"] if task == "judge" else None,
-        )  # fmt: skip
-        stored = cache.get(prompt_cache_key(prompt, teacher))
-        if stored is not None:  # the cache is content-addressed: an answer is never replaced
-            if stored.raw_text != text:
-                raise ReviewImportError(
-                    f"{export_path}: {teacher.teacher_id} already answered ({key}, {task}) with "
-                    f"{stored.raw_text!r}, not {text!r}: a cached answer is never replaced; "
-                    f"import a second review under a new reviewer name (e.g. {reviewer}-2)"
-                )
-            summary.unchanged += 1
-            continue
-        prompts.append(prompt)
-        replies.append(Reply(text=text))
-        summary.imported[task] += 1
-    if prompts:
-        store_replies(cache, teacher, prompts, replies)  # one segment
+    new = [Correction(key, task, frames[key], text, reviewer) for key, task, text in wanted]
+    try:
+        merged = merge_corrections(path, new)
+    except CorrectionsError as exc:
+        raise ReviewImportError(str(exc)) from None
+    summary.replaced, summary.unchanged = merged.replaced, merged.unchanged
+    summary.imported = Counter(c.task for c in merged.changed)
     return summary

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from pipeline.config import LabelConfig
 from pipeline.io import atomic_write_bytes, check_writable
+from pipeline.labelling.corrections import apply_corrections, read_corrections
 from pipeline.labels.cache import CachedAnswer, LabelCache, cache_key
 from pipeline.labels.parsers import PARSER_VERSION
 from pipeline.labels.status import LABELLED_STATUSES, TRANSPORT_FAILURES, ParseStatus
@@ -76,6 +77,8 @@ class LabelSummary:
     queried: int = 0  # prompts (queried frames x tasks)
     teacher_calls: int = 0  # prompts actually sent to the teacher
     cache_hits: int = 0  # prompts answered without a call: from the cache, or a repeat in a batch
+    corrected: int = 0  # queried rows whose answer is a person's correction (corrections file)
+    corrections_unused: int = 0  # corrections of frames / tasks not queried under `cfg.tasks`
     rows: int = 0
     statuses: Counter = field(default_factory=Counter)
 
@@ -175,13 +178,17 @@ def label_rollouts(
     telemetry_dir: str | Path | None = None,
     progress: bool = True,
     ray_build: Any = None,
+    corrections: str | Path | None = None,
 ) -> LabelSummary:
     """Label a finished rollout directory; write the label table (parquet) to `out_path`, and
-    the calls' latency and attempts to `telemetry_dir` (not a DVC output) when given. With
+    the calls' latency and attempts to `telemetry_dir` (not a DVC output) when given. The
+    corrections file `corrections` (pipeline.labelling.corrections), when given, overlays a
+    person's answers on the teacher's for the prompts it corrects. With
     `cfg.executor == "ray"`, the uncached prompts are asked through Ray Data first (actors build
     their teacher with `ray_build`, default `make_teacher(cfg.teacher)`)."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
+    reviewed = read_corrections(corrections) if corrections is not None else {}  # fail early
     # every answer is paid for: every place it goes must be writable before the first call
     out_path = Path(out_path)
     check_writable(cache_dir, out_path.parent, *([telemetry_dir] if telemetry_dir else []))
@@ -279,6 +286,8 @@ def label_rollouts(
     finally:
         bar.close()
 
+    overlay = apply_corrections(queried_rows, reviewed, env_id, space, corrections or "")
+    summary.corrected, summary.corrections_unused = overlay.applied, overlay.unused
     rows = list(queried_rows.values())
     for sample_key, task, source in carried:
         source_row = queried_rows[(source, task)]

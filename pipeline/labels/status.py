@@ -27,9 +27,6 @@ class ParseStatus(StrEnum):
     TRUNCATED = "truncated"  # generation stopped at the token limit before a parseable answer
     HTTP_ERROR = "http_error"  # the server answered with an error
     TIMEOUT = "timeout"  # no answer within the timeout, after all retries
-    # a human teacher (`human:<name>`) has no imported correction for this prompt: not cached,
-    # so importing more corrections and rerunning fills the row
-    NOT_REVIEWED = "not_reviewed"
 
     @property
     def has_value(self) -> bool:

@@ -34,9 +34,4 @@ def make_teacher(cfg: TeacherConfig) -> Teacher:
 
         assert cfg.openai is not None  # enforced by TeacherConfig
         return OpenAITeacher(**cfg.openai.model_dump())
-    if cfg.backend == "human":
-        from pipeline.teachers.human import HumanTeacher
-
-        assert cfg.human is not None  # enforced by TeacherConfig
-        return HumanTeacher(cfg.human)
     raise ValueError(f"unknown teacher backend {cfg.backend!r}")

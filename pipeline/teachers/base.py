@@ -21,8 +21,7 @@ from pipeline.labels.tasks import Prompt
 class Reply:
     text: str | None  # the raw answer; None when the teacher never answered
     finish_reason: str | None = "stop"  # "stop", or "length" when the token limit cut it
-    # HTTP_ERROR or TIMEOUT when there is no answer; NOT_REVIEWED from a human teacher with no
-    # imported correction. Replies with an error are never cached.
+    # HTTP_ERROR or TIMEOUT when there is no answer. Replies with an error are never cached.
     error: ParseStatus | None = None
     error_detail: str = ""
     latency_s: float = 0.0  # wall time of the call that produced it (a batch's time is shared)
