@@ -78,11 +78,20 @@ def read_metric(directory: str | Path, name: str = RETURN) -> list[tuple[int, fl
         return [(int(r["step"]), float(r[leaf])) for r in csv.DictReader(f, delimiter="\t")]
 
 
+def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Entry i: the mean of values[max(0, i - window + 1) : i + 1] (fewer at the start)."""
+    sums = np.cumsum(np.concatenate([[0.0], np.asarray(values, dtype=np.float64)]))
+    i = np.arange(1, len(values) + 1)
+    lo = np.maximum(0, i - window)
+    return (sums[i] - sums[lo]) / (i - lo)
+
+
 def plot_curves(
     curves: dict[str, list[tuple[int, float]]], title: str, path: str | Path, window: int = 10
 ) -> None:
-    """Learning curves of several runs in one PNG: each episode's return (faint) and its moving
-    mean over `window` episodes."""
+    """Learning curves of several runs in one PNG: each episode's return (faint) and its trailing
+    mean over up to `window` episodes (`trailing_mean`: drawn from the first episode on, so a run
+    with a single episode is a visible marker, not an empty plot)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,9 +104,11 @@ def plot_curves(
         steps, rets = np.asarray(curve, dtype=np.float64).T
         color = f"C{i}"
         ax.plot(steps, rets, color=color, alpha=0.2, linewidth=0.8)
-        k = min(window, len(rets))
-        smooth = np.convolve(rets, np.ones(k) / k, mode="valid")
-        ax.plot(steps[k - 1 :], smooth, color=color, label=name)
+        few = len(rets) < window  # a short run: mark each point, a line alone may be invisible
+        ax.plot(
+            steps, trailing_mean(rets, window), color=color, label=name,
+            marker="o" if few else None, markersize=4,
+        )  # fmt: skip
     ax.set_xlabel("env steps")
     ax.set_ylabel("episode return (native)")
     ax.set_title(title)

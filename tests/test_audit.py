@@ -6,6 +6,7 @@ from pipeline.labelling.label import label_rollouts
 from pipeline.rollouts.collect import collect
 from pipeline.teachers.baselines import ConstantTeacher
 from pipeline.teachers.scripted import ScriptedTeacher
+from tests.browser import dump_dom
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 
 TASKS = {"action": 2, "milestone": 2, "objects": 4, "judge": 2}
@@ -61,6 +62,19 @@ def test_audit_counts_failures_and_shows_frames_beside_raw_answers(rollouts, tmp
     assert "Parse status by task" in page and "stand-in for a VLM" in page
     failure = audit["failures"][0]
     assert failure["status"] in page and failure["key"] in page
+
+
+def test_latency_section_renders_in_chromium(rollouts, tmp_path):
+    """The page's own script fills the latency table from the telemetry side file: in a real
+    browser, not only in the template's source (a JS syntax error once left it empty)."""
+    labels = _labels(rollouts, tmp_path, ScriptedTeacher(0.5, 0))
+    write_audit(rollouts, labels, tmp_path / "audit.html", telemetry_dir=tmp_path / "telemetry")
+    dom = dump_dom(tmp_path / "audit.html")
+    latency = dom.split('id="latency"')[1].split("</div>")[0]
+    assert "<th>p50</th>" in latency and "No call telemetry" not in latency, latency[:500]
+    for task in TASKS:
+        assert f'<td class="l">{task}</td>' in latency
+    assert "SyntaxError" not in dom and "Uncaught" not in dom, dom.split("<!-- console -->")[1]
 
 
 def test_worst_model_disagrees_and_raw_text_is_escaped(rollouts, tmp_path):

@@ -294,10 +294,10 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
   if (!t) return;
   var rows = Object.keys(t).map(function (task) {
     var p = t[task], f = function (q) { return q in p ? p[q].toFixed(4) : "-"; };
-    return "<tr><td class=\"l\">" + task + "</td><td>" + f("p50") + "</td><td>" + f("p90") +
+    return '<tr><td class="l">' + task + "</td><td>" + f("p50") + "</td><td>" + f("p90") +
       "</td><td>" + f("p99") + "</td><td>" + p.calls + "</td><td>" + p.unrecorded + "</td></tr>";
   });
-  document.getElementById("latency").innerHTML = "<table><tr><th class=\"l\">task</th>" +
+  document.getElementById("latency").innerHTML = '<table><tr><th class="l">task</th>' +
     "<th>p50</th><th>p90</th><th>p99</th><th>calls</th><th>not recorded here</th></tr>" +
     rows.join("") + "</table>";
 })();
