@@ -175,6 +175,20 @@ def test_bad_train_runs_are_named(run, drop, message, tmp_path):
             )
 
 
+@pytest.mark.parametrize("method", ["sac", "drq", "erpv", "semore"])
+def test_a_run_shorter_than_start_steps_is_refused(method):
+    """It would make 0 updates and save an untrained agent."""
+    raw = train_params(bad={"env": "MountainCar-v0", "method": method, "steps": 99, "seed": 0})
+    raw[method] = {"start_steps": 100}
+    with pytest.raises(ConfigError, match=rf"train.bad: 99 steps never reach {method}.start_steps=100"):  # fmt: skip
+        check_params(parse_params(raw))
+    raw["train"]["bad"]["steps"] = 100
+    try:
+        check_params(parse_params(raw))
+    except ConfigError as exc:
+        assert "start_steps" not in str(exc)
+
+
 def test_bad_run_name_is_refused():
     raw = train_params(
         **{"../escape": {"env": "MountainCar-v0", "method": "ppo", "steps": 1, "seed": 0}}

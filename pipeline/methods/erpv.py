@@ -34,13 +34,14 @@ class ERPv(OffPolicyMethod):
     deployed_agent = SACAgent
 
     def check_run(self, name: str, run: TrainRun, params: Params) -> list[str]:
+        problems = super().check_run(name, run, params)
         critic_envs = params.critic.envs if params.critic is not None else []
-        if run.env in critic_envs:
-            return []
-        return [
-            f"train.{name}: method erpv reads the pre-trained C_V of {run.env!r}, which "
-            f"`critic.envs` does not list; add {run.env!r} to critic.envs (now: {critic_envs})"
-        ]
+        if run.env not in critic_envs:
+            problems.append(
+                f"train.{name}: method erpv reads the pre-trained C_V of {run.env!r}, which "
+                f"`critic.envs` does not list; add {run.env!r} to critic.envs (now: {critic_envs})"
+            )
+        return problems
 
     def build_agent(
         self, env: gym.Env, hp: ERPvParams, run: TrainRun, inputs: TrainInputs

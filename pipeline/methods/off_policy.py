@@ -46,6 +46,16 @@ class OffPolicyMethod(Method):
     ) -> tuple[OffPolicyAgent, dict[str, Any]]:
         """The agent to train, and the hashes of any data it reads beyond the dataset."""
 
+    def check_run(self, name: str, run: TrainRun, params: Params) -> list[str]:
+        start = self.params(params).start_steps
+        if run.steps >= start:
+            return []
+        return [
+            f"train.{name}: {run.steps} steps never reach {self.name}.start_steps={start} (uniform "
+            "random actions before the first update): the agent would be saved untrained; raise "
+            f"train.{name}.steps above {start} or lower {self.name}.start_steps"
+        ]
+
     def offline_pool(self, hp: Any, offline: OfflineTransitions) -> OfflinePool | None:
         """Which offline transitions each batch draws from (None: all, uniformly)."""
         return None
