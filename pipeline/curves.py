@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from pipeline.io import atomic_write_bytes
+from pipeline.io import atomic_write_bytes, atomic_write_json
 
 RETURN = "return"  # the env's native return of each finished training episode
+EVAL_RETURN = "eval_return"  # deterministic episodes played at a metrics row (SAC family)
 METRICS_SUBDIR = "plots/metrics"  # where dvclive writes a run's per-metric TSVs
 
 
@@ -56,7 +59,8 @@ def write_training_log(
     rows: Iterable[dict[str, float]] = (),
 ) -> None:
     """Replace `directory` with the run's curves: `return` at the env step of each finished
-    episode, and every other metric of `rows` (each with a `step`) where it has a value."""
+    episode, and every other metric of `rows` (each with a `step`) where it has a value; the last
+    value of each in `summary_path`."""
     with _live(directory, summary_path) as live:
         for step, episode_return in curve:
             live.step = int(step)
@@ -66,6 +70,23 @@ def write_training_log(
             for name, value in row.items():
                 if name != "step":
                     live.log_metric(name, float(value))
+
+
+def write_run_summary(summary_path: str | Path, eval_episodes: int | None) -> None:
+    """Reduce a training run's summary (`write_training_log`'s, a DVC metric) to what its curves
+    ended on, named so that no one takes it for the evaluate stage's figures:
+    `last_episode_return` (one training episode, exploring) and `last_eval_return` over
+    `eval_episodes` deterministic episodes. The training losses stay in the curves (`dvc plots`),
+    out of `dvc metrics show` and `dvc exp show`."""
+    last = json.loads(Path(summary_path).read_text())  # dvclive's: every metric's last value
+    summary: dict[str, Any] = {"step": last.get("step", 0)}
+    if RETURN in last:
+        summary["last_episode_return"] = last[RETURN]
+    if EVAL_RETURN in last:
+        summary["last_eval_return"] = last[EVAL_RETURN]
+        if eval_episodes is not None:
+            summary["eval_episodes"] = eval_episodes
+    atomic_write_json(summary_path, summary)
 
 
 def read_metric(directory: str | Path, name: str = RETURN) -> list[tuple[int, float]]:

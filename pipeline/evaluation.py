@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
+from tqdm import tqdm
 
 from pipeline.config import EnvConfig
 from pipeline.dataset.stacking import FrameStacker
@@ -71,12 +72,19 @@ class EvalResult:
 
 
 def play_episodes(
-    env: gym.Env, policy: Policy, episodes: int, seed: int, success_defined: bool = False
+    env: gym.Env,
+    policy: Policy,
+    episodes: int,
+    seed: int,
+    success_defined: bool = False,
+    progress: str | None = None,
 ) -> EvalResult:
     """Run `episodes` episodes with seeds seed, seed+1, ...; native return and length of each.
-    Success is termination before the time limit where the env defines it (MountainCar)."""
+    Success is termination before the time limit where the env defines it (MountainCar).
+    `progress`: a bar with this description, one tick per episode, the running mean beside it."""
     returns, lengths, successes = [], [], []
-    for i in range(episodes):
+    bar = tqdm(range(episodes), desc=progress, unit="episode", disable=progress is None)
+    for i in bar:
         obs, _ = env.reset(seed=seed + i)
         policy.begin(obs)
         total, length, done = 0.0, 0, False
@@ -88,6 +96,7 @@ def play_episodes(
         returns.append(total)
         lengths.append(length)
         successes.append(bool(terminated))
+        bar.set_postfix(return_mean=f"{np.mean(returns):.1f}")
     return EvalResult(
         episodes=episodes,
         return_mean=float(np.mean(returns)),
@@ -100,13 +109,19 @@ def play_episodes(
 
 
 def evaluate_policy(
-    policy: Policy, env_id: str, env_cfg: EnvConfig, episodes: int, seed: int
+    policy: Policy,
+    env_id: str,
+    env_cfg: EnvConfig,
+    episodes: int,
+    seed: int,
+    progress: str | None = None,
 ) -> EvalResult:
     """`play_episodes` in a fresh env of the pipeline's registry, rendering only if the policy
     reads frames."""
     env = make_env(env_id, env_cfg, pixels=policy.obs == PIXELS)
+    success = env_info(env_id).success_on_termination
     try:
-        return play_episodes(env, policy, episodes, seed, env_info(env_id).success_on_termination)
+        return play_episodes(env, policy, episodes, seed, success, progress)
     finally:
         env.close()
 

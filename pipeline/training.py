@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.config import Params
-from pipeline.curves import write_training_log
+from pipeline.curves import write_run_summary, write_training_log
 from pipeline.methods.base import TrainError, TrainInputs
 from pipeline.methods.table import check_params, get_method
 
@@ -34,9 +34,10 @@ def train_run(
         raise TrainError(f"params.yaml has no run train.{name} (runs: {known})")
     check_params(params)
     run = params.train[name]
-    result = get_method(run.method).train(
-        name, run, params, inputs, progress=progress, resume_dir=resume_dir
-    )
+    method = get_method(run.method)
+    result = method.train(name, run, params, inputs, progress=progress, resume_dir=resume_dir)
     result.agent.save(out_dir, result.meta)
+    eval_episodes = getattr(method.params(params), "eval_episodes", None)
     write_training_log(log_dir, summary_path, result.curve, result.logs)
+    write_run_summary(summary_path, eval_episodes)
     return result.curve

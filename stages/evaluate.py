@@ -35,8 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         if env_id not in params.env:
             raise ConfigError(f"{args.params}: no `env.{env_id}` section for the agent's env")
         result = evaluate_policy(
-            policy, env_id, params.env[env_id], params.evaluate.episodes, params.evaluate.seed
-        )
+            policy, env_id, params.env[env_id], params.evaluate.episodes, params.evaluate.seed,
+            progress=f"evaluate {args.agent}",
+        )  # fmt: skip
     except (ConfigError, CheckpointError, UnknownEnvError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -89,8 +89,13 @@ def test_pretrain_train_evaluate_end_to_end(pipeline_dir):
     # nothing is plotted before it is measured: no Q_f row during the warm-up
     start = get_method("erpv").params(load_params(d / "params.yaml")).start_steps
     assert min(step for step, _ in read_metric(live, "vpg/q_f")) >= start
+    # the DVC metric says what the curves ended on, by names no one takes for evaluate's figures
     summary = json.loads((d / "summaries" / "erpv.json").read_text())
-    assert "alpha" in summary and "step" in summary
+    eval_episodes = get_method("erpv").params(load_params(d / "params.yaml")).eval_episodes
+    assert set(summary) == {"step", "last_episode_return", "last_eval_return", "eval_episodes"}
+    assert summary["eval_episodes"] == eval_episodes
+    assert summary["last_eval_return"] == read_metric(live, "eval_return")[-1][1]
+    assert summary["last_episode_return"] == read_metric(live)[-1][1]
 
     for run in ("sac", "erpv"):
         metrics = d / "metrics" / f"{run}.json"

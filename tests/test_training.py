@@ -96,16 +96,21 @@ def test_hybrid_run_writes_a_checkpoint_that_acts_like_the_trained_agent(labelle
     assert agent.obs_half_range.tolist() == pytest.approx([0.9, 0.07])
 
 
-def test_evaluate_reports_success_and_lengths(labelled, tmp_path):
+def test_evaluate_reports_success_and_lengths(labelled, tmp_path, capsys):
     run = {"env": "MountainCar-v0", "method": "ppo", "steps": 128, "seed": 0}
     params = parse_params(train_params(base=run))
     train_run(
         "base", params, labelled, tmp_path / "agent", tmp_path / "live", tmp_path / "summary.json"
     )
     policy = deployed(load_agent(tmp_path / "agent"), read_meta(tmp_path / "agent"))
-    result = evaluate_policy(policy, "MountainCar-v0", params.env["MountainCar-v0"], 2, 100)
+    capsys.readouterr()
+    result = evaluate_policy(
+        policy, "MountainCar-v0", params.env["MountainCar-v0"], 2, 100, progress="evaluate base"
+    )
     assert result.lengths == [50, 50] and result.returns == [-50.0, -50.0]
     assert result.success_rate == 0.0  # an untrained agent does not reach the flag in 50 steps
+    bar = capsys.readouterr().err  # one tick per episode, the running mean beside it
+    assert "evaluate base" in bar and "2/2" in bar and "return_mean=-50.0" in bar
 
 
 def test_kinematic_only_ablation_reads_no_frames(labelled, tmp_path):
@@ -282,7 +287,7 @@ def test_training_log_leaves_the_repository_alone(tmp_path, monkeypatch):
     repository with no commit, one TSV per metric with values only where measured."""
     import subprocess
 
-    from pipeline.curves import write_training_log
+    from pipeline.curves import write_run_summary, write_training_log
 
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     monkeypatch.chdir(tmp_path)
@@ -293,6 +298,10 @@ def test_training_log_leaves_the_repository_alone(tmp_path, monkeypatch):
     assert read_metric("live", "critic_loss") == [(10, 1.0), (20, 0.5)]
     assert read_metric("live", "alpha") == [(20, 0.1)]  # not a zero at step 10
     assert json.loads((tmp_path / "summary.json").read_text())["alpha"] == 0.1
+    write_run_summary("summary.json", eval_episodes=None)  # a run without periodic evaluation
+    assert json.loads((tmp_path / "summary.json").read_text()) == {
+        "step": 20, "last_episode_return": 2.0,
+    }  # fmt: skip
 
 
 def test_hybrid_with_the_position_table_renders_no_training_frame(labelled, tmp_path, monkeypatch):
