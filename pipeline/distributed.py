@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.config import RayExecutorConfig
+from pipeline.errors import PipelineError
 
 
-class RayExecutorError(RuntimeError):
+class RayExecutorError(PipelineError, RuntimeError):
     pass
 
 

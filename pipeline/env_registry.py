@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from pipeline.errors import PipelineError
+
 
 @dataclass(frozen=True)
 class EnvInfo:
@@ -48,7 +50,7 @@ _ENVS = [
 KNOWN_ENVS: dict[str, EnvInfo] = {info.env_id: info for info in _ENVS}
 
 
-class UnknownEnvError(ValueError):
+class UnknownEnvError(PipelineError, ValueError):
     def __init__(self, env_id: str) -> None:
         super().__init__(f"unknown env id {env_id!r}; known env ids: {', '.join(KNOWN_ENVS)}")
 

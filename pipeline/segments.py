@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.errors import PipelineError
 from pipeline.io import atomic_write_bytes
 
 SEGMENT_GLOB = "segment-*.parquet"
@@ -33,7 +34,7 @@ _CHECKSUMMED = re.compile(r"segment-([0-9a-f]{64})\.parquet")
 _NUMBERED = re.compile(r"segment-\d{6}\.parquet")  # the first format: no checksum
 
 
-class StoreError(RuntimeError):
+class StoreError(PipelineError, RuntimeError):
     """A store cannot be used as it is; the message names the file and what to do."""
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pipeline.errors import PipelineError
 from pipeline.labelling.audit import MAX_EMBEDDED_FRAMES, write_audit
-from pipeline.labelling.review import AuditError
-from pipeline.rollouts.reader import RolloutIntegrityError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             args.rollouts, args.labels, args.out, args.masks, args.telemetry,
             against=args.against, max_frames=args.max_frames,
         )  # fmt: skip
-    except (RolloutIntegrityError, AuditError, FileNotFoundError) as exc:
+    except (PipelineError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     agreement = ", ".join(f"{t} {100 * s['rate']:.0f} %" for t, s in audit["agreement"].items())

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.config import ConfigError, load_params
+from pipeline.config import load_params
+from pipeline.errors import PipelineError
 from pipeline.io import atomic_write_json
 from pipeline.methods.table import check_params
 
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_params(load_params(args.params))
-    except ConfigError as exc:
+    except PipelineError as exc:
         print(f"error: {exc}\nNothing was run: fix {args.params} and rerun.", file=sys.stderr)
         return 2
     atomic_write_json(

@@ -10,7 +10,8 @@ import logging
 import sys
 
 from pipeline.config import ConfigError, load_params
-from pipeline.rollouts.collect import CollectError, collect
+from pipeline.errors import PipelineError
+from pipeline.rollouts.collect import collect
 from pipeline.teachers import make_teacher
 
 
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             replace=args.replace,
             telemetry_dir=args.telemetry,
         )
-    except (ConfigError, CollectError) as exc:
+    except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     totals = manifest["totals"]

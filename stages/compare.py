@@ -11,8 +11,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from pipeline.config import ConfigError, load_params
+from pipeline.config import load_params
 from pipeline.curves import plot_curves, read_metric
+from pipeline.errors import PipelineError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         by_env: dict[str, dict] = defaultdict(dict)
         for name, run in (params.train or {}).items():
             by_env[run.env][f"{name} ({run.method})"] = read_metric(args.curves / name)
-    except (ConfigError, FileNotFoundError) as exc:
+    except (PipelineError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)

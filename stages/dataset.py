@@ -12,7 +12,7 @@ import sys
 
 from pipeline.config import ConfigError, load_params
 from pipeline.dataset.build import build_dataset
-from pipeline.rollouts.reader import RolloutIntegrityError
+from pipeline.errors import PipelineError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out,
             shard_max_samples=params.dataset.shard_max_samples,
         )
-    except (ConfigError, RolloutIntegrityError, FileNotFoundError) as exc:
+    except (PipelineError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     c = info["counts"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.agents.checkpoint import CheckpointError, read_meta
+from pipeline.agents.checkpoint import read_meta
 from pipeline.config import ConfigError, load_params
-from pipeline.env_registry import UnknownEnvError
+from pipeline.errors import PipelineError
 from pipeline.evaluation import deployed, eval_metrics, evaluate_policy
 from pipeline.io import atomic_write_json
 from pipeline.methods.table import load_agent
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
             policy, env_id, params.env[env_id], params.evaluate.episodes, params.evaluate.seed,
             progress=f"evaluate {args.agent}",
         )  # fmt: skip
-    except (ConfigError, CheckpointError, UnknownEnvError, FileNotFoundError) as exc:
+    except (PipelineError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     metrics = eval_metrics(result, policy.meta)

@@ -13,10 +13,8 @@ import logging
 import sys
 
 from pipeline.config import ConfigError, load_params
-from pipeline.labelling.corrections import CorrectionsError
-from pipeline.labelling.label import LabelError, label_rollouts
-from pipeline.rollouts.reader import RolloutIntegrityError
-from pipeline.segments import StoreError
+from pipeline.errors import PipelineError
+from pipeline.labelling.label import label_rollouts
 from pipeline.teachers import make_teacher
 
 
@@ -47,14 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             args.rollouts, params.label, teacher, args.cache, args.out,
             telemetry_dir=args.telemetry, corrections=args.corrections,
         )  # fmt: skip
-    except (
-        ConfigError,
-        CorrectionsError,
-        LabelError,
-        StoreError,
-        RolloutIntegrityError,
-        OSError,
-    ) as exc:
+    except (PipelineError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     statuses = ", ".join(f"{s} {n}" for s, n in summary.statuses.most_common())

@@ -11,11 +11,9 @@ import argparse
 import sys
 
 from pipeline.config import ConfigError, MasksConfig, load_params
-from pipeline.distributed import RayExecutorError
+from pipeline.errors import PipelineError
 from pipeline.masks import make_mask_backend
 from pipeline.masks.compute import compute_masks
-from pipeline.rollouts.reader import RolloutIntegrityError
-from pipeline.segments import StoreError
 
 
 def ray_settings(cfg: MasksConfig) -> dict:
@@ -49,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=params.masks.batch_size,
             **ray_settings(params.masks),
         )
-    except (ConfigError, StoreError, RolloutIntegrityError, RayExecutorError, OSError) as exc:
+    except (PipelineError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(

@@ -14,10 +14,9 @@ import logging
 import sys
 from pathlib import Path
 
-from pipeline.config import ConfigError, load_params
+from pipeline.config import load_params
 from pipeline.curves import write_training_log
-from pipeline.dataset.layout import DatasetError
-from pipeline.methods.base import TrainError
+from pipeline.errors import PipelineError
 from pipeline.methods.erpv import pretrain_critic, write_no_critic
 
 
@@ -41,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.out}: {args.env} is not in critic.envs: no C_V (marker written)")
             return 0
         logs = pretrain_critic(args.env, params, args.dataset, args.out)
-    except (ConfigError, TrainError, DatasetError, FileNotFoundError) as exc:
+    except (PipelineError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     write_training_log(args.live, args.summary, rows=logs)

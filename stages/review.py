@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.labelling.exchange import ReviewImportError, export_label_studio, import_label_studio
+from pipeline.errors import PipelineError
+from pipeline.labelling.exchange import export_label_studio, import_label_studio
 from pipeline.labels.tasks import TASKS
-from pipeline.rollouts.reader import RolloutIntegrityError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{result.skipped} tasks without an annotation. `dvc repro` relabels the env; "
                 f"commit {result.path} with git"
             )
-    except (ReviewImportError, RolloutIntegrityError, OSError) as exc:
+    except (PipelineError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -15,11 +15,9 @@ import logging
 import sys
 from pathlib import Path
 
-from pipeline.agents.checkpoint import CheckpointError
-from pipeline.config import ConfigError, load_params
-from pipeline.dataset.layout import DatasetError
-from pipeline.methods.base import TrainError, TrainInputs
-from pipeline.rollouts.reader import RolloutIntegrityError
+from pipeline.config import load_params
+from pipeline.errors import PipelineError
+from pipeline.methods.base import TrainInputs
 from pipeline.training import train_run
 
 
@@ -51,14 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         curve = train_run(
             args.run, params, inputs, args.out, args.live, args.summary, args.resume_dir
         )
-    except (
-        ConfigError,
-        TrainError,
-        CheckpointError,
-        DatasetError,
-        RolloutIntegrityError,
-        FileNotFoundError,
-    ) as exc:
+    except (PipelineError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     tail = [r for _, r in curve[-10:]]

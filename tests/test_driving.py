@@ -19,6 +19,7 @@ from pipeline.envs.driving import (
 )
 from pipeline.labels.tasks import parse_answer, render_prompt
 from pipeline.teachers.scripted import ScriptedTeacher
+from tests.conftest import tiny_params_dict, write_params
 
 
 def _png(frame: np.ndarray) -> bytes:
@@ -106,6 +107,23 @@ def test_without_a_server_carla_fails_within_the_timeout_naming_host_port_and_th
     assert time.monotonic() - started < 15
     message = str(err.value)
     assert f"127.0.0.1:{port}" in message and "CarlaUE4.sh -RenderOffScreen" in message
+
+
+def test_the_collect_stage_reports_a_missing_server_in_one_line(tmp_path, capsys):
+    """The stage prints the error's message (host:port and the fix) with status 2: no traceback."""
+    from stages.collect import main
+
+    port = _closed_port()
+    raw = tiny_params_dict(("carla-hw",))
+    raw["env"]["carla-hw"] = {"image_size": 128, "action_repeat": 4, "max_episode_steps": 10,
+                              "include_state": False,
+                              "carla": {"port": port, "timeout_s": 1.0}}  # fmt: skip
+    params = write_params(tmp_path / "params.yaml", raw)
+    code = main(["--params", str(params), "--env", "carla-hw", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert err.startswith(f"error: no CARLA server answered at 127.0.0.1:{port}"), err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_where_the_server_runs_is_not_part_of_a_collection_fingerprint():

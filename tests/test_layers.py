@@ -10,6 +10,7 @@ import ast
 from tests.conftest import REPO
 
 LAYERS: list[set[str]] = [
+    {"errors"},  # the base of the project's error types
     {"io", "env_registry"},  # leaves: atomic writes; the env ids the pipeline ships
     {"config"},  # params.yaml -> typed config
     {"envs", "segments", "distributed"},  # env factory; the append-only parquet store; Ray batches

@@ -19,6 +19,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from torch import nn
 
+from pipeline.errors import PipelineError
 from pipeline.io import atomic_write_bytes, atomic_write_json
 
 AGENT_JSON = "agent.json"
@@ -27,7 +28,7 @@ AGENT_WEIGHTS = "agent.safetensors"
 FORMAT_VERSION = 2
 
 
-class CheckpointError(ValueError):
+class CheckpointError(PipelineError, ValueError):
     """A directory is not a checkpoint this code reads; the message says what to do."""
 
 

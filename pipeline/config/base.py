@@ -7,10 +7,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from pipeline.errors import PipelineError
+
 M = TypeVar("M", bound=BaseModel)
 
 
-class ConfigError(ValueError):
+class ConfigError(PipelineError, ValueError):
     """params.yaml (or a section of it) is malformed; the message names the key and the fix."""
 
 

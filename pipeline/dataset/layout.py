@@ -22,6 +22,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from pipeline.errors import PipelineError
 from pipeline.io import sha256_file
 
 DATASET_FORMAT_VERSION = 1
@@ -58,7 +59,7 @@ MASK_COLUMN = "mask"  # Semore eq. 4's combined mask (8-bit PNG), null where the
 JUDGE_COLUMNS = ("judge", "judge_status")
 
 
-class DatasetError(ValueError):
+class DatasetError(PipelineError, ValueError):
     """A dataset cannot be read as asked; the message names the file and the fix."""
 
 

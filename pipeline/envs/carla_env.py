@@ -31,12 +31,13 @@ from pipeline.envs.driving import (
     control_from_action,
     spawn_plan,
 )
+from pipeline.errors import PipelineError
 
 SCENARIOS = {"carla-hw": "hw", "carla-jw": "jw"}
 CAMERA_SIZE = int(CAMERA_ATTRIBUTES["image_size_x"])
 
 
-class CarlaUnavailableError(RuntimeError):
+class CarlaUnavailableError(PipelineError, RuntimeError):
     pass
 
 

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import PipelineError
 from pipeline.io import atomic_write_bytes
 from pipeline.labels.parsers import PARSER_VERSION
 from pipeline.labels.tasks import TASKS, parse_answer
@@ -39,7 +40,7 @@ HUMAN_PREFIX = "human:"
 _VALUE_COLUMNS = ("action", "action_index", "milestone", "potential", "objects", "judge")
 
 
-class CorrectionsError(ValueError):
+class CorrectionsError(PipelineError, ValueError):
     pass
 
 

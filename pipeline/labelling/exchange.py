@@ -26,6 +26,7 @@ from xml.sax.saxutils import quoteattr
 
 import polars as pl
 
+from pipeline.errors import PipelineError
 from pipeline.io import atomic_write_bytes, check_writable
 from pipeline.labelling.corrections import (
     HUMAN_PREFIX,
@@ -42,7 +43,7 @@ from pipeline.rollouts.reader import iter_rollouts, load_manifest
 JUDGE_CHOICES = ("reasonable", "unreasonable")
 
 
-class ReviewImportError(ValueError):
+class ReviewImportError(PipelineError, ValueError):
     pass
 
 

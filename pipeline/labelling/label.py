@@ -26,6 +26,7 @@ import polars as pl
 from tqdm import tqdm
 
 from pipeline.config import LabelConfig
+from pipeline.errors import PipelineError
 from pipeline.io import atomic_write_bytes, check_writable
 from pipeline.labelling.corrections import apply_corrections, read_corrections
 from pipeline.labels.cache import CachedAnswer, LabelCache, cache_key
@@ -68,7 +69,7 @@ LABEL_TABLE_SCHEMA = {
 FAILED_SUFFIX = ".failed"  # the table of a failed run, beside where the table would be
 
 
-class LabelError(RuntimeError):
+class LabelError(PipelineError, RuntimeError):
     pass
 
 

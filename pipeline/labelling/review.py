@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 from PIL import Image
 
+from pipeline.errors import PipelineError
 from pipeline.labels.schema import label_schema
 from pipeline.labels.status import LABELLED_STATUSES
 from pipeline.labels.tasks import render_prompt
@@ -58,7 +59,7 @@ def thumbnail(png: bytes, side: int = THUMBNAIL_SIDE) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-class AuditError(ValueError):
+class AuditError(PipelineError, ValueError):
     """The audit cannot be built from what it was given; the message says which input."""
 
 

@@ -18,6 +18,7 @@ import torch
 from pipeline.agents.resume import Resume, fingerprint
 from pipeline.config import ConfigError, Params, Section, TrainRun, validate_section
 from pipeline.dataset.layout import dataset_hashes
+from pipeline.errors import PipelineError
 from pipeline.evaluation import Agent
 from pipeline.io import sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME
@@ -25,7 +26,7 @@ from pipeline.rollouts.format import MANIFEST_NAME
 TRAIN_EVAL_SEED = 10_000  # seeds of the evaluation episodes played during training
 
 
-class TrainError(ValueError):
+class TrainError(PipelineError, ValueError):
     """A run cannot start: missing inputs or settings that do not fit the env."""
 
 

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from pipeline.config import CollectConfig, EnvConfig
 from pipeline.envs import CONTEXT, PIXELS, STATE, make_env
+from pipeline.errors import PipelineError
 from pipeline.io import TMP_SUFFIX, atomic_write_json, sha256_file
 from pipeline.labels.cache import LabelCache
 from pipeline.labels.parsers import PARSER_VERSION
@@ -49,7 +50,7 @@ from pipeline.teachers.base import Teacher
 log = logging.getLogger(__name__)
 
 
-class CollectError(RuntimeError):
+class CollectError(PipelineError, RuntimeError):
     """The output directory holds data that this collection may not silently reuse or delete."""
 
 

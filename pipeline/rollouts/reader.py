@@ -13,6 +13,7 @@ import numpy as np
 import webdataset as wds
 from PIL import Image
 
+from pipeline.errors import PipelineError
 from pipeline.io import sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME, parse_sample_key
 
@@ -53,7 +54,7 @@ def load_manifest(rollout_dir: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-class RolloutIntegrityError(ValueError):
+class RolloutIntegrityError(PipelineError, ValueError):
     """A shard does not match what its manifest recorded; the message names it and the fix."""
 
 
