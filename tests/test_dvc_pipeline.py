@@ -292,3 +292,18 @@ def test_human_corrections_survive_checkout_and_leave_other_envs_alone(built_a, 
     _bash("git add -A && git commit -qm 'review: alice' && git checkout -q HEAD~1 && "
           "dvc checkout -q --force && git checkout -q - && dvc checkout -q --force", repo)  # fmt: skip
     assert corrections.exists() and "up to date" in _run(["dvc", "status"], repo)
+
+
+def test_a_guidance_weight_change_retrains_the_runs_not_the_critics(built_a, tmp_path):
+    """pretrain_critic depends on the erpv keys C_V's pre-training reads, not the whole section:
+    `erpv.lambda_1` stales the erpv run alone (was: every env's critic, 13 min by default)."""
+    params = _params()
+    repo, _ = _copy(built_a, tmp_path)
+    params["erpv"]["lambda_1"] = 0.0
+    write_params(repo / "params.yaml", params)
+    stale = json.loads(_run(["dvc", "status", "--json"], repo))
+    assert sorted(stale) == ["check_params", "train@mcc-erpv"], stale
+    params["erpv"]["critic_lr"] = 3e-4  # a key C_V reads: every critic, and what reads them
+    write_params(repo / "params.yaml", params)
+    stale = json.loads(_run(["dvc", "status", "--json"], repo))
+    assert {f"pretrain_critic@{e}" for e in ENVS} <= set(stale), stale

@@ -227,6 +227,33 @@ def test_pretrained_vlm_critic_reaches_the_td_fixed_point_of_the_vlm_policy():
     np.testing.assert_allclose(q_minus, -1 + np.array(offset), atol=0.1)
 
 
+class _Reads:
+    """A config that records which of its fields are read."""
+
+    def __init__(self, cfg):
+        self._cfg, self.read = cfg, set()
+
+    def __getattr__(self, name):
+        self.read.add(name)
+        return getattr(self._cfg, name)
+
+
+def test_the_critic_stage_depends_on_exactly_the_erpv_keys_pretraining_reads():
+    """dvc.yaml's pretrain_critic params are CRITIC_KEYS, which are what pretrain_vlm_critic reads
+    (plus the device it is given): a new read breaks this test, not the reruns."""
+    import yaml
+
+    from pipeline.methods.erpv import CRITIC_KEYS
+    from tests.conftest import REPO
+
+    cfg = _Reads(small_cfg())
+    pretrain_vlm_critic(chain_transitions(50, dict.fromkeys(range(5), 1.0)), SPACE, cfg, 3,
+                        seed=0, progress=False)  # fmt: skip
+    assert cfg.read | {"device"} == set(CRITIC_KEYS)
+    stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["pretrain_critic"]["do"]
+    assert stage["params"] == ["critic", *(f"erpv.{k}" for k in CRITIC_KEYS)]
+
+
 def test_vlm_critic_save_load_and_compatibility_checks(tmp_path):
     critic = vlm_critic(seed=4)
     critic.save(tmp_path / "cv", data_hashes={"dataset": "abc123"})

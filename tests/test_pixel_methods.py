@@ -178,3 +178,22 @@ def test_an_interrupted_pixel_run_resumes_to_the_uninterrupted_result(
     for module, state in a["modules"].items():
         for key, tensor in state.items():
             assert torch.equal(tensor, b["modules"][module][key]), (module, key)
+
+
+@pytest.mark.parametrize("preset", ["pixels_cpu.yaml", "pixels_paper.yaml"])
+def test_pixel_presets_parse_over_params_yaml(preset):
+    """Both presets stay valid against the current params.yaml and config: every arm's run passes
+    check_params (steps above start_steps, frames for every method, C_V for erpv)."""
+    from benchmarks.pixels import ARMS
+    from pipeline.config import parse_params
+    from pipeline.methods.table import check_params
+
+    raw_preset, steps = read_preset(REPO / "benchmarks" / "params" / preset)
+    raw = merged_params(REPO / "params.yaml", raw_preset)
+    raw["envs"] = [ENV]
+    raw["train"] = {arm: {"env": ENV, "method": method, "steps": steps, "seed": 0}
+                    for arm, (method, _, _) in ARMS.items()}  # fmt: skip
+    params = parse_params(raw)
+    check_params(params)
+    for method in {m for m, _, _ in ARMS.values()}:
+        assert get_method(method).params(params).network.obs == "pixels", method

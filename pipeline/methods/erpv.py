@@ -76,12 +76,22 @@ def write_no_critic(out_dir: str | Path, env_id: str) -> None:
     )
 
 
+# The `erpv` keys that C_V's pre-training reads (pretrain_vlm_critic and the device), and no other:
+# dvc.yaml's pretrain_critic stage lists them as its params (tests/test_erpv.py checks both).
+CRITIC_KEYS = (
+    "network", "batch_size", "gamma", "critic_lr", "adam_betas", "target_update_freq",
+    "critic_tau", "encoder_tau", "device",
+)  # fmt: skip
+
+
 def pretrain_critic(
     env_id: str, params: Params, dataset: Path, out_dir: Path, progress: bool = True
 ) -> list[dict[str, float]]:
     """ERPv's C_V for `env_id`: TD on the labelled RAE dataset, next-state actions from the cached
     labels (the VLM policy evaluated without calling the VLM); saved frozen with the data hashes.
-    Networks and TD settings are `erpv`'s (the agent must read what C_V reads)."""
+    Networks, TD settings and device are `erpv`'s (the agent must read what C_V reads); the
+    pretrain_critic stage depends on exactly those keys (CRITIC_KEYS), so a change of the
+    guidance weights retrains no critic."""
     if params.critic is None:
         raise TrainError("params.yaml needs a `critic` section to pre-train C_V")
     if env_id not in params.critic.envs:
@@ -100,6 +110,7 @@ def pretrain_critic(
         cfg,
         params.critic.steps,
         params.critic.seed,
+        device=cfg.torch_device(),
         log_every=max(1, params.critic.steps // 20),
         progress=progress,
     )
