@@ -37,7 +37,7 @@ def train_run(
     method = get_method(run.method)
     result = method.train(name, run, params, inputs, progress=progress, resume_dir=resume_dir)
     result.agent.save(out_dir, result.meta)
-    eval_episodes = getattr(method.params(params), "eval_episodes", None)
+    eval_episodes = getattr(method.params(params, run), "eval_episodes", None)
     write_training_log(log_dir, summary_path, result.curve, result.logs)
     write_run_summary(summary_path, eval_episodes)
     return result.curve

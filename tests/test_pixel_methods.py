@@ -197,3 +197,24 @@ def test_pixel_presets_parse_over_params_yaml(preset):
     check_params(params)
     for method in {m for m, _, _ in ARMS.values()}:
         assert get_method(method).params(params).network.obs == "pixels", method
+
+
+def test_one_pixel_run_beside_a_state_run_of_the_same_method(pixel_pipeline, tmp_path):
+    """`train.<run>.overrides` switches one run to frames; the section (and the other run) stay
+    on state observations."""
+    from pipeline.agents.checkpoint import read_meta
+    from stages import train
+
+    d = pixel_pipeline
+    raw = yaml.safe_load((d / "params.yaml").read_text())
+    raw["sac"]["network"] = {**raw["sac"]["network"], "obs": "state"}  # not drq's (an alias)
+    run = {"env": ENV, "method": "sac", "steps": STEPS, "seed": 0}
+    raw["train"] = {"sac-state": run, "sac-pixels": {**run, "overrides": {"network": {"obs": "pixels"}}}}  # fmt: skip
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw))
+    for name, obs in (("sac-state", "state"), ("sac-pixels", "pixels")):
+        assert train.main(_train_argv(d, params, name, tmp_path / name)) == 0
+        meta = read_meta(tmp_path / name / "model")
+        assert meta["obs"] == obs and meta["config"]["network"]["obs"] == obs, name
+        # the rest of the network is the section's, merged key by key
+        assert meta["config"]["network"]["encoder_stride"] == 2

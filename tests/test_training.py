@@ -13,7 +13,7 @@ from pipeline.config import ConfigError, parse_params
 from pipeline.curves import read_metric
 from pipeline.evaluation import deployed, evaluate_policy
 from pipeline.methods.base import TrainInputs
-from pipeline.methods.table import check_params, load_agent
+from pipeline.methods.table import check_params, get_method, load_agent
 from pipeline.rollouts.collect import collect
 from pipeline.training import train_run
 from tests.conftest import (
@@ -192,6 +192,65 @@ def test_a_run_shorter_than_start_steps_is_refused(method):
         check_params(parse_params(raw))
     except ConfigError as exc:
         assert "start_steps" not in str(exc)
+
+
+def _sac_and_erpv(**erpv_run):
+    raw = train_params(
+        pix={"env": "MountainCarContinuous-v0", "method": "sac", "steps": 200, "seed": 0,
+             "overrides": {"network": {"obs": "pixels"}, "image_pad": 4}},
+        state={"env": "MountainCarContinuous-v0", "method": "sac", "steps": 200, "seed": 0},
+        guided={"env": "MountainCarContinuous-v0", "method": "erpv", "steps": 200, "seed": 0,
+                **erpv_run},
+    )  # fmt: skip
+    raw["envs"] = ["MountainCar-v0", "MountainCarContinuous-v0"]
+    raw["env"]["MountainCarContinuous-v0"] = raw["env"]["MountainCar-v0"]
+    raw["collect"]["MountainCarContinuous-v0"] = raw["collect"]["MountainCar-v0"]
+    raw["sac"] = {"start_steps": 100, "network": {"obs": "state"}}
+    raw["erpv"] = {"start_steps": 100, "network": {"obs": "state"}}
+    raw["critic"] = {"envs": ["MountainCarContinuous-v0"], "steps": 10, "seed": 0}
+    return raw
+
+
+def test_a_run_overrides_its_method_section_for_itself():
+    raw = _sac_and_erpv()
+    params = parse_params(raw)
+    check_params(params)
+    sac = get_method("sac")
+    pix, state = sac.params(params, params.train["pix"]), sac.params(params, params.train["state"])
+    assert (pix.network.obs, pix.image_pad) == ("pixels", 4)
+    assert (state.network.obs, state.image_pad) == ("state", 0)
+    assert sac.params(params).network.obs == "state"  # the section itself is unchanged
+    assert pix.network.hidden_dim == state.network.hidden_dim  # merged key by key
+
+    raw["train"]["pix"]["overrides"] = {"network": {"obs": "frames"}, "nope": 1}
+    with pytest.raises(ConfigError) as err:
+        check_params(parse_params(raw))
+    assert "train.pix.overrides: sac.nope: unknown key" in str(err.value)
+    assert "train.pix.overrides: sac.network.obs" in str(err.value)
+
+
+def test_a_pixel_erpv_run_needs_a_pixel_critic():
+    raw = _sac_and_erpv(overrides={"network": {"obs": "pixels"}})
+    with pytest.raises(ConfigError, match=r"train.guided: the agent's network.obs is 'pixels', "
+                       r"the C_V of 'MountainCarContinuous-v0' reads 'state': set "
+                       r"critic.overrides.MountainCarContinuous-v0.network.obs"):  # fmt: skip
+        check_params(parse_params(raw))
+    raw["critic"]["overrides"] = {"MountainCarContinuous-v0": {"network": {"obs": "pixels"}}}
+    params = parse_params(raw)
+    check_params(params)
+    from pipeline.methods.erpv import critic_params
+
+    assert critic_params(params, "MountainCarContinuous-v0").network.obs == "pixels"
+    raw["critic"]["overrides"] = {"MountainCarContinuous-v0": {"lambda_1": 0.0},
+                                  "MountainCar-v0": {"gamma": 0.9}}  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        check_params(parse_params(raw))
+    assert "critic.overrides.MountainCarContinuous-v0: C_V does not read ['lambda_1']" in str(
+        err.value
+    )
+    assert "critic.overrides.MountainCar-v0: 'MountainCar-v0' is not in critic.envs" in str(
+        err.value
+    )
 
 
 def test_bad_run_name_is_refused():

@@ -27,7 +27,13 @@ from typing import Any
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from pipeline.config.base import ConfigError, Section, format_error, validate_section
+from pipeline.config.base import (
+    ConfigError,
+    Section,
+    format_error,
+    merge_settings,
+    validate_section,
+)
 from pipeline.config.envs import CarlaConfig, EnvConfig
 from pipeline.config.stages import (
     Behaviour,
@@ -52,7 +58,7 @@ __all__ = [
     "ConfigError", "CriticConfig", "DatasetConfig", "EnvConfig", "EvaluateConfig",
     "HFTeacherConfig", "LabelConfig", "LabelTaskName", "MasksConfig", "OpenAITeacherConfig",
     "Params", "RayExecutorConfig", "RewardTerm", "Section", "TeacherConfig", "TrainRun",
-    "load_params", "parse_params", "validate_section",
+    "load_params", "merge_settings", "parse_params", "validate_section",
 ]  # fmt: skip
 
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")

@@ -47,6 +47,20 @@ def allowed_keys(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return sorted(model.model_fields) if hasattr(model, "model_fields") else []
 
 
+def merge_settings(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`overrides` over `base`, key by key; a mapping over a mapping is merged the same way (so
+    `{network: {obs: pixels}}` changes one key of `network` and keeps the others)."""
+    out = dict(base)
+    for key, value in overrides.items():
+        old = out.get(key)
+        out[key] = (
+            merge_settings(old, value)
+            if isinstance(old, dict) and isinstance(value, dict)
+            else value
+        )
+    return out
+
+
 def validate_section(model: type[M], raw: Any, where: str, source: str = "params.yaml") -> M:
     """`raw` (the mapping under key `where` of params.yaml) as a `model`; every bad key at once in
     one ConfigError."""

@@ -4,7 +4,7 @@ method (pipeline.methods)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -226,6 +226,12 @@ class CriticConfig(Section):
     envs: list[str] = Field(description="Envs whose C_V is pre-trained (continuous actions).")
     steps: int = Field(ge=1, description="TD updates.")
     seed: int = Field(ge=0, description="Seed of the networks and the sampling.")
+    overrides: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Per env, the erpv keys that env's C_V sets for itself, merged over `erpv` "
+        "(e.g. `cartpole-swingup: {network: {obs: pixels}}` for the C_V of a pixel erpv run); "
+        "only the keys C_V reads (pipeline.methods.erpv.CRITIC_KEYS).",
+    )
 
 
 RewardTerm = Literal["env", "kinematic", "potential"]
@@ -248,6 +254,12 @@ class TrainRun(Section):
         default=None,
         description="hybrid_ppo only: the terms of eq. 2 that are on (default all: env, "
         "kinematic, potential); e.g. [env, kinematic] is the kinematic-only ablation.",
+    )
+    overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keys of the method's section that this run sets for itself, merged over the "
+        "section (mappings key by key): e.g. `{network: {obs: pixels}, image_pad: 4}` makes one "
+        "run learn from frames beside state runs of the same method.",
     )
 
     @model_validator(mode="after")

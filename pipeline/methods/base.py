@@ -16,7 +16,14 @@ from typing import Any, ClassVar
 import torch
 
 from pipeline.agents.resume import Resume, fingerprint
-from pipeline.config import ConfigError, Params, Section, TrainRun, validate_section
+from pipeline.config import (
+    ConfigError,
+    Params,
+    Section,
+    TrainRun,
+    merge_settings,
+    validate_section,
+)
 from pipeline.dataset.layout import dataset_hashes
 from pipeline.errors import PipelineError
 from pipeline.evaluation import Agent
@@ -80,11 +87,14 @@ class Method(ABC):
     params_class: ClassVar[type[Section]]
     run_options: ClassVar[frozenset[str]] = frozenset()
 
-    def params(self, params: Params) -> Any:
-        """The method's section of params.yaml, typed (its params class; paper defaults)."""
+    def params(self, params: Params, run: TrainRun | None = None) -> Any:
+        """The method's section of params.yaml, typed (its params class; paper defaults); with
+        `run`, the run's `overrides` merged over it first."""
         raw = params.section(self.name)
         if raw is None:
             raise ConfigError(f"params.yaml has no `{self.name}:` section (method {self.name})")
+        if run is not None and run.overrides:
+            raw = merge_settings(raw, run.overrides)
         return validate_section(self.params_class, raw, self.name)
 
     def check_run(self, name: str, run: TrainRun, params: Params) -> list[str]:

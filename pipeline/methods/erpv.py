@@ -15,7 +15,7 @@ import gymnasium as gym
 from pipeline.agents.erpv import ERPvAgent, ERPvParams, VLMCritic, pretrain_vlm_critic
 from pipeline.agents.off_policy import OffPolicyAgent
 from pipeline.agents.sac import SACAgent
-from pipeline.config import Params, TrainRun
+from pipeline.config import ConfigError, Params, TrainRun, merge_settings, validate_section
 from pipeline.dataset.layout import dataset_action_space, dataset_hashes
 from pipeline.dataset.transitions import load_offline_transitions
 from pipeline.io import atomic_write_json
@@ -41,6 +41,18 @@ class ERPv(OffPolicyMethod):
                 f"train.{name}: method erpv reads the pre-trained C_V of {run.env!r}, which "
                 f"`critic.envs` does not list; add {run.env!r} to critic.envs (now: {critic_envs})"
             )
+            return problems
+        try:
+            agent, critic = self.params(params, run).network, critic_params(params, run.env).network
+        except ConfigError:
+            return problems  # reported by check_params / check_critic
+        for key in ("obs", "frame_stack"):
+            if getattr(agent, key) != getattr(critic, key):
+                problems.append(
+                    f"train.{name}: the agent's network.{key} is {getattr(agent, key)!r}, the C_V "
+                    f"of {run.env!r} reads {getattr(critic, key)!r}: set "
+                    f"critic.overrides.{run.env}.network.{key} (or the run's overrides) to match"
+                )
         return problems
 
     def build_agent(
@@ -84,19 +96,49 @@ CRITIC_KEYS = (
 )  # fmt: skip
 
 
+def critic_params(params: Params, env_id: str) -> ERPvParams:
+    """The settings of `env_id`'s C_V: `erpv`'s, with `critic.overrides.<env>` merged over."""
+    raw = params.section(METHOD.name)
+    if raw is None:
+        raise ConfigError(f"params.yaml has no `{METHOD.name}:` section (C_V reads its settings)")
+    overrides = params.critic.overrides.get(env_id, {}) if params.critic is not None else {}
+    return validate_section(ERPvParams, merge_settings(raw, overrides), METHOD.name)
+
+
+def check_critic(params: Params) -> list[str]:
+    """Problems of `critic.overrides`: an env C_V is not built for, a key C_V does not read, a
+    value the erpv section refuses."""
+    if params.critic is None:
+        return []
+    problems = []
+    for env_id, overrides in params.critic.overrides.items():
+        where = f"critic.overrides.{env_id}"
+        if env_id not in params.critic.envs:
+            problems.append(f"{where}: {env_id!r} is not in critic.envs ({params.critic.envs})")
+        unread = sorted(set(overrides) - set(CRITIC_KEYS))
+        if unread:
+            problems.append(f"{where}: C_V does not read {unread}; it reads {list(CRITIC_KEYS)}")
+            continue
+        try:
+            critic_params(params, env_id)
+        except ConfigError as exc:
+            problems += [f"{where}: {line.strip()}" for line in str(exc).split("\n")[1:]]
+    return problems
+
+
 def pretrain_critic(
     env_id: str, params: Params, dataset: Path, out_dir: Path, progress: bool = True
 ) -> list[dict[str, float]]:
     """ERPv's C_V for `env_id`: TD on the labelled RAE dataset, next-state actions from the cached
     labels (the VLM policy evaluated without calling the VLM); saved frozen with the data hashes.
-    Networks, TD settings and device are `erpv`'s (the agent must read what C_V reads); the
-    pretrain_critic stage depends on exactly those keys (CRITIC_KEYS), so a change of the
-    guidance weights retrains no critic."""
+    Networks, TD settings and device are `erpv`'s with `critic.overrides.<env>` merged over
+    (`critic_params`; the agent must read what C_V reads); the pretrain_critic stage depends on
+    exactly those keys (CRITIC_KEYS), so a change of the guidance weights retrains no critic."""
     if params.critic is None:
         raise TrainError("params.yaml needs a `critic` section to pre-train C_V")
     if env_id not in params.critic.envs:
         raise TrainError(f"{env_id} is not listed in critic.envs ({params.critic.envs})")
-    cfg = METHOD.params(params)
+    cfg = critic_params(params, env_id)
     data = load_offline_transitions(dataset, cfg.network.obs, labels=("action",))
     labelled = int(data["has_next_label"].sum())
     if labelled == 0:

@@ -47,7 +47,7 @@ class OffPolicyMethod(Method):
         """The agent to train, and the hashes of any data it reads beyond the dataset."""
 
     def check_run(self, name: str, run: TrainRun, params: Params) -> list[str]:
-        start = self.params(params).start_steps
+        start = self.params(params, run).start_steps
         if run.steps >= start:
             return []
         return [
@@ -72,7 +72,7 @@ class OffPolicyMethod(Method):
     ) -> TrainResult:
         """The replay's offline part is the env's labelled dataset; the guidance reads its
         labels. Returns the agent, its curve, metric rows and the checkpoint's meta."""
-        hp = self.params(params)
+        hp = self.params(params, run)
         obs = hp.network.obs
         env_cfg = params.env[run.env]
         if obs == STATE and not env_cfg.include_state:

@@ -70,7 +70,7 @@ class PPO(Method):
     ) -> TrainResult:
         """PPO reads the state; the learning curve is the env's native return, whatever reward the
         agent learns from (the shaping wrapper sits above the episode statistics)."""
-        hp = self.params(params)
+        hp = self.params(params, run)
         env_cfg = params.env[run.env]
         if not env_cfg.include_state:
             raise TrainError(

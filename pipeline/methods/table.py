@@ -19,7 +19,7 @@ METHODS: dict[str, Method] = {
     for m in (ppo.METHOD, hybrid_ppo.METHOD, sac.METHOD, drq.METHOD, erpv.METHOD, semore.METHOD)
 }
 
-COMMON_RUN_FIELDS = {"env", "method", "steps", "seed"}  # every method reads these of a run
+COMMON_RUN_FIELDS = {"env", "method", "steps", "seed", "overrides"}  # every method reads these
 
 
 def get_method(name: str) -> Method:
@@ -60,7 +60,15 @@ def check_params(params: Params) -> None:
                     f"train.{name}.{option}: applies to method "
                     f"{', '.join(m.name for m in users)}, not {run.method!r}"
                 )
+        if run.overrides and params.section(run.method) is not None:
+            try:
+                method.params(params, run)
+            except ConfigError as exc:  # name the run's overrides, not the section
+                for line in str(exc).split("\n")[1:]:
+                    problems.append(f"train.{name}.overrides: {line.strip()}")
+                continue
         problems += method.check_run(name, run, params)
+    problems += erpv.check_critic(params)
     if problems:
         raise ConfigError("params.yaml is invalid:\n  " + "\n  ".join(problems))
 
