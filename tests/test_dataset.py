@@ -149,3 +149,24 @@ def test_shared_dataset_keeps_the_labels_provenance(dataset):
         else:  # the raw answer lives on the queried row the carried one names
             assert row["a_v_raw_text"] is None and row["a_v_source_key"] != row["key"]
     assert checked > 0
+
+
+def test_a_damaged_info_json_is_named_with_the_fix(dataset, tmp_path):
+    """Every reader of meta/info.json (training, C_V, verify) names the file, not only the JSON
+    position."""
+    import shutil
+
+    from pipeline.dataset.layout import INFO_PATH, DatasetError, read_info, verify_dataset
+
+    root, _ = dataset
+    copy = tmp_path / "ds"
+    shutil.copytree(root / "out", copy)
+    info = copy / INFO_PATH
+    info.write_text(info.read_text()[:-40])  # cut: no longer valid JSON
+    with pytest.raises(DatasetError, match=rf"{info} is not valid JSON \(.*\); restore it with `dvc checkout {copy}`"):  # fmt: skip
+        read_info(copy)
+    (problem,) = verify_dataset(copy)
+    assert problem.startswith(f"{info} is not valid JSON")
+    info.write_text("[1, 2]")
+    with pytest.raises(DatasetError, match=rf"{info}: expected a JSON object"):
+        read_info(copy)

@@ -140,10 +140,20 @@ def test_every_stage_that_reads_rollouts_checks_them_against_the_manifest(tmp_pa
     from pipeline.teachers.scripted import ScriptedTeacher
     from tests.conftest import collect_cfg, env_cfg, label_cfg
 
+    from pipeline.config import MasksConfig
+    from pipeline.dataset.build import build_dataset
+    from pipeline.masks import make_mask_backend
+    from pipeline.masks.compute import compute_masks
+
     good = tmp_path / "good"
     collect("MountainCar-v0", env_cfg(max_episode_steps=10), collect_cfg(episodes=2), good,
             progress=False)  # fmt: skip
     assert len(list(iter_rollouts(good))) == 2 * 11
+    labels, masks = tmp_path / "labels.parquet", tmp_path / "masks.parquet"
+    label_rollouts(good, label_cfg(), ScriptedTeacher(0.8, 0), tmp_path / "lc", labels,
+                   progress=False)  # fmt: skip
+    backend = make_mask_backend(MasksConfig(backend="scripted", batch_size=8))
+    compute_masks(good, labels, backend, tmp_path / "mc", masks, batch_size=8, progress=False)
     shard = sorted(good.glob("shard-*.tar"))[0]
     data = shard.read_bytes()
     with tarfile.open(shard) as tar:
@@ -160,3 +170,7 @@ def test_every_stage_that_reads_rollouts_checks_them_against_the_manifest(tmp_pa
             label_rollouts(broken, label_cfg(), ScriptedTeacher(0.8, 0), tmp_path / f"{name}c",
                            tmp_path / f"{name}.parquet", progress=False)  # fmt: skip
         assert not (tmp_path / f"{name}.parquet").exists()
+        # the dataset stage's reader too (it once read shards without the manifest's checks)
+        with pytest.raises(RolloutIntegrityError, match=f"{broken / shard.name} is {message}"):
+            build_dataset(broken, labels, masks, tmp_path / f"{name}-ds", shard_max_samples=20)
+        assert not (tmp_path / f"{name}-ds" / "meta" / "info.json").exists()

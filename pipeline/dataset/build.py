@@ -14,6 +14,7 @@ The layout is defined once, in pipeline.dataset.layout. Frame stacking happens a
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -40,7 +41,7 @@ from pipeline.labels.schema import label_schema
 from pipeline.labels.tasks import TASKS, load_template
 from pipeline.masks.base import decode_mask
 from pipeline.rollouts.format import MANIFEST_NAME, SHARD_PATTERN
-from pipeline.rollouts.reader import iter_shard, load_manifest
+from pipeline.rollouts.reader import RolloutIntegrityError, iter_rollouts, load_manifest
 from pipeline.rollouts.writer import AtomicShardWriter, encode_json
 
 # The packages whose versions decide what a dataset holds (frames, labels, file format).
@@ -279,5 +280,10 @@ def build_dataset(
 
 
 def _by_rollout_shard(rollout_dir: Path, manifest: dict[str, Any]) -> Iterator[list[Any]]:
+    """The samples of each shard, read through `iter_rollouts`: every shard checked against its
+    manifest (size, sha256, sample count) like every other stage's reads."""
+    samples = iter_rollouts(rollout_dir)
     for shard in manifest["shards"]:
-        yield list(iter_shard(rollout_dir / shard["name"]))
+        yield list(itertools.islice(samples, shard["samples"]))
+    for _ in samples:  # none left; runs the last shard's sample-count check
+        raise RolloutIntegrityError(f"{rollout_dir} holds more samples than its manifest records")

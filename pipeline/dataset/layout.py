@@ -122,7 +122,15 @@ def read_info(dataset_dir: str | Path) -> dict[str, Any]:
     path = Path(dataset_dir) / INFO_PATH
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: not a dataset built by the dataset stage?")
-    info = json.loads(path.read_text())
+    try:
+        info = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(
+            f"{path} is not valid JSON ({exc}); restore it with `dvc checkout {Path(dataset_dir)}` "
+            f"or rebuild the dataset (`dvc repro dataset@<env>`)"
+        ) from None
+    if not isinstance(info, dict):
+        raise DatasetError(f"{path}: expected a JSON object; rebuild the dataset (`dvc repro dataset@<env>`)")  # fmt: skip
     if info.get("format_version") != DATASET_FORMAT_VERSION:
         raise DatasetError(
             f"{path}: dataset format {info.get('format_version')}, this code reads "

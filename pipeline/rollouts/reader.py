@@ -39,7 +39,10 @@ def iter_shard(path: str | Path) -> Iterator[RolloutSample]:
         key = sample["__key__"]
         missing = {"png", "json"} - sample.keys()
         if missing:
-            raise ValueError(f"{Path(path).name}: sample {key!r} lacks {sorted(missing)}")
+            raise RolloutIntegrityError(
+                f"{path}: sample {key!r} lacks {sorted(missing)} (a shard cut or edited by hand); "
+                f"{_fix(Path(path).parent)}"
+            )
         episode, t = parse_sample_key(key)
         yield RolloutSample(key, episode, t, sample["png"], json.loads(sample["json"]))
 
@@ -51,7 +54,10 @@ def load_manifest(rollout_dir: str | Path) -> dict[str, Any]:
             f"{path} does not exist: the collection in {rollout_dir} is unfinished or missing "
             f"(rerun `dvc repro` or the collect stage to finish it)"
         )
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RolloutIntegrityError(f"{path} is not valid JSON ({exc}); {_fix(Path(rollout_dir))}") from None  # fmt: skip
 
 
 class RolloutIntegrityError(PipelineError, ValueError):
