@@ -134,16 +134,15 @@ def test_every_stage_that_reads_rollouts_checks_them_against_the_manifest(tmp_pa
     alone (dvc repro -s, or by hand) reads the rollouts through the same check."""
     import shutil
 
+    from pipeline.config import MasksConfig
+    from pipeline.dataset.build import build_dataset
     from pipeline.labelling.label import label_rollouts
+    from pipeline.masks import make_mask_backend
+    from pipeline.masks.compute import compute_masks
     from pipeline.rollouts.collect import collect
     from pipeline.rollouts.reader import RolloutIntegrityError, iter_rollouts
     from pipeline.teachers.scripted import ScriptedTeacher
     from tests.conftest import collect_cfg, env_cfg, label_cfg
-
-    from pipeline.config import MasksConfig
-    from pipeline.dataset.build import build_dataset
-    from pipeline.masks import make_mask_backend
-    from pipeline.masks.compute import compute_masks
 
     good = tmp_path / "good"
     collect("MountainCar-v0", env_cfg(max_episode_steps=10), collect_cfg(episodes=2), good,
