@@ -307,3 +307,22 @@ def test_a_guidance_weight_change_retrains_the_runs_not_the_critics(built_a, tmp
     write_params(repo / "params.yaml", params)
     stale = json.loads(_run(["dvc", "status", "--json"], repo))
     assert {f"pretrain_critic@{e}" for e in ENVS} <= set(stale), stale
+
+
+def test_vlmrl_seeds_averages_the_seeds_of_an_experiment_sweep(built_a, tmp_path, capsys):
+    """Two seeds of a run as DVC experiments (`dvc exp run -S ...seed=1` beside the commit's
+    seed 0), averaged by vlmrl-seeds from `dvc exp show`."""
+    from pipeline.experiments import main
+
+    repo, _ = _copy(built_a, tmp_path)
+    _run(["git", "add", "-A"], repo)
+    _bash("git commit -qm project", repo)
+    _run(["dvc", "exp", "run", "-S", "train.mc-ppo.seed=1"], repo)
+    seed0 = yaml.safe_load((built_a[0] / "metrics" / "eval" / "mc-ppo.json").read_text())
+    seed1 = yaml.safe_load((repo / "metrics" / "eval" / "mc-ppo.json").read_text())
+    capsys.readouterr()
+    assert main(["--repo", str(repo), "--runs", "mc-ppo"]) == 0
+    out = capsys.readouterr().out
+    (line,) = [row for row in out.splitlines() if " mc-ppo " in row]
+    mean = (seed0["return_mean"] + seed1["return_mean"]) / 2
+    assert f"  2  {mean:.1f} +- " in line, out

@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"agents"},  # PPO and the SAC family on one base, replay, checkpoints, resume state
     {"curves", "evaluation"},  # dvclive logs and curve figures; deployed policies, evaluation
     {"methods"},  # one unit per method (params, train, load) and the method table
-    {"training", "integrity"},  # the train stage's logic; vlmrl-verify over everything
+    {"training", "integrity", "experiments"},  # train logic; vlmrl-verify; vlmrl-seeds
 ]
 LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 

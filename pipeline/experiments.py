@@ -1,0 +1,119 @@
+"""Seeds of a DVC experiment sweep, averaged: `vlmrl-seeds`.
+
+`dvc exp run --queue -S train.<run>.seed=1 ...` then `dvc queue start` gives one experiment per
+seed, and `dvc exp show` one row each. This groups the experiments (and the commit they branch
+from) by every param of params.yaml that differs between them except seeds (`*.seed`), and gives
+each run's evaluation metric (`metrics/eval/<run>.json`, `return_mean` by default) as mean +- std
+over the group's rows:
+
+    vlmrl-seeds                       # every run of every configuration
+    vlmrl-seeds --runs 'cartpole.*'   # runs whose name matches
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+SEED = re.compile(r"(^|\.)seed$")
+EVAL_METRIC = re.compile(r"^metrics/eval/(?P<run>.+)\.json:(?P<name>.+)$")
+
+
+def param_keys(params: Mapping[str, Any], prefix: str = "") -> set[str]:
+    """params.yaml's keys as `dvc exp show` names them (nested keys joined by dots)."""
+    keys = set()
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            keys |= param_keys(value, f"{name}.")
+        else:
+            keys.add(name)
+    return keys
+
+
+@dataclass(frozen=True)
+class SeedSummary:
+    config: tuple[tuple[str, Any], ...]  # the non-seed params that tell this group apart
+    run: str
+    values: tuple[float, ...]  # one per experiment of the group that has the metric
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.values))
+
+
+def summarise(
+    rows: Iterable[Mapping[str, Any]],
+    params: set[str],
+    metric: str = "return_mean",
+    runs: str = ".*",
+) -> list[SeedSummary]:
+    """Group `dvc exp show` rows (dvc.api.exp_show's flat dicts) by the `params` that differ
+    between them, seeds excepted; the workspace row is left out (it repeats its baseline)."""
+    rows = [r for r in rows if r.get("rev") != "workspace"]
+    varying = sorted(k for k in params if len({repr(r.get(k)) for r in rows}) > 1)
+    config_keys = [k for k in varying if not SEED.search(k)]
+    columns = {}
+    for row in rows:
+        for column in row:
+            match = EVAL_METRIC.match(column)
+            if match and match["name"] == metric and re.fullmatch(runs, match["run"]):
+                columns[column] = match["run"]
+    groups: dict[tuple[tuple[str, Any], ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple((k, row.get(k)) for k in config_keys), []).append(row)
+    out = []
+    for config, members in groups.items():
+        for column, run in sorted(columns.items(), key=lambda item: item[1]):
+            values = tuple(float(r[column]) for r in members if r.get(column) is not None)
+            if values:
+                out.append(SeedSummary(config, run, values))
+    return out
+
+
+def format_table(summaries: list[SeedSummary], metric: str) -> str:
+    if not summaries:
+        return f"no experiment has a metrics/eval/<run>.json:{metric}"
+    lines = [f"{'configuration':40s} {'run':36s} {'n':>3s}  {metric} (mean +- std over seeds)"]
+    for s in summaries:
+        config = ", ".join(f"{k}={v}" for k, v in s.config) or "(all rows alike but seeds)"
+        lines.append(f"{config:40s} {s.run:36s} {len(s.values):3d}  {s.mean:.1f} +- {s.std:.1f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repo", type=Path, default=Path("."), help="the DVC repository")
+    parser.add_argument("--metric", default="return_mean", help="a key of metrics/eval/<run>.json")
+    parser.add_argument("--runs", default=".*", help="regular expression over run names")
+    args = parser.parse_args(argv)
+    import dvc.api
+    from dvc.exceptions import DvcException
+
+    params_path = args.repo / "params.yaml"
+    try:
+        params = yaml.safe_load(params_path.read_text())
+        rows = dvc.api.exp_show(repo=str(args.repo))
+    except (OSError, yaml.YAMLError, DvcException) as exc:
+        print(f"error: {params_path.parent}: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(summarise(rows, param_keys(params), args.metric, args.runs), args.metric))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
