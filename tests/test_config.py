@@ -206,3 +206,50 @@ def test_check_params_stage_stops_with_the_projects_message(tmp_path, capsys):
     write_params(path, raw)
     assert check_params.main(["--params", str(path), "--out", str(out)]) == 0
     assert out.read_bytes() == first
+
+
+def _commented_blocks(text: str, first: str) -> list[str]:
+    """Each commented example in params.yaml that starts with `# <first>` (and its continuation
+    lines, indented deeper), uncommented."""
+    lines, blocks = text.splitlines(), []
+    for i, line in enumerate(lines):
+        body = line.lstrip()
+        if not body.startswith(f"# {first}") and not body.startswith(f"#   {first}"):
+            continue
+        indent = line.index("#")
+        start = len(body) - len(body[1:].lstrip())  # where the YAML begins after the '#'
+        block = [line[indent + start :]]
+        for nxt in lines[i + 1 :]:
+            rest = nxt[indent:]
+            if (
+                not nxt.lstrip().startswith("#")
+                or len(rest[1:]) - len(rest[1:].lstrip()) <= start - 1
+            ):
+                break
+            block.append(rest[start:])
+        blocks.append("\n".join(block))
+    return blocks
+
+
+def test_every_commented_option_in_params_yaml_is_valid():
+    """The options params.yaml shows in comments (other teachers, the Ray executors, run and
+    critic overrides) parse as written, so uncommenting one is all a user does."""
+    from pipeline.config import LabelConfig, MasksConfig, TeacherConfig
+
+    text = (REPO / "params.yaml").read_text()
+    raw = yaml.safe_load(text)
+    teachers = _commented_blocks(text, "teacher:")
+    assert len(teachers) == 2, teachers
+    for block in teachers:
+        TeacherConfig.model_validate(yaml.safe_load(block)["teacher"])
+    executors, rays = _commented_blocks(text, "executor:"), _commented_blocks(text, "ray:")
+    assert len(executors) == len(rays) == 2  # label's, then masks'
+    for section, model, executor, ray in zip(
+        ("label", "masks"), (LabelConfig, MasksConfig), executors, rays, strict=True
+    ):
+        assert yaml.safe_load(executor) == {"executor": "ray"}
+        model.model_validate({**raw[section], "executor": "ray", **yaml.safe_load(ray)})
+    (run,) = _commented_blocks(text, "cartpole-swingup-sac-pixels:")
+    raw["train"].update(yaml.safe_load(run))
+    params = parse_params(raw)
+    check_params(params)
