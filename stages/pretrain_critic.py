@@ -14,10 +14,12 @@ import logging
 import sys
 from pathlib import Path
 
+import torch
+
 from pipeline.config import load_params
 from pipeline.curves import write_training_log
 from pipeline.errors import PipelineError
-from pipeline.methods.erpv import pretrain_critic, write_no_critic
+from pipeline.methods.erpv import critic_params, pretrain_critic, write_no_critic
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
             write_training_log(args.live, args.summary)  # empty: nothing was trained
             print(f"{args.out}: {args.env} is not in critic.envs: no C_V (marker written)")
             return 0
+        threads = critic_params(params, args.env).threads  # bitwise reproducible: see `threads`
+        if threads:
+            torch.set_num_threads(threads)
         logs = pretrain_critic(args.env, params, args.dataset, args.out)
     except (PipelineError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)

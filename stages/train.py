@@ -18,7 +18,7 @@ from pathlib import Path
 from pipeline.config import load_params
 from pipeline.errors import PipelineError
 from pipeline.methods.base import TrainInputs
-from pipeline.training import train_run
+from pipeline.training import set_threads, train_run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         params = load_params(args.params)
+        set_threads(params, args.run)
         inputs = TrainInputs(args.rollouts, args.labels, args.dataset, args.critics)
         curve = train_run(
             args.run, params, inputs, args.out, args.live, args.summary, args.resume_dir

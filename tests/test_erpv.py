@@ -240,7 +240,8 @@ class _Reads:
 
 def test_the_critic_stage_depends_on_exactly_the_erpv_keys_pretraining_reads():
     """dvc.yaml's pretrain_critic params are CRITIC_KEYS, which are what pretrain_vlm_critic reads
-    (plus the device it is given): a new read breaks this test, not the reruns."""
+    (plus the device it is given and the stage's thread count): a new read breaks this test, not
+    the reruns."""
     import yaml
 
     from pipeline.methods.erpv import CRITIC_KEYS
@@ -249,7 +250,7 @@ def test_the_critic_stage_depends_on_exactly_the_erpv_keys_pretraining_reads():
     cfg = _Reads(small_cfg())
     pretrain_vlm_critic(chain_transitions(50, dict.fromkeys(range(5), 1.0)), SPACE, cfg, 3,
                         seed=0, progress=False)  # fmt: skip
-    assert cfg.read | {"device"} == set(CRITIC_KEYS)
+    assert cfg.read | {"device", "threads"} == set(CRITIC_KEYS)
     stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["pretrain_critic"]["do"]
     assert stage["params"] == ["critic", *(f"erpv.{k}" for k in CRITIC_KEYS)]
 

@@ -454,3 +454,36 @@ def test_resumable_ppo_refuses_envs_it_cannot_pickle():
     with pytest.raises(ValueError, match="resume_every: 0"):
         train_ppo(make, ppo_params(num_envs=1, rollout_steps=8, minibatches=1), 64, 0,
                   obs_fn=lambda o: o["state"], resume=Never())  # fmt: skip
+
+
+@pytest.mark.parametrize("threads", [1, 0])
+def test_the_train_stage_fixes_the_thread_count_the_weights_follow(labelled, tmp_path, threads):
+    """The same hybrid run in two processes whose torch default is 1 and 2 threads
+    (OMP_NUM_THREADS): with `threads: 1` the weights are the same bytes; with 0 (torch's
+    default) they may differ in their last bits, which once left a fresh clone's dvc.lock dirty."""
+    import os
+
+    import yaml
+
+    run = {"env": "MountainCar-v0", "method": "hybrid_ppo", "steps": 512, "seed": 0}
+    raw = train_params(hyb=run)
+    raw["hybrid_ppo"]["threads"] = threads
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw))
+    weights = []
+    for omp in ("1", "2"):
+        out = tmp_path / f"omp{omp}"
+        argv = ["--params", str(params), "--run", "hyb", "--rollouts", str(labelled.rollouts),
+                "--labels", str(labelled.labels), "--out", f"{out}/model", "--live",
+                f"{out}/live", "--summary", f"{out}/summary.json"]  # fmt: skip
+        code = (
+            "import torch, sys; from stages.train import main; rc = main(sys.argv[1:]); "
+            "print('threads', torch.get_num_threads()); raise SystemExit(rc)"
+        )
+        result = subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO, text=True,
+                                capture_output=True, env={**os.environ, "OMP_NUM_THREADS": omp})  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert f"threads {threads or omp}" in result.stdout
+        weights.append((out / "model" / "agent.safetensors").read_bytes())
+    if threads:
+        assert weights[0] == weights[1]

@@ -36,7 +36,7 @@ from pipeline.agents.checkpoint import (
     read_meta,
     write_checkpoint,
 )
-from pipeline.config import Section
+from pipeline.config import Section, threads_field
 
 
 class NetworkParams(Section):
@@ -166,6 +166,7 @@ class SACParams(Section):
         description="Where the networks, the replay's frames, the batches and the augmentation "
         "live: `auto` (cuda when torch sees a GPU, else cpu), `cpu`, `cuda`, `cuda:1`, ...",
     )
+    threads: int = threads_field()
 
     @model_validator(mode="after")
     def _augment_pixels_only(self) -> Self:

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from pipeline.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from pipeline.agents.resume import Resume
-from pipeline.config import Section
+from pipeline.config import Section, threads_field
 
 ARCHITECTURE = "ppo_actor_critic"
 
@@ -82,6 +82,7 @@ class PPOParams(Section):
         description="Updates between resume states of `train` (0: never); a killed run goes on "
         "from the last one.",
     )
+    threads: int = threads_field()
 
     @model_validator(mode="after")
     def _minibatches_fit(self) -> PPOParams:

@@ -32,6 +32,7 @@ from pipeline.config.base import (
     Section,
     format_error,
     merge_settings,
+    threads_field,
     validate_section,
 )
 from pipeline.config.envs import CarlaConfig, EnvConfig
@@ -58,7 +59,7 @@ __all__ = [
     "ConfigError", "CriticConfig", "DatasetConfig", "EnvConfig", "EvaluateConfig",
     "HFTeacherConfig", "LabelConfig", "LabelTaskName", "MasksConfig", "OpenAITeacherConfig",
     "Params", "RayExecutorConfig", "RewardTerm", "Section", "TeacherConfig", "TrainRun",
-    "load_params", "merge_settings", "parse_params", "validate_section",
+    "load_params", "merge_settings", "parse_params", "threads_field", "validate_section",
 ]  # fmt: skip
 
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")

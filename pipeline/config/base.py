@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.errors import PipelineError
 
@@ -45,6 +45,19 @@ def allowed_keys(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
             candidates = [annotation, *getattr(annotation, "__args__", ())]
             model = next((c for c in candidates if hasattr(c, "model_fields")), annotation)
     return sorted(model.model_fields) if hasattr(model, "model_fields") else []
+
+
+def threads_field() -> Any:
+    """The `threads` setting of every trainer's section (PPO's, the SAC family's, C_V's)."""
+    return Field(
+        default=0,
+        ge=0,
+        description="CPU threads of torch's intra-op pool while training (the train and "
+        "pretrain_critic stages set it); 0: torch's default, one per core. The order of a "
+        "reduction's partial sums follows the thread count, so weights are bitwise reproducible "
+        "only at a fixed count: params.yaml sets 1, and a fresh clone on any machine rebuilds "
+        "the committed dvc.lock.",
+    )
 
 
 def merge_settings(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

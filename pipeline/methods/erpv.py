@@ -88,11 +88,12 @@ def write_no_critic(out_dir: str | Path, env_id: str) -> None:
     )
 
 
-# The `erpv` keys that C_V's pre-training reads (pretrain_vlm_critic and the device), and no other:
+# The `erpv` keys that C_V's pre-training reads (pretrain_vlm_critic, the device, the stage's CPU
+# threads), and no other:
 # dvc.yaml's pretrain_critic stage lists them as its params (tests/test_erpv.py checks both).
 CRITIC_KEYS = (
     "network", "batch_size", "gamma", "critic_lr", "adam_betas", "target_update_freq",
-    "critic_tau", "encoder_tau", "device",
+    "critic_tau", "encoder_tau", "device", "threads",
 )  # fmt: skip
 
 
