@@ -93,6 +93,29 @@ def test_card_and_info(dataset):
     )
 
 
+def test_the_card_is_hub_ready(dataset, monkeypatch):
+    """huggingface_hub reads the card's YAML (what `hf upload` shows on the Hub): license, task
+    and size categories, pretty name, the train split's files; datasets reads the same features
+    from it as from the parquet files, and the split size it states."""
+    from datasets import load_dataset, load_dataset_builder
+    from huggingface_hub import DatasetCard
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    root, info = dataset
+    card = DatasetCard.load(root / "out" / "README.md")
+    data = card.data.to_dict()
+    assert data["license"] == "mit" and data["task_categories"] == ["reinforcement-learning"]
+    assert data["size_categories"] == ["n<1K"] and info["env_id"] in data["pretty_name"]
+    (config,) = data["configs"]
+    assert config["data_files"] == [{"split": "train", "path": "data/train-*.parquet"}]
+    # (DatasetCard.validate asks the Hub's endpoint: no network here)
+    assert card.text.startswith(f"# {info['env_id']}: rollouts")
+    builder = load_dataset_builder(str(root / "out"))
+    ds = load_dataset(str(root / "out"))["train"]
+    assert builder.info.features == ds.features  # the card's features are the files'
+    assert builder.info.splits["train"].num_examples == ds.num_rows == info["counts"]["samples"]
+
+
 def test_training_shards_stack_frames_within_episodes(dataset):
     root, info = dataset
     assert (

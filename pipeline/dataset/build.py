@@ -275,7 +275,7 @@ def build_dataset(
         },
     }
     atomic_write_json(out_dir / INFO_PATH, info)
-    atomic_write_bytes(out_dir / CARD_NAME, render_card(info).encode())
+    atomic_write_bytes(out_dir / CARD_NAME, render_card(info, features).encode())
     return info
 
 
@@ -285,5 +285,5 @@ def _by_rollout_shard(rollout_dir: Path, manifest: dict[str, Any]) -> Iterator[l
     samples = iter_rollouts(rollout_dir)
     for shard in manifest["shards"]:
         yield list(itertools.islice(samples, shard["samples"]))
-    for _ in samples:  # none left; runs the last shard's sample-count check
+    if next(samples, None) is not None:  # also runs the last shard's sample-count check
         raise RolloutIntegrityError(f"{rollout_dir} holds more samples than its manifest records")

@@ -29,23 +29,35 @@ def size_category(rows: int) -> str:
     return next((name for limit, name in _SIZES if rows < limit), "n>1M")
 
 
-_CARD = """---
-license: mit
-size_categories:
-- {{ size_category }}
-configs:
-- config_name: default
-  data_files:
-  - split: train
-    path: data/train-*.parquet
-task_categories:
-- reinforcement-learning
-tags:
-- vlm-labels
-- offline-rl
-- {{ info.env_id }}
----
-# {{ info.env_id }}: rollouts with cached VLM-teacher labels
+def card_header(info: dict[str, Any], features: Any) -> str:
+    """The card's YAML header, built by huggingface_hub's DatasetCardData (what `hf upload` and
+    the Hub read; `datasets.load_dataset(dir)` reads `configs` and `dataset_info` from it):
+    license, task and size categories, pretty name, the parquet files as the `train` split, and
+    the features of the parquet files (datasets' own YAML form of `Features`)."""
+    from huggingface_hub import DatasetCardData
+
+    data = DatasetCardData(
+        license="mit",
+        pretty_name=f"{info['env_id']} rollouts with cached VLM-teacher labels",
+        task_categories=["reinforcement-learning"],
+        size_categories=[size_category(info["counts"]["samples"])],
+        tags=["vlm-labels", "offline-rl", info["env_id"]],
+        configs=[
+            {
+                "config_name": "default",
+                "data_files": [{"split": "train", "path": "data/train-*.parquet"}],
+            }
+        ],
+        dataset_info={
+            # datasets' serialiser of Features, the one its push_to_hub writes cards with
+            "features": features._to_yaml_list(),
+            "splits": [{"name": "train", "num_examples": info["counts"]["samples"]}],
+        },
+    )
+    return f"---\n{data.to_yaml()}\n---\n"
+
+
+_CARD = """# {{ info.env_id }}: rollouts with cached VLM-teacher labels
 
 Made by the vlmrl-pipeline (`dvc repro`): rollouts collected in `{{ info.env_id }}`, every k-th frame
 labelled by a teacher, object phrases turned into masks. Dataset format version {{ info.format_version }}.
@@ -128,10 +140,11 @@ dataset repo (`hf upload <user>/<name> . --repo-type dataset`, from huggingface_
 """
 
 
-def render_card(info: dict[str, Any]) -> str:
+def render_card(info: dict[str, Any], features: Any) -> str:
+    """The card: `card_header` and a body that says what the data is and how it was made."""
     statuses = sorted({s for counts in info["parse_status"].values() for s in counts})
     scripted = any(t.startswith("scripted:") for t in info["teacher_ids"])
-    return (
+    return card_header(info, features) + (
         Environment(keep_trailing_newline=True)
         .from_string(_CARD)
         .render(
