@@ -10,7 +10,7 @@ git-versioned file.
 parser that reads the teacher's answers. `python -m stages.review import` writes the file from a
 Label Studio export; the label stage (`label@<env>` depends on `corrections/`) labels every
 queried frame with `label.teacher` as always (cache hits cost nothing) and then replaces the rows
-that have a correction with it (`teacher_id` `human:<reviewer>`). Unreviewed prompts keep the base
+that have a correction with it (`teacher_id` `human:<reviewer>`; pipeline.labelling.label). Unreviewed prompts keep the base
 teacher's answers. The file is not a DVC output: no `dvc checkout`, `dvc repro` or cache
 rebuild deletes it; commit it with git like params.yaml.
 
@@ -24,20 +24,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pipeline.errors import PipelineError
 from pipeline.io import atomic_write_bytes
-from pipeline.labels.parsers import PARSER_VERSION
-from pipeline.labels.tasks import TASKS, parse_answer
+from pipeline.labels.tasks import TASKS
 
 CORRECTIONS_DIR = Path("corrections")
 HUMAN_PREFIX = "human:"
-# the value columns of a label row, reset before a correction's value is written
-_VALUE_COLUMNS = ("action", "action_index", "milestone", "potential", "objects", "judge")
 
 
 class CorrectionsError(PipelineError, ValueError):
@@ -136,60 +132,4 @@ def merge_corrections(path: str | Path, new: Iterable[Correction]) -> MergeSumma
         current[(c.sample_key, c.task)] = c
     if summary.changed:
         write_corrections(path, current.values())
-    return summary
-
-
-@dataclass
-class OverlaySummary:
-    applied: int = 0
-    unused: int = 0  # corrections of frames or tasks the label stage does not query
-
-
-def apply_corrections(
-    rows: dict[tuple[str, str], dict[str, Any]],
-    corrections: Mapping[tuple[str, str], Correction],
-    env_id: str,
-    space: dict[str, Any],
-    source: str | Path,
-) -> OverlaySummary:
-    """Replace, in place, each queried row (keyed (sample_key, task)) that has a correction with
-    the correction's answer, parsed as a teacher's answer is. `source` names the file in errors."""
-    summary = OverlaySummary()
-    for key, c in corrections.items():
-        row = rows.get(key)
-        if row is None:
-            summary.unused += 1
-            continue
-        if row["frame_sha256"] != c.frame_sha256:
-            raise CorrectionsError(
-                f"{source}: the correction of {key} was made on another frame than the one in "
-                "the rollouts now (were they recollected?): export and review those frames again, "
-                "or delete its line"
-            )
-        parsed = parse_answer(c.task, c.answer, env_id, space)
-        if not parsed.status.has_value:
-            raise CorrectionsError(
-                f"{source}: the correction of {key} ({c.answer!r}) is not a valid {c.task} "
-                f"label: {parsed.detail}"
-            )
-        value = parsed.value
-        columns: dict[str, Any] = dict.fromkeys(_VALUE_COLUMNS)
-        if c.task == "action":
-            columns["action_index" if space["type"] == "discrete" else "action"] = value
-        elif c.task == "milestone":
-            columns["milestone"], columns["potential"] = value
-        else:
-            columns[c.task] = value
-        row.update(
-            columns,
-            teacher_id=c.teacher_id,
-            cache_key=None,  # not a cached teacher answer: no call, no telemetry
-            parser_version=PARSER_VERSION,
-            parse_status=str(parsed.status),
-            parse_detail=parsed.detail,
-            raw_text=c.answer,
-            finish_reason=None,
-            system_fingerprint=None,
-        )
-        summary.applied += 1
     return summary

@@ -16,7 +16,6 @@ label stage overlays the corrections on the base teacher's answers: unreviewed p
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from pipeline.labelling.corrections import (
     corrections_path,
     merge_corrections,
 )
+from pipeline.labels.cache import frame_sha256
 from pipeline.labels.schema import label_schema
 from pipeline.labels.tasks import answer_text, parse_answer
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
@@ -265,11 +265,7 @@ def import_label_studio(
             raise ReviewImportError(f"{where}: the correction {value!r} is not a valid {task} label: {parsed.detail}")  # fmt: skip
         wanted.append((data["sample_key"], task, text))
     keys = {k for k, _, _ in wanted}
-    frames = {
-        s.key: hashlib.sha256(s.frame_png).hexdigest()
-        for s in iter_rollouts(rollout_dir)
-        if s.key in keys
-    }
+    frames = {s.key: frame_sha256(s.frame_png) for s in iter_rollouts(rollout_dir) if s.key in keys}
     missing = sorted(keys - set(frames))
     if missing:
         raise ReviewImportError(

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from pipeline.config import LabelConfig
 from pipeline.errors import PipelineError
 from pipeline.io import atomic_write_bytes, check_writable
-from pipeline.labelling.corrections import apply_corrections, read_corrections
+from pipeline.labelling.corrections import Correction, CorrectionsError, read_corrections
 from pipeline.labels.cache import CachedAnswer, LabelCache, cache_key
 from pipeline.labels.parsers import PARSER_VERSION
 from pipeline.labels.status import LABELLED_STATUSES, TRANSPORT_FAILURES, ParseStatus
@@ -96,6 +96,9 @@ class _Pending:
     sample_key: str
 
 
+VALUE_COLUMNS = ("action", "action_index", "milestone", "potential", "objects", "judge")
+
+
 def _value_columns(task: TaskName, value: Any, discrete: bool) -> dict[str, Any]:
     if value is None:
         return {}
@@ -147,6 +150,49 @@ def _row(
         "system_fingerprint": answer.system_fingerprint,
         **_value_columns(prompt.task, value, space["type"] == "discrete"),
     }
+
+
+def _overlay_corrections(
+    rows: dict[tuple[str, str], dict[str, Any]],
+    corrections: dict[tuple[str, str], Correction],
+    env_id: str,
+    space: dict,
+    source: str | Path,
+) -> tuple[int, int]:
+    """Replace, in place, each queried row (keyed (sample_key, task)) that has a correction with
+    the correction's answer, parsed as a teacher's answer is (pipeline.labelling.corrections).
+    Returns (rows corrected, corrections of frames or tasks not queried)."""
+    applied = 0
+    for key, c in corrections.items():
+        row = rows.get(key)
+        if row is None:
+            continue
+        if row["frame_sha256"] != c.frame_sha256:
+            raise CorrectionsError(
+                f"{source}: the correction of {key} was made on another frame than the one in "
+                "the rollouts now (were they recollected?): export and review those frames again, "
+                "or delete its line"
+            )
+        parsed = parse_answer(c.task, c.answer, env_id, space)
+        if not parsed.status.has_value:
+            raise CorrectionsError(
+                f"{source}: the correction of {key} ({c.answer!r}) is not a valid {c.task} "
+                f"label: {parsed.detail}"
+            )
+        row.update(
+            dict.fromkeys(VALUE_COLUMNS),
+            teacher_id=c.teacher_id,
+            cache_key=None,  # not a cached teacher answer: no call, no telemetry
+            parser_version=PARSER_VERSION,
+            parse_status=str(parsed.status),
+            parse_detail=parsed.detail,
+            raw_text=c.answer,
+            finish_reason=None,
+            system_fingerprint=None,
+        )
+        row.update(_value_columns(c.task, parsed.value, space["type"] == "discrete"))
+        applied += 1
+    return applied, len(corrections) - applied
 
 
 def _queried_prompts(
@@ -287,8 +333,9 @@ def label_rollouts(
     finally:
         bar.close()
 
-    overlay = apply_corrections(queried_rows, reviewed, env_id, space, corrections or "")
-    summary.corrected, summary.corrections_unused = overlay.applied, overlay.unused
+    summary.corrected, summary.corrections_unused = _overlay_corrections(
+        queried_rows, reviewed, env_id, space, corrections or ""
+    )
     rows = list(queried_rows.values())
     for sample_key, task, source in carried:
         source_row = queried_rows[(source, task)]
