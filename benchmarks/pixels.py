@@ -1,5 +1,6 @@
-"""The pixel benchmark: SAC, DrQ, ERPv (its paper's setting, with random shifts, with the Worst
-Model's labels) and Semore M4 learning DMC cartpole-swingup from frames, on a preset
+"""The pixel benchmark: SAC (also with half of each batch from the offline dataset), DrQ, ERPv
+(its paper's setting, with random shifts, with the Worst Model's labels) and Semore M4 learning
+DMC cartpole-swingup from frames, on a preset
 (`benchmarks/params/pixels_cpu.yaml`: 64x64, action repeat 8, the small stride-2 encoder).
 
 Data (in this process, each part built once under `<out>/`): the preset's sections are merged
@@ -43,6 +44,9 @@ THRESHOLD = 500.0
 # arm -> (method, teacher whose labels it reads, overrides of the method's section)
 ARMS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "sac": ("sac", "scripted", {}),
+    # the control for erpv's offline half: sac drawing half of each batch from the same labelled
+    # RAE dataset (it reads no label), without C_V
+    "sac-offline": ("sac", "scripted", {"offline_fraction": 0.5}),
     "drq": ("drq", "scripted", {}),
     "erpv": ("erpv", "scripted", {}),
     "erpv-shift": ("erpv", "scripted", {"image_pad": 4}),

@@ -191,8 +191,9 @@ def test_pixel_presets_parse_over_params_yaml(preset):
     raw_preset, steps = read_preset(REPO / "benchmarks" / "params" / preset)
     raw = merged_params(REPO / "params.yaml", raw_preset)
     raw["envs"] = [ENV]
-    raw["train"] = {arm: {"env": ENV, "method": method, "steps": steps, "seed": 0}
-                    for arm, (method, _, _) in ARMS.items()}  # fmt: skip
+    raw["train"] = {arm: {"env": ENV, "method": method, "steps": steps, "seed": 0,
+                          **({"overrides": ov} if ov else {})}
+                    for arm, (method, _, ov) in ARMS.items()}  # fmt: skip
     params = parse_params(raw)
     check_params(params)
     for method in {m for m, _, _ in ARMS.values()}:
