@@ -93,7 +93,7 @@ def main() -> None:
             rollouts, progress=True)  # fmt: skip
     collect_s = time.perf_counter() - started
     labels = args.out / "labels.parquet"
-    cfg = LabelConfig(**{**params.label.model_dump(), "tasks": {t: 1 for t in ("action", "milestone", "objects", "judge")}})  # fmt: skip
+    cfg = LabelConfig(**{**params.label.for_env(ENV).model_dump(), "tasks": {t: 1 for t in ("action", "milestone", "objects", "judge")}})  # fmt: skip
     started = time.perf_counter()
     label_rollouts(rollouts, cfg, ScriptedTeacher(0.8, 0), args.out / "cache", labels)
     label_s = time.perf_counter() - started

@@ -137,8 +137,9 @@ def prepare(params: Params, args: argparse.Namespace, key: str):
     label = None
     if teacher == "constant":
         assert params.label is not None, "params.yaml needs a `label` section"
-        label = params.label.model_copy(
-            update={"teacher": params.label.teacher.model_copy(update={"backend": "constant"})}
+        label = params.label.for_env(env_id)
+        label = label.model_copy(
+            update={"teacher": label.teacher.model_copy(update={"backend": "constant"})}
         )
     return prepare_data(env_id, params, args.data, args.out / "work", label, critic=True)
 

@@ -112,7 +112,7 @@ def prepare(params: Params, out: Path, key: str):
     """The inputs of `<teacher>`: the preset's rollouts labelled by that teacher, their masks,
     dataset and C_V."""
     assert params.label is not None, "params.yaml needs a `label` section"
-    label = params.label
+    label = params.label.for_env(ENV)
     if key == "constant":
         teacher = label.teacher.model_copy(update={"backend": "constant"})
         label = label.model_copy(update={"teacher": teacher})

@@ -126,7 +126,10 @@ def prepare_data(
                     f"dataset@{env_id}` first"
                 )
     else:
-        labels_key = content_key({"rollouts": manifest_sha, "label": label.model_dump(mode="json")})
+        label = label.for_env(env_id)  # per_env dropped: the key is the settings that label it
+        labels_key = content_key(
+            {"rollouts": manifest_sha, "label": label.model_dump(mode="json", exclude={"per_env"})}
+        )
         labels = _labels(env_id, rollouts, label, root, labels_key)
         dataset_dir = None
         if dataset:

@@ -1,5 +1,6 @@
-"""DVC stage `label@<env>`: ask the teacher of params.yaml about the env's rollouts, through the
-label cache, and write the label table.
+"""DVC stage `label@<env>`: ask the env's teacher of params.yaml (`label.teacher`, or its own
+`label.per_env.<env>.teacher`) about the env's rollouts, through the label cache, and write the
+label table.
 
     python -m stages.label --params params.yaml --rollouts data/rollouts/CarRacing-v3 \\
         --cache data/label_cache/CarRacing-v3 --out data/labels/CarRacing-v3.parquet \\
@@ -15,6 +16,7 @@ import sys
 from pipeline.config import ConfigError, load_params
 from pipeline.errors import PipelineError
 from pipeline.labelling.label import label_rollouts
+from pipeline.rollouts.reader import load_manifest
 from pipeline.teachers import make_teacher
 
 
@@ -40,9 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         params = load_params(args.params)
         if params.label is None:
             raise ConfigError(f"{args.params} has no `label` section")
-        teacher = make_teacher(params.label.teacher)
+        cfg = params.label.for_env(load_manifest(args.rollouts)["env_id"])
+        teacher = make_teacher(cfg.teacher)
         summary = label_rollouts(
-            args.rollouts, params.label, teacher, args.cache, args.out,
+            args.rollouts, cfg, teacher, args.cache, args.out,
             telemetry_dir=args.telemetry, corrections=args.corrections,
         )  # fmt: skip
     except (PipelineError, OSError) as exc:

@@ -57,7 +57,7 @@ def tiny_params_dict(envs: tuple[str, ...] = ("MountainCar-v0",), **collect_over
         "envs": list(envs),
         "env": {e: copy.deepcopy(TINY_ENV) for e in envs},
         "collect": {e: {**TINY_COLLECT, **collect_overrides} for e in envs},
-        "label": copy.deepcopy(TINY_LABEL),
+        "label": {**copy.deepcopy(TINY_LABEL), "per_env": {e: {} for e in envs}},
         "masks": {"backend": "scripted", "batch_size": 16},
         "dataset": {"shard_max_samples": 100},
     }

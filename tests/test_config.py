@@ -72,6 +72,27 @@ def test_listed_env_without_settings_is_an_error():
         parse_params(raw)
 
 
+def test_listed_env_without_a_label_entry_is_an_error_and_unknown_entries_are_named():
+    """label@<env> reads `label.per_env.<env>`, which DVC refuses when missing: parse names it."""
+    raw = tiny_params_dict(envs=("MountainCar-v0", "CarRacing-v3"))
+    del raw["label"]["per_env"]["CarRacing-v3"]
+    raw["label"]["per_env"]["Pong-v5"] = {}
+    with pytest.raises(ConfigError) as err:
+        parse_params(raw)
+    assert "label.per_env.Pong-v5: unknown env id" in str(err.value)
+    assert "add `CarRacing-v3: {}` under `label.per_env`" in str(err.value)
+
+
+def test_label_stage_params_are_the_keys_that_decide_its_table():
+    """dvc.yaml's label@<env> reads LABEL_OUTPUT_KEYS and its own per_env entry; every other
+    LabelConfig field is a declared non-output (a new field fails here until it is placed)."""
+    from pipeline.config import LABEL_OUTPUT_KEYS, LabelConfig
+
+    stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["label"]["do"]
+    assert stage["params"] == [*(f"label.{k}" for k in LABEL_OUTPUT_KEYS), "label.per_env.${item}"]
+    assert set(LabelConfig.model_fields) == {*LABEL_OUTPUT_KEYS, "executor", "ray", "per_env"}
+
+
 def test_missing_field_is_named():
     raw = tiny_params_dict()
     del raw["env"]["MountainCar-v0"]["action_repeat"]
@@ -249,6 +270,8 @@ def test_every_commented_option_in_params_yaml_is_valid():
     ):
         assert yaml.safe_load(executor) == {"executor": "ray"}
         model.model_validate({**raw[section], "executor": "ray", **yaml.safe_load(ray)})
+    (entry,) = _commented_blocks(text, "cartpole-swingup: {teacher:")
+    raw["label"]["per_env"].update(yaml.safe_load(entry))
     (run,) = _commented_blocks(text, "cartpole-swingup-sac-pixels:")
     raw["train"].update(yaml.safe_load(run))
     params = parse_params(raw)

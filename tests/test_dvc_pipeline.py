@@ -309,6 +309,31 @@ def test_a_guidance_weight_change_retrains_the_runs_not_the_critics(built_a, tmp
     assert {f"pretrain_critic@{e}" for e in ENVS} <= set(stale), stale
 
 
+def test_one_envs_own_teacher_relabels_that_env_alone(built_a, tmp_path):
+    """`label.per_env.<env>.teacher` (issue 27 item 4): DVC stales that env's label stage alone,
+    and `dvc repro` reruns that env's chain and no stage of the other env; the shared
+    `label.teacher` still stales every env's."""
+    import polars as pl
+
+    env, other = ENVS
+    params = _params()
+    repo, _ = _copy(built_a, tmp_path)
+    teacher = {"backend": "random", "reliability": 1.0, "seed": 3}
+    params["label"]["per_env"][env] = {"teacher": teacher}
+    write_params(repo / "params.yaml", params)
+    stale = json.loads(_run(["dvc", "status", "--json"], repo))
+    assert sorted(stale) == ["check_params", f"label@{env}"], stale
+    ran = _ran(_run(["dvc", "repro"], repo))
+    assert f"label@{env}" in ran and f"dataset@{env}" in ran, ran
+    assert not [s for s in ran if s.endswith(f"@{other}")], ran
+    labels = pl.read_parquet(repo / "data" / "labels" / f"{env}.parquet")
+    assert set(labels["teacher_id"]) == {"random:seed=3"}
+    params["label"]["teacher"]["seed"] = 1  # the shared teacher: every env that has no own one
+    write_params(repo / "params.yaml", params)
+    stale = json.loads(_run(["dvc", "status", "--json"], repo))
+    assert sorted(stale) == ["check_params", *(f"label@{e}" for e in ENVS)], stale  # both read it
+
+
 def test_vlmrl_seeds_averages_the_seeds_of_an_experiment_sweep(built_a, tmp_path, capsys):
     """Two seeds of a run as DVC experiments (`dvc exp run -S ...seed=1` beside the commit's
     seed 0), averaged by vlmrl-seeds from `dvc exp show`."""

@@ -282,3 +282,39 @@ def test_same_frames_same_teacher_same_bytes_on_any_machine(rollouts, tmp_path):
     first, second = run(tmp_path / "a"), run(tmp_path / "b")
     assert first == second
     assert any((tmp_path / "a" / "telemetry").iterdir())  # the latency was kept, elsewhere
+
+
+def test_a_per_env_teacher_labels_its_env_alone(rollouts, tmp_path):
+    """`label.per_env.<env>.teacher` replaces `label.teacher` for that env in the label stage;
+    another env's entry changes nothing here; the shared section alone is refused by
+    label_rollouts (its teacher would not be the env's)."""
+    from pipeline.config import load_params
+    from stages import label as stage
+    from tests.conftest import tiny_params_dict, write_params
+
+    raw = tiny_params_dict(envs=(MC, "MountainCarContinuous-v0"))
+    raw["label"]["per_env"] = {
+        MC: {
+            "teacher": {"backend": "constant", "reliability": 1.0, "seed": 0},
+            "tasks": {"action": 2},
+        },
+        "MountainCarContinuous-v0": {
+            "teacher": {"backend": "random", "reliability": 1.0, "seed": 0}
+        },
+    }
+    params = write_params(tmp_path / "params.yaml", raw)
+    out = tmp_path / "labels.parquet"
+    argv = ["--params", str(params), "--rollouts", str(rollouts), "--cache",
+            str(tmp_path / "cache"), "--out", str(out)]  # fmt: skip
+    assert stage.main(argv) == 0
+    table = pl.read_parquet(out)
+    assert set(table["teacher_id"]) == {ConstantTeacher().teacher_id}
+    assert set(table["task"]) == {"action"}  # this env's tasks
+    queried = table.filter(pl.col("queried"))["t"]
+    assert set(queried) == set(range(0, table["t"].max() + 1, 2))  # every 2nd frame (shared: 5)
+
+    cfg = load_params(params).label
+    assert cfg.for_env("MountainCarContinuous-v0").teacher.backend == "random"
+    assert cfg.for_env("CarRacing-v3").teacher == cfg.teacher  # no entry: the shared settings
+    with pytest.raises(ValueError, match=r"for_env\('MountainCar-v0'\)"):
+        label_rollouts(rollouts, cfg, ScriptedTeacher(0.8, 0), tmp_path / "c2", tmp_path / "x")

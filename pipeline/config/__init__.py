@@ -37,6 +37,7 @@ from pipeline.config.base import (
 )
 from pipeline.config.envs import CarlaConfig, EnvConfig
 from pipeline.config.stages import (
+    LABEL_OUTPUT_KEYS,
     Behaviour,
     ClipDenseConfig,
     ClipSegConfig,
@@ -45,6 +46,7 @@ from pipeline.config.stages import (
     DatasetConfig,
     EvaluateConfig,
     LabelConfig,
+    LabelEnvConfig,
     LabelTaskName,
     MasksConfig,
     RayExecutorConfig,
@@ -55,10 +57,10 @@ from pipeline.config.teachers import HFTeacherConfig, OpenAITeacherConfig, Teach
 from pipeline.env_registry import KNOWN_ENVS
 
 __all__ = [
-    "Behaviour", "CarlaConfig", "ClipDenseConfig", "ClipSegConfig", "CollectConfig",
-    "ConfigError", "CriticConfig", "DatasetConfig", "EnvConfig", "EvaluateConfig",
-    "HFTeacherConfig", "LabelConfig", "LabelTaskName", "MasksConfig", "OpenAITeacherConfig",
-    "Params", "RayExecutorConfig", "RewardTerm", "Section", "TeacherConfig", "TrainRun",
+    "LABEL_OUTPUT_KEYS", "Behaviour", "CarlaConfig", "ClipDenseConfig", "ClipSegConfig",
+    "CollectConfig", "ConfigError", "CriticConfig", "DatasetConfig", "EnvConfig",
+    "EvaluateConfig", "HFTeacherConfig", "LabelConfig", "LabelEnvConfig", "LabelTaskName",
+    "MasksConfig", "OpenAITeacherConfig", "Params", "RayExecutorConfig", "RewardTerm", "Section", "TeacherConfig", "TrainRun",
     "load_params", "merge_settings", "parse_params", "threads_field", "validate_section",
 ]  # fmt: skip
 
@@ -100,8 +102,10 @@ class Params(Section):
         """Every cross-section rule at once, one line per problem (key, bad value, the fix)."""
         problems: list[str] = []
         known = ", ".join(KNOWN_ENVS)
-        for section in ("env", "collect"):
-            for env_id in getattr(self, section):
+        per_env = {} if self.label is None else self.label.per_env
+        for section, entries in (("env", self.env), ("collect", self.collect),
+                                 ("label.per_env", per_env)):  # fmt: skip
+            for env_id in entries:
                 if env_id not in KNOWN_ENVS:
                     problems.append(f"{section}.{env_id}: unknown env id; known: {known}")
         if len(set(self.envs)) != len(self.envs):
@@ -116,6 +120,12 @@ class Params(Section):
                         f"envs lists {env_id!r} but `{section}` has no entry for it; add "
                         f"`{section}.{env_id}` to params.yaml"
                     )
+            if self.label is not None and env_id not in per_env:
+                problems.append(
+                    f"envs lists {env_id!r} but `label.per_env` has no entry for it (label@<env> "
+                    f"reads `label.per_env.<env>`); add `{env_id}: {{}}` under `label.per_env` "
+                    "(its own teacher or tasks, or none)"
+                )
         critic_envs = self.critic.envs if self.critic is not None else []
         for env_id in critic_envs:
             if env_id not in self.envs:

@@ -120,12 +120,46 @@ class RayExecutorConfig(Section):
     )
 
 
+def _check_intervals(tasks: dict[str, int] | None) -> None:
+    for task, k in (tasks or {}).items():
+        if k < 1:
+            raise ValueError(f"tasks.{task}: query interval must be >= 1, got {k}")
+
+
+class LabelEnvConfig(Section):
+    """One env's own label settings (`label.per_env.<env_id>`): the keys that differ from the
+    `label` section's, for that env alone. `{}` keeps every shared setting."""
+
+    teacher: TeacherConfig | None = Field(
+        default=None,
+        description="This env's labelling teacher instead of `label.teacher` (e.g. to compare two "
+        "VLMs on one env): changing it relabels this env alone.",
+    )
+    tasks: dict[LabelTaskName, int] | None = Field(
+        default=None,
+        min_length=1,
+        description="This env's query intervals instead of `label.tasks` (task -> every k-th frame).",
+    )
+
+    @model_validator(mode="after")
+    def _k_positive(self) -> LabelEnvConfig:
+        _check_intervals(self.tasks)
+        return self
+
+
+# The keys of `label` that decide the label table's bytes: label@<env> depends on these and on
+# `label.per_env.<env>` (dvc.yaml; tests/test_dvc_yaml.py compares the two). `executor` and `ray`
+# are not among them: they choose where the calls run, and the table is the same bytes either way.
+LABEL_OUTPUT_KEYS = ("teacher", "tasks", "batch_size", "max_transport_failure_rate")
+
+
 class LabelConfig(Section):
-    """The label stage (`label`): one teacher for all envs."""
+    """The label stage (`label`): the teacher, tasks and batching of every env, and per env what
+    differs (`per_env`)."""
 
     teacher: TeacherConfig = Field(
-        description="The teacher that labels every env's frames (not the one that acts while "
-        "collecting: `collect.<env>.teacher`)."
+        description="The teacher that labels every env's frames unless `per_env.<env>.teacher` "
+        "names another (not the one that acts while collecting: `collect.<env>.teacher`)."
     )
     tasks: dict[LabelTaskName, int] = Field(
         min_length=1,
@@ -148,13 +182,29 @@ class LabelConfig(Section):
     ray: RayExecutorConfig = Field(
         default_factory=RayExecutorConfig, description="Settings of executor ray."
     )
+    per_env: dict[str, LabelEnvConfig] = Field(
+        default_factory=dict,
+        description="Env id -> the settings that differ for that env (`{}`: none). label@<env> "
+        "depends on `label.per_env.<env>`, so every env in `envs` needs an entry (DVC refuses a "
+        "params key that is missing), and changing one relabels that env alone.",
+    )
 
     @model_validator(mode="after")
     def _k_positive(self) -> LabelConfig:
-        for task, k in self.tasks.items():
-            if k < 1:
-                raise ValueError(f"tasks.{task}: query interval must be >= 1, got {k}")
+        _check_intervals(self.tasks)
         return self
+
+    def for_env(self, env_id: str) -> LabelConfig:
+        """The settings that label `env_id`: the shared ones with its `per_env` entry applied
+        (no entry: the shared ones); the result holds no `per_env`."""
+        own = self.per_env.get(env_id, LabelEnvConfig())
+        return self.model_copy(
+            update={
+                "teacher": own.teacher if own.teacher is not None else self.teacher,
+                "tasks": own.tasks if own.tasks is not None else self.tasks,
+                "per_env": {},
+            }
+        )
 
 
 class ClipDenseConfig(Section):

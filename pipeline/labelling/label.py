@@ -227,7 +227,8 @@ def label_rollouts(
     ray_build: Any = None,
     corrections: str | Path | None = None,
 ) -> LabelSummary:
-    """Label a finished rollout directory; write the label table (parquet) to `out_path`, and
+    """Label a finished rollout directory with `cfg` (one env's settings: `label.for_env(env_id)`)
+    and `teacher` (made from `cfg.teacher`); write the label table (parquet) to `out_path`, and
     the calls' latency and attempts to `telemetry_dir` (not a DVC output) when given. The
     corrections file `corrections` (pipeline.labelling.corrections), when given, overlays a
     person's answers on the teacher's for the prompts it corrects. With
@@ -235,6 +236,11 @@ def label_rollouts(
     their teacher with `ray_build`, default `make_teacher(cfg.teacher)`)."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
+    if env_id in cfg.per_env:  # the teacher was built by the caller: it must be this env's
+        raise ValueError(
+            f"label_rollouts needs the settings of one env: pass `cfg.for_env({env_id!r})` and "
+            "its teacher, not the `label` section with its per_env entries"
+        )
     reviewed = read_corrections(corrections) if corrections is not None else {}  # fail early
     # every answer is paid for: every place it goes must be writable before the first call
     out_path = Path(out_path)
