@@ -10,8 +10,10 @@ flight; segments are never rewritten. A segment is named after the sha256 of its
 - names do not depend on how many segments exist, so removing any segment costs only its
   entries, and two runs that write the same rows write the same file.
 
-Segments of the first format (`segment-000000.parquet`, numbered, no checksum) are still read, and
-renamed to their checksum once read. Read-only layers (`read_also`) let one stage reuse entries
+One format is read: segment format 2, checksummed names, and exactly the store's columns. Older
+segments are refused with the format found and the command that rebuilds them, never migrated: the
+first format (`segment-000000.parquet`, numbered) has no checksum, so a damaged one would be served
+and then renamed with a valid-looking checksum of its damaged bytes (issue 26). Read-only layers (`read_also`) let one stage reuse entries
 another stage paid for without writing into its output.
 """
 
@@ -31,7 +33,8 @@ from pipeline.io import atomic_write_bytes
 
 SEGMENT_GLOB = "segment-*.parquet"
 _CHECKSUMMED = re.compile(r"segment-([0-9a-f]{64})\.parquet")
-_NUMBERED = re.compile(r"segment-\d{6}\.parquet")  # the first format: no checksum
+_NUMBERED = re.compile(r"segment-\d{6}\.parquet")  # format 1: no checksum, refused
+SEGMENT_FORMAT = 2  # segment-<sha256>.parquet holding exactly the store's columns
 
 
 class StoreError(PipelineError, RuntimeError):
@@ -42,8 +45,19 @@ def segment_name(data: bytes) -> str:
     return f"segment-{hashlib.sha256(data).hexdigest()}.parquet"
 
 
-def verify_segment(path: Path) -> bytes:
+def _first_format(path: Path, rebuild: str) -> str:
+    return (
+        f"{path}: segment format 1 (numbered, no checksum), this code reads format "
+        f"{SEGMENT_FORMAT} (segment-<sha256>.parquet). Its bytes cannot be verified, so none of "
+        f"its entries are used: move it out of the directory (e.g. `mv {path} {path}.v1`) and "
+        f"rerun {rebuild}; only its entries are recomputed."
+    )
+
+
+def verify_segment(path: Path, rebuild: str = "the stage that writes it") -> bytes:
     """The bytes of a checksummed segment, or StoreError if they do not match its name."""
+    if _NUMBERED.fullmatch(path.name):
+        raise StoreError(_first_format(path, rebuild))
     match = _CHECKSUMMED.fullmatch(path.name)
     if match is None:
         raise StoreError(f"{path}: not a checksummed segment name (segment-<sha256>.parquet)")
@@ -52,7 +66,7 @@ def verify_segment(path: Path) -> bytes:
         raise StoreError(
             f"{path} is damaged: its bytes do not match the checksum in its name, so none of its "
             f"entries are used. Move it out of the directory (e.g. `mv {path} {path}.damaged`) "
-            f"and rerun: only its entries are recomputed."
+            f"and rerun {rebuild}: only its entries are recomputed."
         )
     return data
 
@@ -64,19 +78,18 @@ class SegmentStore:
         schema: dict[str, pl.DataType],
         read_also: Sequence[str | Path] = (),
         name: str = "cache",
-        optional: Sequence[str] = (),
+        rebuild: str = "the stage that writes it",
     ) -> None:
-        """`optional`: columns added to the schema later; segments written before lack them
-        and read as null."""
+        """`name` and `rebuild` (the command that recomputes the entries, e.g. `dvc repro
+        label@<env>`) go into every error about a segment."""
         if "key" not in schema:
             raise ValueError("a segment store schema needs a `key` column")
-        self.root, self.schema, self.name = Path(root), schema, name
-        self.optional = set(optional)
+        self.root, self.schema, self.name, self.rebuild = Path(root), schema, name, rebuild
         self.root.mkdir(parents=True, exist_ok=True)
         self._rows: dict[str, dict[str, Any]] = {}
         for other in read_also:
-            self._load(Path(other), writable=False)
-        self._load(self.root, writable=True)
+            self._load(Path(other))
+        self._load(self.root)
 
     def _read(self, path: Path, data: bytes) -> pl.DataFrame:
         try:
@@ -84,35 +97,25 @@ class SegmentStore:
         except (Exception, pl.exceptions.PanicException) as exc:
             raise StoreError(
                 f"{self.name} segment {path} is unreadable ({type(exc).__name__}: {exc}); move it "
-                f"out of the directory to recompute its entries"
+                f"out of the directory and rerun {self.rebuild} to recompute its entries"
             ) from None
-        frame = frame.with_columns(
-            pl.lit(None, dtype=self.schema[c]).alias(c)
-            for c in self.optional
-            if c not in frame.columns
-        )
-        missing = [c for c in self.schema if c not in frame.columns]
-        if missing:
+        if frame.columns != list(self.schema):
             raise StoreError(
-                f"{self.name} segment {path} lacks column(s) {', '.join(missing)}; it was not "
-                f"written by this store: move it out of the directory"
+                f"{self.name} segment {path} has columns {frame.columns}, this code reads "
+                f"{list(self.schema)} (segment format {SEGMENT_FORMAT}): it was written by "
+                f"another version of this store. Move it out of the directory and rerun "
+                f"{self.rebuild}; only its entries are recomputed."
             )
         return frame
 
-    def _load(self, directory: Path, writable: bool) -> None:
+    def _load(self, directory: Path) -> None:
         segments = sorted(directory.glob(SEGMENT_GLOB)) if directory.is_dir() else []
         for path in segments:
-            if _NUMBERED.fullmatch(path.name):  # first format: no checksum to verify
-                data = path.read_bytes()
-                frame = self._read(path, data)
-                if writable:  # from now on it carries its checksum
-                    path.rename(path.with_name(segment_name(data)))
-            else:
-                try:
-                    data = verify_segment(path)
-                except StoreError as exc:
-                    raise StoreError(f"{self.name} segment {exc}") from None
-                frame = self._read(path, data)
+            try:
+                data = verify_segment(path, self.rebuild)
+            except StoreError as exc:
+                raise StoreError(f"{self.name} segment {exc}") from None
+            frame = self._read(path, data)
             for row in frame.iter_rows(named=True):
                 self._rows[row["key"]] = row
 
@@ -144,8 +147,6 @@ def verify_store(root: str | Path) -> list[str]:
     their checksums). For `vlmrl-verify`."""
     problems = []
     for path in sorted(Path(root).glob(SEGMENT_GLOB)):
-        if _NUMBERED.fullmatch(path.name):
-            continue  # the first format has no checksum; it gets one on the next stage run
         try:
             verify_segment(path)
         except StoreError as exc:

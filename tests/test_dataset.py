@@ -84,7 +84,7 @@ def test_card_and_info(dataset):
     assert set(info["software"]) >= {"vlmrl-pipeline", "gymnasium", "mujoco"}
     assert "stand-in for a VLM" in card and info["teacher_ids"][0] in card
     on_disk = json.loads((root / "out" / "meta" / "info.json").read_text())
-    assert on_disk["format_version"] == 1 and on_disk["counts"] == info["counts"]
+    assert on_disk["format_version"] == 2 and on_disk["counts"] == info["counts"]
     assert (
         sum(on_disk["parse_status"]["action"].values())
         == pl.read_parquet(root / "labels.parquet")

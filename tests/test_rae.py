@@ -1,6 +1,7 @@
 """Behaviours `teacher` and `rae` (ERPv D.1): who acts when, and teacher answers paid once."""
 
 import polars as pl
+import pytest
 
 from pipeline.labelling.label import label_rollouts
 from pipeline.rollouts.collect import collect
@@ -84,8 +85,14 @@ def test_rae_collection_is_deterministic(tmp_path):
     assert a["fingerprint"] != c["fingerprint"]
 
 
-def test_manifest_names_the_acting_teacher_and_an_old_manifest_is_brought_up_to_date(tmp_path):
+def test_manifest_names_the_acting_teacher_and_an_old_manifest_is_refused(tmp_path):
+    """Rollout format 1 manifests may lack `acting_teacher`: they were rewritten in place (a
+    migration shim, issue 26); now every reader refuses them with the format found and wanted,
+    collect refuses to reuse them, and --replace (what `dvc repro` passes) recollects."""
     import json
+
+    from pipeline.rollouts.collect import CollectError
+    from pipeline.rollouts.reader import RolloutIntegrityError, load_manifest
 
     teacher = ScriptedTeacher(0.8, 0)
     cfg = collect_cfg(behaviour="rae", rae_switch_steps=(5, 12), teacher_every_k=4, episodes=1)
@@ -93,12 +100,16 @@ def test_manifest_names_the_acting_teacher_and_an_old_manifest_is_brought_up_to_
     manifest = collect(MC, env_cfg(max_episode_steps=30), cfg, out, teacher=teacher, progress=False)
     assert manifest["acting_teacher"]["id"] == teacher.teacher_id
     assert "teacher" not in manifest["collect"]  # settings of the acting teacher live beside it
-    # a manifest written before the acting teacher was recorded: same data, rewritten settings
     old = {k: v for k, v in manifest.items() if k != "acting_teacher"}
-    (out / "manifest.json").write_text(json.dumps(old))
-    again = collect(MC, env_cfg(max_episode_steps=30), cfg, out, teacher=teacher, progress=False)
-    assert again == manifest
-    assert json.loads((out / "manifest.json").read_text()) == manifest
+    (out / "manifest.json").write_text(json.dumps({**old, "format_version": 1}))
+    with pytest.raises(RolloutIntegrityError, match="rollout format 1, this code reads 2"):
+        load_manifest(out)
+    with pytest.raises(CollectError, match="rollout format 1, this code writes 2"):
+        collect(MC, env_cfg(max_episode_steps=30), cfg, out, teacher=teacher, progress=False)
+    again = collect(
+        MC, env_cfg(max_episode_steps=30), cfg, out, teacher=teacher, progress=False, replace=True
+    )
+    assert again == manifest == load_manifest(out)
     random_cfg = collect_cfg(episodes=1)
     plain = collect(MC, env_cfg(max_episode_steps=30), random_cfg, tmp_path / "p", progress=False)
     assert plain["acting_teacher"] is None

@@ -1,5 +1,5 @@
-"""The segment store under the label and mask caches: checksummed names, migration of the first
-(numbered) format, verification for vlmrl-verify."""
+"""The segment store under the label and mask caches: checksummed names, older formats refused
+(never migrated), verification for vlmrl-verify."""
 
 import polars as pl
 import pytest
@@ -21,14 +21,38 @@ def test_segments_are_named_after_their_bytes_and_rewrites_are_idempotent(tmp_pa
     assert verify_store(tmp_path) == []
 
 
-def test_a_numbered_segment_of_the_first_format_is_read_and_gets_its_checksum(tmp_path):
+def test_a_numbered_segment_of_the_first_format_is_refused_never_renamed(tmp_path):
+    """Format 1 had no checksum: it was read and renamed to the sha256 of its (maybe damaged)
+    bytes, laundering a flipped bit into a valid-looking name (issue 26: 129 of 300 flips served).
+    Now it is refused with the format found, the format read, and the command that rebuilds,
+    and nothing in the directory is renamed, by the store or by vlmrl-verify."""
     pl.DataFrame({"key": ["x"], "value": [7]}, schema=SCHEMA).write_parquet(
         tmp_path / "segment-000000.parquet"
     )
-    store = SegmentStore(tmp_path, SCHEMA)
-    assert store.get("x")["value"] == 7
-    (path,) = tmp_path.glob("segment-*.parquet")
-    assert path.name == segment_name(path.read_bytes())
+    with pytest.raises(StoreError) as err:
+        SegmentStore(tmp_path, SCHEMA, name="label cache", rebuild="`dvc repro label@X`")
+    message = str(err.value)
+    assert "segment format 1" in message and "reads format 2" in message
+    assert "`dvc repro label@X`" in message and "segment-000000.parquet" in message
+    assert [p.name for p in tmp_path.iterdir()] == ["segment-000000.parquet"]
+    (problem,) = verify_store(tmp_path)
+    assert "segment format 1" in problem
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        {"key": ["x"]},  # a column added since (e.g. system_fingerprint): was read as null
+        {"key": ["x"], "value": [7], "latency_s": [0.1]},  # telemetry before it moved out
+    ],
+)
+def test_a_segment_with_other_columns_is_refused_by_name(tmp_path, columns):
+    frame = pl.DataFrame(columns)
+    SegmentStore(tmp_path / "w", {c: frame.schema[c] for c in frame.columns}).put_many(
+        frame.to_dicts()
+    )
+    with pytest.raises(StoreError, match=r"has columns .* this code reads \['key', 'value'\]"):
+        SegmentStore(tmp_path / "w", SCHEMA, rebuild="`dvc repro masks@X`")
 
 
 def test_verify_store_names_a_damaged_segment_and_says_what_to_do(tmp_path):

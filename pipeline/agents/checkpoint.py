@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from torch import nn
@@ -66,7 +67,15 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
             f"{path} does not exist: {directory} is not an agent checkpoint (train it first: "
             f"`dvc repro`)"
         )
-    meta = json.loads(path.read_text())
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(
+            f"{path} is not valid JSON ({exc}): the checkpoint is damaged; restore it with "
+            f"`dvc checkout {directory}` or retrain it (`dvc repro`)"
+        ) from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: expected a JSON object; retrain it (`dvc repro`)")
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(
             f"{path}: checkpoint format {meta.get('format_version')}, this code reads "
@@ -79,6 +88,10 @@ def read_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, to
     """(agent.json, tensors) of a checkpoint written by `write_checkpoint`."""
     meta = read_meta(directory)
     weights = Path(directory) / AGENT_WEIGHTS
+    fix = f"restore it with `dvc checkout {directory}` or retrain it (`dvc repro`)"
     if not weights.exists():
-        raise CheckpointError(f"{weights} does not exist: the checkpoint is incomplete")
-    return meta, load_safetensors(weights.read_bytes())
+        raise CheckpointError(f"{weights} does not exist: the checkpoint is incomplete; {fix}")
+    try:
+        return meta, load_safetensors(weights.read_bytes())
+    except SafetensorError as exc:
+        raise CheckpointError(f"{weights} is damaged ({exc}); {fix}") from None

@@ -43,6 +43,7 @@ from pipeline.masks.base import decode_mask
 from pipeline.rollouts.format import MANIFEST_NAME, SHARD_PATTERN
 from pipeline.rollouts.reader import RolloutIntegrityError, iter_rollouts, load_manifest
 from pipeline.rollouts.writer import AtomicShardWriter, encode_json
+from pipeline.tables import read_label_table, read_mask_table
 
 # The packages whose versions decide what a dataset holds (frames, labels, file format).
 SOFTWARE = ("vlmrl-pipeline", "gymnasium", "mujoco", "dm_control", "datasets", "polars")
@@ -182,8 +183,8 @@ def build_dataset(
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
     discrete, has_state = space["type"] == "discrete", "state" in manifest["observation"]
-    labels = pl.read_parquet(labels_path)
-    masks = pl.read_parquet(masks_path).filter(pl.col("status") == "ok")
+    labels = read_label_table(labels_path)
+    masks = read_mask_table(masks_path).filter(pl.col("status") == "ok")
     label_of = _label_lookup(labels)
     mask_of = {row["sample_key"]: row for row in masks.iter_rows(named=True)}
     features = _features(discrete, has_state)

@@ -25,7 +25,9 @@ import numpy as np
 from pipeline.errors import PipelineError
 from pipeline.io import sha256_file
 
-DATASET_FORMAT_VERSION = 1
+# 2: meta/info.json records every file's sha256 (`files`); format 1 datasets may not, and are
+# refused by read_info with the rebuild command, never read unverified.
+DATASET_FORMAT_VERSION = 2
 CARD_NAME = "README.md"
 INFO_PATH = "meta/info.json"
 PARQUET_DIR = "data"
@@ -76,8 +78,8 @@ def verify_dataset(dataset_dir: str | Path) -> list[str]:
         recorded = read_info(dataset_dir).get("files")
     except (FileNotFoundError, ValueError) as exc:
         return [f"{exc}"]
-    if recorded is None:
-        return [f"{dataset_dir / INFO_PATH} records no file checksums (older dataset); {fix}"]
+    if not isinstance(recorded, dict):
+        return [f"{dataset_dir / INFO_PATH} has no `files` checksums (damaged or edited); {fix}"]
     problems = []
     for name, sha in sorted(recorded.items()):
         path = dataset_dir / name
@@ -121,7 +123,10 @@ def dataset_hashes(dataset_dir: str | Path) -> dict[str, str]:
 def read_info(dataset_dir: str | Path) -> dict[str, Any]:
     path = Path(dataset_dir) / INFO_PATH
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: not a dataset built by the dataset stage?")
+        raise FileNotFoundError(
+            f"{path} not found: not a dataset built by the dataset stage; build it with "
+            f"`dvc repro dataset@<env>` (or restore it: `dvc checkout {Path(dataset_dir)}`)"
+        )
     try:
         info = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -35,6 +35,7 @@ from pipeline.labels.status import LABELLED_STATUSES, ParseStatus
 from pipeline.labels.tasks import parse_answer, render_prompt
 from pipeline.masks.base import decode_mask
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
+from pipeline.tables import read_label_table, read_mask_table
 from pipeline.teachers.scripted import ScriptedTeacher
 
 TELEMETRY_JS_SUFFIX = ".telemetry.js"  # beside the page, not a DVC output
@@ -103,7 +104,7 @@ def _overlay(frame_png: bytes, mask_pngs: list[bytes]) -> str:
 
 
 def _mask_examples(masks_path: str | Path, samples: dict[str, Any]) -> list[dict[str, Any]]:
-    masks = pl.read_parquet(masks_path).filter(pl.col("status") == "ok")
+    masks = read_mask_table(masks_path).filter(pl.col("status") == "ok")
     if masks.is_empty():
         return []
     step = max(1, masks.height // MASK_EXAMPLES)
@@ -141,7 +142,7 @@ def build_audit(
     frames the answer browser embeds."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
-    table = pl.read_parquet(labels_path)
+    table = read_label_table(labels_path)
     queried = table.filter(pl.col("queried"))
     samples = {s.key: s for s in iter_rollouts(rollout_dir)}
     schema = label_schema(env_id)
@@ -249,7 +250,7 @@ def build_audit(
         "action_choices": None if schema.action_choices is None else list(schema.action_choices),
         "comparison": None
         if against is None
-        else compare_teachers(table, pl.read_parquet(against), env_id, space),
+        else compare_teachers(table, read_label_table(against), env_id, space),
     }
 
 
@@ -386,7 +387,7 @@ def call_latency(labels_path: str | Path, telemetry_dir: str | Path) -> dict[str
     """Latency percentiles per task over the calls that produced the table's answers (each
     answer's own call, once), from the telemetry store that the label and collect stages append
     to; answers with no record there (e.g. pulled from a shared cache) are counted apart."""
-    queried = pl.read_parquet(labels_path).filter(pl.col("queried"))
+    queried = read_label_table(labels_path).filter(pl.col("queried"))
     store = open_telemetry(telemetry_dir)
     out: dict[str, Any] = {}
     for (task,), group in queried.group_by("task", maintain_order=True):

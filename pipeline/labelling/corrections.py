@@ -71,32 +71,36 @@ def read_corrections(path: str | Path) -> dict[tuple[str, str], Correction]:
         return {}
     out: dict[tuple[str, str], Correction] = {}
     fields = set(Correction.__dataclass_fields__)
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorrectionsError(
-                    f"{where}: not JSON ({exc}); fix or delete the line"
-                ) from None
-            if not isinstance(obj, dict) or set(obj) != fields:
-                got = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
-                raise CorrectionsError(f"{where}: a correction has the keys {sorted(fields)}, got {got}")  # fmt: skip
-            if not all(isinstance(obj[k], str) for k in fields):
-                raise CorrectionsError(f"{where}: every value of a correction is a string")
-            if obj["task"] not in TASKS:
-                raise CorrectionsError(f"{where}: unknown task {obj['task']!r}; known: {sorted(TASKS)}")  # fmt: skip
-            try:
-                check_reviewer(obj["reviewer"])
-            except CorrectionsError as exc:
-                raise CorrectionsError(f"{where}: {exc}") from None
-            key = (obj["sample_key"], obj["task"])
-            if key in out:
-                raise CorrectionsError(f"{where}: a second correction of {key}; keep one")
-            out[key] = Correction(**obj)
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise CorrectionsError(
+            f"{path}: not UTF-8 text ({exc}); restore it from git (`git checkout -- {path}`) or "
+            "fix or delete the damaged lines"
+        ) from None
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CorrectionsError(f"{where}: not JSON ({exc}); fix or delete the line") from None
+        if not isinstance(obj, dict) or set(obj) != fields:
+            got = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+            raise CorrectionsError(f"{where}: a correction has the keys {sorted(fields)}, got {got}")  # fmt: skip
+        if not all(isinstance(obj[k], str) for k in fields):
+            raise CorrectionsError(f"{where}: every value of a correction is a string")
+        if obj["task"] not in TASKS:
+            raise CorrectionsError(f"{where}: unknown task {obj['task']!r}; known: {sorted(TASKS)}")  # fmt: skip
+        try:
+            check_reviewer(obj["reviewer"])
+        except CorrectionsError as exc:
+            raise CorrectionsError(f"{where}: {exc}") from None
+        key = (obj["sample_key"], obj["task"])
+        if key in out:
+            raise CorrectionsError(f"{where}: a second correction of {key}; keep one")
+        out[key] = Correction(**obj)
     return out
 
 

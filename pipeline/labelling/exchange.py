@@ -39,6 +39,7 @@ from pipeline.labels.cache import frame_sha256
 from pipeline.labels.schema import label_schema
 from pipeline.labels.tasks import answer_text, parse_answer
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
+from pipeline.tables import read_label_table
 
 JUDGE_CHOICES = ("reasonable", "unreasonable")
 
@@ -165,7 +166,7 @@ def export_label_studio(
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
     schema = label_schema(env_id)
-    table = pl.read_parquet(labels_path).filter(pl.col("queried"))
+    table = read_label_table(labels_path).filter(pl.col("queried"))
     if tasks:
         table = table.filter(pl.col("task").is_in(tasks))
     if statuses:

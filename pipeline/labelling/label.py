@@ -35,35 +35,11 @@ from pipeline.labels.status import LABELLED_STATUSES, TRANSPORT_FAILURES, ParseS
 from pipeline.labels.tasks import Prompt, TaskName, parse_answer, render_prompt
 from pipeline.rollouts.format import TEACHER_CACHE_DIR
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
+from pipeline.tables import LABEL_TABLE_SCHEMA
 from pipeline.teachers.base import Reply, Teacher
 from pipeline.teachers.cached import store_replies
 
 log = logging.getLogger(__name__)
-
-LABEL_TABLE_SCHEMA = {
-    "sample_key": pl.String,
-    "episode": pl.Int64,
-    "t": pl.Int64,
-    "task": pl.String,
-    "queried": pl.Boolean,
-    "source_key": pl.String,  # the queried frame whose answer this row holds
-    "teacher_id": pl.String,
-    "cache_key": pl.String,
-    "frame_sha256": pl.String,
-    "prompt_sha256": pl.String,
-    "parser_version": pl.String,
-    "parse_status": pl.String,
-    "parse_detail": pl.String,
-    "action": pl.List(pl.Float64),  # continuous envs (out_of_range values kept raw)
-    "action_index": pl.Int64,  # discrete envs
-    "milestone": pl.String,
-    "potential": pl.Float64,  # Phi_raw of the milestone
-    "objects": pl.List(pl.String),
-    "judge": pl.Boolean,
-    "raw_text": pl.String,
-    "finish_reason": pl.String,
-    "system_fingerprint": pl.String,  # the server's build, where the teacher's API reports one
-}
 
 
 FAILED_SUFFIX = ".failed"  # the table of a failed run, beside where the table would be
@@ -247,8 +223,9 @@ def label_rollouts(
     check_writable(cache_dir, out_path.parent, *([telemetry_dir] if telemetry_dir else []))
     # answers the collect stage paid for while acting (behaviours teacher / rae) are reused
     cache = LabelCache(
-        cache_dir, read_also=[Path(rollout_dir) / TEACHER_CACHE_DIR], telemetry=telemetry_dir
-    )
+        cache_dir, read_also=[Path(rollout_dir) / TEACHER_CACHE_DIR], telemetry=telemetry_dir,
+        rebuild=f"`dvc repro label@{env_id}`",
+    )  # fmt: skip
     summary = LabelSummary()
     queried_rows: dict[tuple[str, str], dict[str, Any]] = {}  # (sample_key, task) -> row
     carried: list[tuple[str, str, str]] = []  # (sample_key, task, source sample_key)

@@ -80,7 +80,10 @@ _SCHEMA = {
 
 def open_telemetry(root: str | Path) -> SegmentStore:
     """The store of `CallTelemetry` rows at `root` (keyed by cache key)."""
-    return SegmentStore(root, _TELEMETRY_SCHEMA, name="label call telemetry")
+    return SegmentStore(
+        root, _TELEMETRY_SCHEMA, name="label call telemetry",
+        rebuild="the stage (the latency of its calls is not recomputed: it is lost)",
+    )  # fmt: skip
 
 
 class LabelCache:
@@ -93,10 +96,10 @@ class LabelCache:
         root: str | Path,
         read_also: Sequence[str | Path] = (),
         telemetry: str | Path | None = None,
+        rebuild: str = "the stage that writes it",
     ) -> None:
-        self._store = SegmentStore(
-            root, _SCHEMA, read_also, name="label cache", optional=["system_fingerprint"]
-        )
+        """`rebuild`: the command that recomputes a refused segment's entries (for errors)."""
+        self._store = SegmentStore(root, _SCHEMA, read_also, name="label cache", rebuild=rebuild)
         self.root = self._store.root
         self.telemetry = None if telemetry is None else open_telemetry(telemetry)
 
@@ -108,8 +111,7 @@ class LabelCache:
 
     def get(self, key: str) -> CachedAnswer | None:
         row = self._store.get(key)
-        # segments written before telemetry moved out also hold latency_s / attempts: ignored
-        return None if row is None else CachedAnswer(**{name: row[name] for name in _SCHEMA})
+        return None if row is None else CachedAnswer(**row)
 
     def put_many(
         self, answers: Sequence[CachedAnswer], telemetry: Sequence[CallTelemetry] = ()

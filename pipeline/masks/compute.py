@@ -25,18 +25,8 @@ from pipeline.labels.status import LABELLED_STATUSES
 from pipeline.masks.base import MaskBackend, MaskRequest, combine, decode_mask, encode_mask
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.segments import SegmentStore
+from pipeline.tables import MASK_TABLE_SCHEMA, read_label_table
 
-MASK_TABLE_SCHEMA = {
-    "sample_key": pl.String,
-    "episode": pl.Int64,
-    "t": pl.Int64,
-    "status": pl.String,  # ok | no_objects (the frame's objects label has no usable phrases)
-    "backend_id": pl.String,
-    "cache_key": pl.String,
-    "phrases": pl.List(pl.String),
-    "masks": pl.List(pl.Binary),  # one 8-bit PNG per phrase, at the frame's resolution
-    "combined": pl.Binary,  # Semore eq. 4's sum, clipped to [0, 1] to fit 8 bits
-}
 _CACHE_SCHEMA = {
     "key": pl.String,
     "backend_id": pl.String,
@@ -131,12 +121,14 @@ def compute_masks(
     env_id = manifest["env_id"]
     check_writable(cache_dir, Path(out_path).parent)  # before any (GPU-)paid mask
     objects = (
-        pl.read_parquet(labels_path)
+        read_label_table(labels_path)
         .filter((pl.col("task") == "objects") & pl.col("parse_status").is_in(LABELLED_STATUSES))
         .select("sample_key", "objects")
     )
     phrases_of = {key: tuple(value) for key, value in objects.iter_rows()}
-    store = SegmentStore(cache_dir, _CACHE_SCHEMA, name="mask cache")
+    store = SegmentStore(
+        cache_dir, _CACHE_SCHEMA, name="mask cache", rebuild=f"`dvc repro masks@{env_id}`"
+    )
     summary = MaskSummary()
     rows: dict[str, dict[str, Any]] = {}
     pending: dict[str, tuple[MaskRequest, list[dict[str, Any]]]] = {}  # key -> request, its rows

@@ -44,6 +44,7 @@ from pipeline.rollouts.format import (
     action_to_json,
     sample_key,
 )
+from pipeline.rollouts.reader import load_manifest
 from pipeline.rollouts.writer import AtomicShardWriter, encode_json, encode_png
 from pipeline.teachers.base import Teacher
 
@@ -162,6 +163,11 @@ def _resume_point(
     if previous is None:
         if any(out_dir.glob(SHARD_GLOB)):
             reason = "it holds shards but no journal or manifest (not written by collect?)"
+    elif previous.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:  # journals have none
+        reason = (
+            f"they are of rollout format {previous['format_version']}, this code writes "
+            f"{FORMAT_VERSION} (older formats are recollected, never rewritten)"
+        )
     elif previous.get("fingerprint") != fingerprint:
         reason = "they were collected with different settings (env, behaviour, seed or format)"
     elif len(previous["episodes"]) > episodes:
@@ -291,13 +297,8 @@ def collect(
     if episodes and (out_dir / MANIFEST_NAME).exists() and len(episodes) == collect_cfg.episodes:
         log.info("%s: %d episodes already collected; nothing to do", out_dir, len(episodes))
         (out_dir / JOURNAL_NAME).unlink(missing_ok=True)  # killed after the manifest was written
-        # same data (same fingerprint); the settings it records are rewritten as this code
-        # writes them (e.g. a manifest from before `acting_teacher` was recorded)
-        manifest = json.loads((out_dir / MANIFEST_NAME).read_text())
-        updated = {**manifest, **_settings_record(env_cfg, collect_cfg, teacher)}
-        if updated != manifest:
-            atomic_write_json(out_dir / MANIFEST_NAME, updated)
-        return updated
+        # the same fingerprint (format version included): the manifest is the one this code writes
+        return load_manifest(out_dir)
     if episodes:
         log.info("%s: resuming after %d episodes in %d shards", out_dir, len(episodes), len(shards))
     _write_journal(out_dir, fingerprint, shards, episodes)
@@ -305,7 +306,11 @@ def collect(
 
     env = make_env(env_id, env_cfg)
     cache = (
-        LabelCache(out_dir / TEACHER_CACHE_DIR, telemetry=telemetry_dir)
+        LabelCache(
+            out_dir / TEACHER_CACHE_DIR,
+            telemetry=telemetry_dir,
+            rebuild=f"`dvc repro collect@{env_id}`",
+        )
         if collect_cfg.uses_teacher
         else None
     )

@@ -21,7 +21,9 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-FORMAT_VERSION = 1
+# 2: every manifest records who acted (`acting_teacher`); format 1 manifests may not, and are
+# refused by every reader (pipeline.rollouts.reader.load_manifest), never rewritten.
+FORMAT_VERSION = 2
 SHARD_PATTERN = "shard-%06d.tar"
 SHARD_GLOB = "shard-*.tar"
 MANIFEST_NAME = "manifest.json"

@@ -15,7 +15,7 @@ from PIL import Image
 
 from pipeline.errors import PipelineError
 from pipeline.io import sha256_file
-from pipeline.rollouts.format import MANIFEST_NAME, parse_sample_key
+from pipeline.rollouts.format import FORMAT_VERSION, MANIFEST_NAME, parse_sample_key
 
 
 @dataclass
@@ -55,9 +55,16 @@ def load_manifest(rollout_dir: str | Path) -> dict[str, Any]:
             f"(rerun `dvc repro` or the collect stage to finish it)"
         )
     try:
-        return json.loads(path.read_text())
+        manifest = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RolloutIntegrityError(f"{path} is not valid JSON ({exc}); {_fix(Path(rollout_dir))}") from None  # fmt: skip
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if version != FORMAT_VERSION:
+        raise RolloutIntegrityError(
+            f"{path}: rollout format {version}, this code reads {FORMAT_VERSION}; recollect it "
+            f"(`dvc repro collect@<env>`, or `python -m stages.collect ... --replace`)"
+        )
+    return manifest
 
 
 class RolloutIntegrityError(PipelineError, ValueError):

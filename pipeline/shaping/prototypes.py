@@ -14,6 +14,7 @@ from PIL import Image
 
 from pipeline.labels.status import LABELLED_STATUSES
 from pipeline.rollouts.reader import iter_rollouts
+from pipeline.tables import read_label_table
 
 
 class Embedder(Protocol):
@@ -101,7 +102,7 @@ class PrototypeCache:
     ) -> PrototypeCache:
         """Prototypes = the frames whose `milestone` was queried and parsed (no carried rows)."""
         labelled = (
-            pl.read_parquet(labels_path)
+            read_label_table(labels_path)
             .filter(
                 (pl.col("task") == "milestone")
                 & pl.col("queried")
