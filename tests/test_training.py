@@ -205,6 +205,7 @@ def _sac_and_erpv(**erpv_run):
     raw["envs"] = ["MountainCar-v0", "MountainCarContinuous-v0"]
     raw["env"]["MountainCarContinuous-v0"] = raw["env"]["MountainCar-v0"]
     raw["collect"]["MountainCarContinuous-v0"] = raw["collect"]["MountainCar-v0"]
+    raw["label"]["per_env"]["MountainCarContinuous-v0"] = {}
     raw["sac"] = {"start_steps": 100, "network": {"obs": "state"}}
     raw["erpv"] = {"start_steps": 100, "network": {"obs": "state"}}
     raw["critic"] = {"envs": ["MountainCarContinuous-v0"], "steps": 10, "seed": 0}
