@@ -110,6 +110,66 @@ OBJECT_CASES = [
     ),
     ("The image is mostly grey.", S.FORMAT_COLLAPSE, None),
     (None, S.EMPTY, None),
+    # no object named: a "none" answer is an empty list, never the phrase "none"
+    ("objects: none", S.EMPTY, None),
+    ("objects: None.", S.EMPTY, None),
+    ("objects: N/A", S.EMPTY, None),
+    ("objects: nothing", S.EMPTY, None),
+    ("objects: no objects", S.EMPTY, None),
+    ("Objects: No key objects.", S.EMPTY, None),
+    ("objects: -", S.EMPTY, None),
+    ("objects: []", S.EMPTY, None),
+    ('{"objects": "none"}', S.EMPTY, None),
+    ("objects:\n- none", S.EMPTY, None),
+    ("none", S.EMPTY, None),
+    ("None.", S.EMPTY, None),
+    ("N/A", S.EMPTY, None),
+    ("nothing", S.EMPTY, None),
+    ("There are no key objects in the image.", S.EMPTY, None),
+    ("-", S.EMPTY, None),
+    ("[]", S.EMPTY, None),
+    # template echoes: the prompt's placeholders, never CLIP queries
+    ("objects: <object 1>, <object 2>", S.FORMAT_COLLAPSE, None),
+    ("objects: <phrase>, <phrase>, ...", S.FORMAT_COLLAPSE, None),
+    (
+        "Answer with one line in this format:\nobjects: <phrase>, <phrase>, ...",
+        S.FORMAT_COLLAPSE,
+        None,
+    ),
+    ("objects: object1, object2", S.FORMAT_COLLAPSE, None),
+    ("objects: object 1, object 2", S.FORMAT_COLLAPSE, None),
+    ("objects: phrase, phrase", S.FORMAT_COLLAPSE, None),
+    ("objects: xxx", S.FORMAT_COLLAPSE, None),
+    ("objects: {phrase}", S.FORMAT_COLLAPSE, None),
+    ("objects: short noun phrases", S.FORMAT_COLLAPSE, None),
+    ("objects: car, <phrase>", S.FORMAT_COLLAPSE, None),
+    ("objects: car, none", S.FORMAT_COLLAPSE, None),  # a "none" beside real phrases
+    # other list formats, read where the reading is certain
+    ("objects:\n- car\n- road", S.REGEX_FALLBACK, ["car", "road"]),
+    ("objects:\n* car\n* road", S.REGEX_FALLBACK, ["car", "road"]),
+    ("**Objects:**\n1. car\n2. road", S.REGEX_FALLBACK, ["car", "road"]),
+    ("objects:\ncar, road", S.REGEX_FALLBACK, ["car", "road"]),
+    ("1. **Car**: the red vehicle\n2. **Road** - grey asphalt", S.REGEX_FALLBACK, ["car", "road"]),
+    ("- car\n- road", S.REGEX_FALLBACK, ["car", "road"]),
+    ("* car", S.REGEX_FALLBACK, ["car"]),
+    ('["car", "road"]', S.REGEX_FALLBACK, ["car", "road"]),
+    ('objects: ["car", "road"]', S.OK, ["car", "road"]),
+    ("objects: [car, road]", S.OK, ["car", "road"]),
+    ('objects: "car" "road"', S.OK, ["car", "road"]),
+    ("objects: 'car'; 'road'", S.OK, ["car", "road"]),
+    ("objects: 1. car, 2. road", S.OK, ["car", "road"]),
+    ("objects: 1. car 2. road", S.OK, ["car", "road"]),
+    ("Key objects: car, road", S.OK, ["car", "road"]),
+    ("objects: car; road; grass", S.OK, ["car", "road", "grass"]),
+    ("objects: the car and the road", S.OK, ["the car", "the road"]),
+    ("objects: car, road, and grass", S.OK, ["car", "road", "grass"]),
+    ("objects: car, road, etc.", S.OK, ["car", "road"]),
+    ("objects: red and white kerb, road", S.OK, ["red and white kerb", "road"]),
+    ("objects: road and grass", S.AMBIGUOUS, None),  # one phrase or two: not certain
+    # a JSON array or quotes delimit each phrase for certain, `and` or not
+    ('objects: ["road and grass", "car"]', S.OK, ["road and grass", "car"]),
+    ('{"objects": ["road and grass", "car"]}', S.OK, ["road and grass", "car"]),
+    ('objects: "road and grass"', S.OK, ["road and grass"]),
 ]
 
 
@@ -141,9 +201,59 @@ def test_judge_answers(text, status, value):
     assert result.value == value
 
 
+# An answer that gives its fields, then corrects itself in free text after them: never read as
+# the first values. (task, env, space, text, status, value)
+CORRECTION_CASES = [
+    ("action", MCC, MCC_SPACE, "force: 0.5\nwait, actually force: -0.3", S.AMBIGUOUS, None),
+    ("action", MCC, MCC_SPACE, "force: 0.5 ... wait, actually force: -0.3", S.AMBIGUOUS, None),
+    ("action", MCC, MCC_SPACE, "force: 0.5. Actually, -0.3 is better.", S.AMBIGUOUS, None),
+    ("action", MCC, MCC_SPACE, "force: 0.5\nCorrection: -0.3", S.AMBIGUOUS, None),
+    ("action", MCC, MCC_SPACE, "force: 0.5\nOn second thought, 0.3.", S.AMBIGUOUS, None),
+    ("action", MCC, MCC_SPACE, "force: 0.5\nActually, 0.5 is right.", S.OK, [0.5]),  # restated
+    ("action", MCC, MCC_SPACE, "force: 0.5. The car is slow.", S.OK, [0.5]),  # prose after the value
+    ("action", CAR, CAR_SPACE, "steer: 0.1\ngas: 0.5\nbrake: 0\nWait, actually steer: -0.3", S.AMBIGUOUS, None),
+    ("action", CAR, CAR_SPACE, "steer: 0.1\nwait, actually -0.3\ngas: 0.5\nbrake: 0", S.AMBIGUOUS, None),
+    ("action", CAR, CAR_SPACE, "steer: 0.1\ngas: 0.5\nbrake: 0\nActually the road is straight.", S.OK, [0.1, 0.5, 0.0]),
+    ("action", CAR, CAR_SPACE, "The action is [0.1, 0.9, 0.0]. Actually [0.2, 0.9, 0.0].", S.AMBIGUOUS, None),
+    ("action", MC, MC_SPACE, "push: left\nActually, right.", S.AMBIGUOUS, None),
+    ("action", MC, MC_SPACE, "push: left. Wait, actually push: right", S.AMBIGUOUS, None),
+    ("action", MC, MC_SPACE, "push: left\nCorrection: push right", S.AMBIGUOUS, None),
+    ("action", MC, MC_SPACE, "push: left\nactually push: backwards", S.AMBIGUOUS, None),
+    ("action", MC, MC_SPACE, "push: right\nActually, right is best.", S.OK, 2),
+    ("milestone", MC, MC_SPACE, "milestone: BOTTOM\nActually, LEFT_SLOPE.", S.AMBIGUOUS, None),
+    ("milestone", MC, MC_SPACE, "milestone: BOTTOM. Wait, it is the GOAL.", S.AMBIGUOUS, None),
+    ("milestone", MC, MC_SPACE, "milestone: BOTTOM\nIt is actually the bottom.", S.OK, ("BOTTOM", 0.0)),
+    ("judge", MC, MC_SPACE, "reasonable: yes. Correction: no", S.AMBIGUOUS, None),
+    ("judge", MC, MC_SPACE, "reasonable: yes\nCorrection: no", S.AMBIGUOUS, None),
+    ("judge", MC, MC_SPACE, "reasonable: yes\nActually, no.", S.AMBIGUOUS, None),
+    ("judge", MC, MC_SPACE, "reasonable: yes\nWait, it is not reasonable.", S.AMBIGUOUS, None),
+    ("judge", MC, MC_SPACE, "Answer: yes. Correction: no", S.AMBIGUOUS, None),
+    ("judge", MC, MC_SPACE, "reasonable: no\nActually, there is no momentum yet.", S.OK, False),
+    ("judge", MC, MC_SPACE, "reasonable: yes\nActually the car moves right, so pushing right helps.", S.OK, True),
+    ("objects", CAR, CAR_SPACE, "objects: car\nWait, actually objects: road", S.AMBIGUOUS, None),
+    ("objects", CAR, CAR_SPACE, "objects: car, road. Actually, also grass.", S.AMBIGUOUS, None),
+    ("objects", CAR, CAR_SPACE, "Here are the key objects, actually:\n- car\n- road", S.REGEX_FALLBACK, ["car", "road"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("task", "env_id", "space", "text", "status", "value"), CORRECTION_CASES)
+def test_an_answer_that_corrects_itself_is_not_read_as_its_first_values(
+    task, env_id, space, text, status, value
+):
+    result = parse_answer(task, text, env_id, space)
+    assert result.status == status, result.detail
+    if value is None:
+        assert result.value is None
+        assert "two values given" in result.detail
+    else:
+        assert result.value == pytest.approx(value)
+
+
 def test_suite_covers_the_taxonomy():
     malformed = [
-        c for c in ACTION_CASES + MILESTONE_CASES + OBJECT_CASES + JUDGE_CASES if c[-2] != S.OK
+        c
+        for c in ACTION_CASES + MILESTONE_CASES + OBJECT_CASES + JUDGE_CASES + CORRECTION_CASES
+        if c[-2] != S.OK
     ]
     assert len(malformed) >= 30
     covered = {c[-2] for c in malformed}

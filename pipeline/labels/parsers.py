@@ -6,7 +6,11 @@ for `throttle:` and `steer:` (fig. 12-14). Named fields on one line separated by
 semicolons (`throttle: 0.3, steer: -0.2`) are the same format, and so is a JSON object (structured
 output). Markdown emphasis around keys (`**steer:** 0`, as in ERPv fig. 14) is accepted. A field
 given twice with different values is `ambiguous` (a model changing its mind, or a repetition
-loop), never "the last one wins".
+loop), never "the last one wins"; so is an answer that gives its fields, then corrects itself in
+free text after them (`push: left. Wait, actually right`): never "the first one wins" either.
+
+Every pattern here runs in time linear in the answer: a repetition loop up to the token limit (a
+run of blank lines, of `*`, of `[`) must not make one regex backtrack over the run at every offset.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,12 +26,15 @@ from pipeline.labels.schema import EnvLabelSchema
 from pipeline.labels.status import ParseStatus
 
 # Part of every cache key: bump it when a parser changes what it returns for some text.
-PARSER_VERSION = "3"
+PARSER_VERSION = "4"
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _NON_FINITE = r"[-+]?(?:nan|inf(?:inity)?)"
-_NUMBER_RE = re.compile(rf"(?<![\w.])(?:{_NUMBER}|{_NON_FINITE})(?![\w.])", re.IGNORECASE)
-_BRACKETS_RE = re.compile(r"[\[(]([^\])]*)[\])]")
+# A number may end a sentence (`force: 0.5. The car is slow.`), but not be a piece of `1.2.3`.
+_NUMBER_RE = re.compile(rf"(?<![\w.])(?:{_NUMBER}|{_NON_FINITE})(?!\w|\.\d)", re.IGNORECASE)
+# innermost brackets only: an unclosed run of `[` is scanned once, not once per `[`
+_BRACKETS_RE = re.compile(r"[\[(]([^\[\]()]*)[\])]")
+_OBJECTS_KEY = r"(?:key[ \t_]+)?objects?"  # `objects:`, `Key objects:`, `object:`
 
 
 @dataclass(frozen=True)
@@ -37,11 +45,18 @@ class ParseResult:
 
 
 def _key_line(key: str) -> re.Pattern[str]:
-    """`key: value` on its own line, tolerating markdown (`**key:** v`, `- key = v`)."""
+    """`key: value` on its own line, tolerating markdown (`**key:** v`, `- key = v`); `key` is a
+    regex. The value may start on the next line (`steer:\n0.5`); read it with `_values`."""
     return re.compile(
-        rf"^[\s>*_`#-]*{re.escape(key)}[\s*_`]*[:=][\s*_`]*(?P<value>[^\n]*?)[\s*_`.]*$",
+        rf"^[ \t>*_`#-]*(?:{key})[ \t*_`]*[:=][\s*_`]*(?P<value>[^\n]*)",
         re.IGNORECASE | re.MULTILINE,
     )
+
+
+def _values(pattern: re.Pattern[str], text: str) -> list[str]:
+    """The values of every `key: value` line, without trailing markdown and punctuation (stripped
+    here, not by the regex: a lazy value before a trailing class backtracks quadratically)."""
+    return [m.group("value").rstrip(" \t\r*_`.,;") for m in pattern.finditer(text)]
 
 
 def _to_float(token: str) -> float:
@@ -59,13 +74,15 @@ def _json_as_lines(text: str) -> str:
         return text
     try:
         obj = json.loads(stripped)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # nested past the decoder's recursion limit
         return text
     if not isinstance(obj, dict):
         return text
     lines = []
     for key, value in obj.items():
-        if isinstance(value, list):
+        if isinstance(value, list) and re.fullmatch(_OBJECTS_KEY, key.strip(), re.IGNORECASE):
+            value = json.dumps(value, ensure_ascii=False)  # each string one phrase, as it stands
+        elif isinstance(value, list):
             value = ", ".join(str(v) for v in value)
         elif isinstance(value, bool):
             value = "yes" if value else "no"
@@ -73,8 +90,9 @@ def _json_as_lines(text: str) -> str:
     return "\n".join(lines)
 
 
-# `, steer:` / `; milestone =`: a separator followed by a field name and its `:` or `=`
-_NEXT_FIELD = re.compile(r"\s*[,;]\s*(?=[*_`]*[A-Za-z][A-Za-z_ ]{0,24}?[*_`]*\s*[:=])")
+# `, steer:` / `; milestone =`: a separator followed by a field name and its `:` or `=` (matched
+# only from the start of a whitespace run, so a long run is not rescanned from each of its offsets)
+_NEXT_FIELD = re.compile(r"(?<!\s)\s*[,;]\s*(?=[*_`]*[A-Za-z][A-Za-z_ ]{0,24}?[*_`]*[ \t]*[:=])")
 
 
 def _normalise(text: str) -> str:
@@ -82,10 +100,12 @@ def _normalise(text: str) -> str:
     return "\n".join(_NEXT_FIELD.sub("\n", line) for line in _json_as_lines(text).split("\n"))
 
 
-def _field(text: str, key: str) -> tuple[str | None, ParseResult | None]:
+def _field(
+    text: str, key: str, pattern: str | None = None
+) -> tuple[str | None, ParseResult | None]:
     """The value of `key` (None: absent), or an `ambiguous` result when the answer gives the
-    field more than once with different values."""
-    values = [v.strip() for v in _key_line(key).findall(text)]
+    field more than once with different values. `pattern`: a regex for the key, else `key`."""
+    values = [v.strip() for v in _values(_key_line(pattern or re.escape(key)), text)]
     if not values:
         return None, None
     distinct = list(dict.fromkeys(v.lower() for v in values))
@@ -97,6 +117,104 @@ def _field(text: str, key: str) -> tuple[str | None, ParseResult | None]:
     return values[-1], None
 
 
+# ---- self-corrections -------------------------------------------------------------------------
+
+# Words with which an answer takes back what it just said. `actually`, `wait` and the like only
+# where a clause begins (after punctuation, a line break, or `no` / `but` / `oh`...): "the car is
+# actually moving left" is a description, "push: right. Actually, left" a correction. `or rather`,
+# `I was wrong` and the like anywhere, and `instead`, which follows the new value (`use -0.3
+# instead`; not `instead of`, which names the value not chosen).
+_CORRECTION = re.compile(
+    r"(?:^|[\n.,;:!?(\-\u2013\u2014\u2026\"'*]|\b(?:no|oh|hmm+|um+|uh|ah|ok|okay|but))[ \t]*"
+    r"(?P<word>wait|actually|i mean|sorry|correction|scratch that|on second thought|final answer"
+    r"|revised)\b"
+    r"|\b(?P<anywhere>or rather|my (?:mistake|bad)|i was wrong"
+    r"|let me (?:correct|fix|revise|reconsider|rethink|re-?check|double[- ]check)"
+    r"|change (?:it|that|this|my answer) to|correct(?:ed|ing)? (?:that|myself|it))\b"
+    r"|\b(?P<instead>instead)\b(?! of)",
+    re.IGNORECASE | re.MULTILINE,
+)
+# where the clause of an `instead` begins: `force: 0.5, use -0.3 instead` (not a decimal point)
+_CLAUSE_START = re.compile(r"[\n;!?,]|\.(?!\d)|\s[-\u2013\u2014]+\s")
+_INTERJECTION = re.compile(r"\b(?:no|oh|hmm+|um+|uh|ah|ok|okay|well|but)$", re.IGNORECASE)
+_CLAUSE_END = " \t\r\n,;:.!?(-\u2013\u2014"
+
+
+def _self_corrected(
+    text: str,
+    keys: Iterable[str],
+    parse: Callable[[str], ParseResult],
+    renamed: Callable[[Any, str], str | None],
+) -> ParseResult:
+    """`parse(text)`, unless the answer corrects itself after its fields (`force: 0.5. Actually,
+    -0.3`): then it is `ambiguous` when the part before the correction word reads differently from
+    the whole answer, or the rest names another value (`renamed(value, rest)`: the first value it
+    names that is not in `value`, or None). A correction that repeats the value changes nothing.
+
+    The correction word is looked for from the first field's value on (`keys`: regexes of the
+    field names), or anywhere when no field is named: a description before the fields may muse
+    ("the car should actually brake") without taking anything back."""
+    full = parse(text)
+    starts = [m.start("value") for key in keys if (m := _key_line(key).search(text))]
+    start = min(starts, default=0)
+    found = _CORRECTION.search(text, start)
+    if found is None:
+        return full
+    group = next(g for g in ("word", "anywhere", "instead") if found.group(g) is not None)
+    marker, (cut, resume) = found.group(group), found.span(group)
+    if group == "instead":  # the new value is before the word: cut where its clause begins
+        clauses = _CLAUSE_START.finditer(text, start, cut)
+        cut = resume = max((m.end() for m in clauses), default=start)
+    head_text = text[:cut].rstrip(_CLAUSE_END)
+    head = parse(head_text)
+    if head.value is None:  # `push: left. No, wait: right`: the `no` begins the correction
+        head = parse(_INTERJECTION.sub("", head_text).rstrip(_CLAUSE_END))
+    first = head.value if head.value is not None else full.value
+    if first is None:
+        return full
+    if head.value is not None and full.value != head.value:
+        whole = repr(full.value) if full.value is not None else f"{full.status} ({full.detail})"
+        detail = f"{first!r} before {marker!r}, the whole answer reads {whole}"
+    else:
+        then = renamed(first, _CORRECTION.sub(" ", text[resume:]))
+        if then is None:
+            return full
+        detail = f"{first!r}, then {then!r} after {marker!r}"
+    return ParseResult(ParseStatus.AMBIGUOUS, detail=f"two values given: {detail}")
+
+
+def _renamed_numbers(names: tuple[str, ...]) -> Callable[[Any, str], str | None]:
+    """A number after a correction that is not one of the values, or that a field name (`steer
+    should be -0.3`) gives for a field that has another."""
+
+    def renamed(values: list[float], rest: str) -> str | None:
+        for name, value in zip(names, values, strict=True):
+            pattern = rf"(?<!\w){re.escape(name)}(?!\w)[^\d\n+.-]{{0,30}}?({_NUMBER_RE.pattern})"
+            for m in re.finditer(pattern, rest, re.IGNORECASE):
+                if _to_float(m.group(1)) != value:
+                    return f"{name} {m.group(1)}"
+        return next((n for n in _NUMBER_RE.findall(rest) if _to_float(n) not in values), None)
+
+    return renamed
+
+
+def _fields_after(key: str, rest: str) -> list[str]:
+    """The values of `key: value` anywhere in the free text after a correction word."""
+    pattern = rf"(?<!\w){re.escape(key)}[ \t*_`]*[:=][ \t*_`]*([^\n,;.!?*_`]*)"
+    return [v.strip(" \t\"'") for v in re.findall(pattern, rest, re.IGNORECASE)]
+
+
+def _renamed_choice(key: str, choices: tuple[str, ...], said: str | None, rest: str) -> str | None:
+    """A choice named after a correction other than `said`, or another `key:` value."""
+    for value in _fields_after(key, rest):
+        if value.upper().replace(" ", "_").replace("-", "_") != (said or "").upper():
+            return f"{key}: {value}"
+    return next((c for c in _choices_in(rest, choices) if c != said), None)
+
+
+# ---- actions ----------------------------------------------------------------------------------
+
+
 def parse_action(
     text: str | None, schema: EnvLabelSchema, action_space: dict[str, Any]
 ) -> ParseResult:
@@ -104,9 +222,29 @@ def parse_action(
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
     text = _normalise(text)
-    if schema.action_choices is not None:
-        return _parse_discrete_action(text, schema, action_space)
+    keys = [re.escape(name) for name in schema.action_names] + ["action"]
+    choices = schema.action_choices
+    if choices is not None:
+        start = action_space["start"]
 
+        def renamed(index: int, rest: str) -> str | None:
+            said = choices[index - start] if 0 <= index - start < len(choices) else None
+            return _renamed_choice(schema.action_names[0], choices, said, rest)
+
+        return _self_corrected(
+            text, keys, lambda t: _parse_discrete_action(t, schema, action_space), renamed
+        )
+    return _self_corrected(
+        text,
+        keys,
+        lambda t: _parse_continuous_action(t, schema, action_space),
+        _renamed_numbers(schema.action_names),
+    )
+
+
+def _parse_continuous_action(
+    text: str, schema: EnvLabelSchema, action_space: dict[str, Any]
+) -> ParseResult:
     values: list[float] = []
     missing: list[str] = []
     for name in schema.action_names:
@@ -152,7 +290,7 @@ def parse_action(
 def _fallback_numbers(text: str, dim: int) -> list[float] | None:
     """A bracketed list of exactly `dim` numbers, or an `action:` line with exactly `dim`."""
     candidates = [m.group(1) for m in _BRACKETS_RE.finditer(text)]
-    candidates += _key_line("action").findall(text)
+    candidates += _values(_key_line("action"), text)
     for candidate in candidates:
         numbers = _NUMBER_RE.findall(candidate)
         if len(numbers) == dim and numbers == _NUMBER_RE.findall(candidate.replace(",", " ")):
@@ -205,11 +343,23 @@ def _choices_in(text: str, choices: tuple[str, ...]) -> list[str]:
     return found
 
 
+# ---- milestones -------------------------------------------------------------------------------
+
+
 def parse_milestone(text: str | None, schema: EnvLabelSchema) -> ParseResult:
     """One label of the env's milestone set; value = (label, Phi_raw)."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
-    text = _normalise(text)
+    labels = tuple(schema.milestones)
+    return _self_corrected(
+        _normalise(text),
+        ["milestone"],
+        lambda t: _parse_milestone(t, schema),
+        lambda value, rest: _renamed_choice("milestone", labels, value[0], rest),
+    )
+
+
+def _parse_milestone(text: str, schema: EnvLabelSchema) -> ParseResult:
     labels = tuple(schema.milestones)
     value, conflict = _field(text, "milestone")
     if conflict is not None:
@@ -234,49 +384,233 @@ def parse_milestone(text: str | None, schema: EnvLabelSchema) -> ParseResult:
     )
 
 
+# ---- objects ----------------------------------------------------------------------------------
+
 MAX_OBJECT_WORDS = 6
+# `objects:` alone on its line: the list is on the lines below
+_OBJECTS_HEADER = re.compile(
+    rf"^[ \t>*_`#-]*{_OBJECTS_KEY}[ \t*_`]*[:=][ \t*_`]*$", re.IGNORECASE | re.MULTILINE
+)
+# one item of a bulleted (`- `, `* `, `• `) or numbered (`1. `, `2) `) list
+_LIST_ITEM = re.compile(r"(?:[^\S\n]|>)*(?:[-*•+]|\d{1,3}[.)])[^\S\n]+(?P<item>\S.*)")
+# `1. car, 2. road` / `1. car 2. road`: enumerators inside one line (from the start of a run of
+# separators only, so a long run is not rescanned from each of its offsets)
+_INLINE_NUMBER = re.compile(r"(?:^|(?<![\s,;])[\s,;]+)\d{1,3}[.)]\s+")
+_QUOTED = re.compile(r"\"([^\"]*)\"|'([^']*)'")
+# what ends a list without naming anything: `car, road, etc.` / `car, road, ...`
+_LIST_END = frozenset({"", "etc", "and so on", "and more", "and others"})
+# A "none" where phrases were asked for: the model says it sees no object (or only punctuation).
+_NONE_LIKE = re.compile(
+    r"(?:there (?:are|is) )?"
+    r"(?:none|no|nothing|null|nil|n/?a|not applicable|unknown|empty|no answer"
+    r"|no (?:key |relevant |important |visible |notable |other |such |specific |particular )?"
+    r"(?:objects?|things?|items?))"
+    r"(?: (?:visible|found|detected|present|relevant|important|notable|of note"
+    r"|to (?:list|report|name|attend to)))?"
+    r"(?: (?:in|on) (?:the|this) (?:image|frame|scene|picture))?"
+    r"|[\W_]*"
+)
+# The template words for the prompt's placeholders (`object1, object2`, `phrase`, `xxx`, `short
+# noun phrases`), or digits and no letter: the whole phrase is one.
+_PLACEHOLDER = re.compile(
+    r"x{2,}|[\W_]*\d[\W\d_]*"
+    r"|(?:(?:short|key) )?(?:noun )?(?:objects?|phrases?|items?|things?|obj)"
+    r"(?: ?[_#-]? ?(?:\d{1,3}|[a-z]|n))?"
+    r"|(?:as )?(?:short )?noun phrases?"
+)
+# The prompt's own slots echoed back (`objects: <phrase>, <phrase>, ...`), anywhere in a phrase.
+_TEMPLATE_SLOT = re.compile(r"<[^<>\n]*>|\{[^{}\n]*\}")
+_COLOUR_PAIR = re.compile(
+    r"\b(?:red|white|black|grey|gray|green|blue|yellow|orange|brown|purple|pink|silver)"
+    r" (?:and|&) (?=\w)"
+)
+# `the car and the road`: a determiner after `and` starts a second noun phrase
+_AND_NEXT_PHRASE = re.compile(r" (?:and|&) (?=(?:the|a|an|its|their) )")
+# words a corrected objects list may add without naming another object
+_FILLER = frozenset(
+    {"a", "an", "the", "and", "or", "also", "plus", "too", "as", "well", "of", "key", "object",
+     "objects"}
+)  # fmt: skip
 
 
 def parse_objects(text: str | None) -> ParseResult:
-    """Key object phrases (Semore): `objects: a, b, c`; a bulleted list is the fallback."""
+    """Key object phrases (Semore): `objects: a, b, c`, each a CLIP query and a mask downstream.
+
+    The requested line (`ok`) may also carry a JSON array (`objects: ["car", "road"]`), a bracketed
+    list, quoted phrases, inline numbers (`1. car, 2. road`) or `and` before its last phrase (`car,
+    road, and grass`). A bulleted or numbered list (under an `objects:` line or not), the next line
+    after a bare `objects:`, or a bare JSON array is `regex_fallback`. The strings of a JSON array
+    and quoted phrases are phrases as they stand (`["road and grass"]` is one).
+
+    Nothing is a phrase that names no object: an answer of only "none"-like phrases (`none`, `N/A`,
+    `no key objects`, `-`, `[]`) is `empty`; the prompt's placeholders echoed back (`<phrase>`,
+    `object1`, `xxx`), or a "none" beside real phrases, is `format_collapse`. `road and grass` (one
+    phrase or two?) is `ambiguous` (unless quoted), but `the car and the road` is two phrases, and
+    a colour pair (`red and white kerb`) one.
+    """
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
-    text = _normalise(text)
-    value, conflict = _field(text, "objects")
+    return _self_corrected(_normalise(text), [_OBJECTS_KEY], _parse_objects, _renamed_phrases)
+
+
+def _parse_objects(text: str) -> ParseResult:
+    value, conflict = _field(text, "objects", _OBJECTS_KEY)
     if conflict is not None:
         return conflict
-    if value is not None:
-        phrases, status = re.split(r"[,;]", value), ParseStatus.OK
-    else:
-        phrases = re.findall(r"^\s*(?:[-*•]|\d+[.)])\s+(.+?)\s*$", text, re.MULTILINE)
-        status = ParseStatus.REGEX_FALLBACK
-    cleaned: list[str] = []
-    for phrase in phrases:
-        phrase = re.sub(r"\s+", " ", phrase.strip().strip("\"'*`.").strip()).lower()
-        if phrase and phrase not in cleaned:
-            cleaned.append(phrase)
-    if not cleaned:
-        if value is not None:
-            return ParseResult(ParseStatus.EMPTY, detail="empty objects line")
-        return ParseResult(ParseStatus.FORMAT_COLLAPSE, detail="no `objects:` line and no list")
-    too_long = [p for p in cleaned if len(p.split()) > MAX_OBJECT_WORDS]
+    header = _OBJECTS_HEADER.search(text)
+    if value is not None and header is None:
+        return _phrases(*_split_line(value), ParseStatus.OK)
+    items = _list_items(text[header.end() :] if header is not None else text)
+    if items:
+        return _phrases(items, False, ParseStatus.REGEX_FALLBACK)
+    if value is not None:  # `objects:` with its list on the next line
+        return _phrases(*_split_line(value), ParseStatus.REGEX_FALLBACK)
+    bare = _json_list(text.strip().removeprefix("```json").removeprefix("```").removesuffix("```"))
+    if bare is not None:
+        return _phrases(bare, True, ParseStatus.REGEX_FALLBACK)
+    if _NONE_LIKE.fullmatch(_clean_phrase(text)):
+        return ParseResult(ParseStatus.EMPTY, detail=f"no object named: {text.strip()[:40]!r}")
+    return ParseResult(ParseStatus.FORMAT_COLLAPSE, detail="no `objects:` line and no list")
+
+
+def _json_list(text: str) -> list[str] | None:
+    """`["car", "road"]` as its strings; None when the text is not a JSON array of strings."""
+    text = text.strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    try:
+        items = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):  # nested past the decoder's recursion limit
+        return None
+    if isinstance(items, list) and all(isinstance(item, str) for item in items):
+        return items
+    return None
+
+
+def _split_line(value: str) -> tuple[list[str], bool]:
+    """The phrases of one `objects:` line, and whether they are delimited for certain (a JSON
+    array, quoted phrases): then each is one phrase as it stands, `and` or not."""
+    value = value.strip()
+    as_json = _json_list(value)
+    if as_json is not None:
+        return as_json, True
+    if value.startswith("[") and value.endswith("]"):
+        value = value[1:-1]  # `[car, road]`
+    quoted = [a or b for a, b in _QUOTED.findall(value)]
+    if quoted and not _QUOTED.sub("", value).strip(" \t,;"):
+        return quoted, True  # `"car" "road"`: only quoted phrases and separators
+    if re.match(r"1[.)]\s", value):
+        return _INLINE_NUMBER.split(value), False
+    return re.split(r"[,;]", value), False
+
+
+def _list_items(text: str) -> list[str]:
+    """The items of the first bulleted or numbered list in `text`, up to its first other line; an
+    item `**car**: the red vehicle` or `car - the red vehicle` is its head, `car`."""
+    items: list[str] = []
+    for line in text.split("\n"):
+        m = _LIST_ITEM.match(line)
+        if m is None:
+            if items and line.strip():
+                break
+            continue
+        item = m.group("item").split(":", 1)[0]
+        item = re.split("\\s[-\u2013\u2014]\\s", item, maxsplit=1)[0]
+        items.append(item)
+    return items
+
+
+def _clean_phrase(phrase: str) -> str:
+    """Lower case, single spaces, no quotes, markdown, list marker or leading `and`."""
+    phrase = phrase.strip().strip("\"'*`.…").strip()
+    phrase = re.sub(r"^(?:[-*•+]|\d{1,3}[.)])\s+", "", phrase)
+    phrase = re.sub(r"^(?:and|&)\s+", "", phrase, flags=re.IGNORECASE)
+    phrase = " ".join(phrase.split()).lower().strip("\"'*`.…").strip()
+    # the bracket of a cut-off `[car, road`, but `[]` itself is a "none"
+    return phrase.strip("[]").strip() if re.search(r"[^\W\d_]", phrase) else phrase
+
+
+def _phrases(raw: list[str], delimited: bool, status: ParseStatus) -> ParseResult:
+    """Clean, split (`the car and the road`, unless `delimited`), deduplicate and check the phrases
+    of a list."""
+    phrases: list[str] = []
+    for part in raw:
+        part = _clean_phrase(part)
+        for phrase in [part] if delimited else _AND_NEXT_PHRASE.split(part):
+            if phrase not in _LIST_END and phrase not in phrases:
+                phrases.append(phrase)
+    if not phrases:
+        return ParseResult(ParseStatus.EMPTY, detail="empty objects line")
+    corrected = [p for p in phrases if _CORRECTION.search(p)]
+    if corrected:
+        return ParseResult(
+            ParseStatus.AMBIGUOUS,
+            detail=f"two values given: the list corrects itself at {corrected[0]!r}",
+        )
+    placeholders = [p for p in phrases if _PLACEHOLDER.fullmatch(p) or _TEMPLATE_SLOT.search(p)]
+    if placeholders:
+        return ParseResult(
+            ParseStatus.FORMAT_COLLAPSE,
+            detail=f"the prompt's placeholders, no object named: {placeholders[:3]}",
+        )
+    nones = [p for p in phrases if _NONE_LIKE.fullmatch(p)]
+    if len(nones) == len(phrases):
+        return ParseResult(ParseStatus.EMPTY, detail=f"no object named: {nones[0]!r}")
+    if nones:
+        return ParseResult(
+            ParseStatus.FORMAT_COLLAPSE, detail=f"{nones[0]!r} among the object phrases"
+        )
+    joined = [
+        p for p in phrases if not delimited and re.search(r" (?:and|&) ", _COLOUR_PAIR.sub("", p))
+    ]
+    if joined:
+        return ParseResult(
+            ParseStatus.AMBIGUOUS, detail=f"{joined[0]!r}: one phrase or two (`and`)"
+        )
+    too_long = [p for p in phrases if len(p.split()) > MAX_OBJECT_WORDS]
     if too_long:
         return ParseResult(
             ParseStatus.FORMAT_COLLAPSE,
             detail=f"phrases of over {MAX_OBJECT_WORDS} words: {too_long[:2]}",
         )
-    return ParseResult(status, cleaned)
+    return ParseResult(status, phrases)
 
+
+def _renamed_phrases(phrases: list[str], rest: str) -> str | None:
+    """A word after a correction that is in none of the phrases (`car, road. Actually, grass`)."""
+    known = {word for phrase in phrases for word in phrase.split()} | _FILLER
+    return next((w for w in re.findall(r"[a-z]+", rest.lower()) if w not in known), None)
+
+
+# ---- judgements -------------------------------------------------------------------------------
 
 _YES = ("yes", "true", "reasonable")
 _NO = ("no", "false", "unreasonable")
+# yes / no in free text after a correction (`reasonable: yes. Wait, it is not reasonable`)
+_JUDGEMENT = re.compile(
+    r"\b(?:(?P<yes>yes|true)|no|false|unreasonable|(?:not|isn't|is not) (?:a )?reasonable)\b",
+    re.IGNORECASE,
+)
 
 
 def parse_judge(text: str | None) -> ParseResult:
     """Semore's selective-buffer judgement: is the stored action reasonable here? value = bool."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
-    text = _normalise(text)
+    return _self_corrected(_normalise(text), ["reasonable"], _parse_judge, _renamed_judgement)
+
+
+def _renamed_judgement(said: bool, rest: str) -> str | None:
+    for value in _fields_after("reasonable", rest):
+        if value.lower() not in (_YES if said else _NO):
+            return f"reasonable: {value}"
+    return next(
+        (m.group() for m in _JUDGEMENT.finditer(rest) if (m.group("yes") is not None) != said),
+        None,
+    )
+
+
+def _parse_judge(text: str) -> ParseResult:
     value, conflict = _field(text, "reasonable")
     if conflict is not None:
         return conflict

@@ -21,9 +21,12 @@ class ParseStatus(StrEnum):
     NON_FINITE = "non_finite"  # nan / inf where a number was asked for
     WRONG_ARITY = "wrong_arity"  # numbers found, but not one per action dimension
     INVALID_CHOICE = "invalid_choice"  # a choice that is not in the allowed set
-    AMBIGUOUS = "ambiguous"  # several different allowed choices in one answer
+    # several different values in one answer: two choices named, a field given twice, an answer
+    # that corrects itself after its fields, an objects phrase that may be one or two
+    AMBIGUOUS = "ambiguous"
     FORMAT_COLLAPSE = "format_collapse"  # text came back, nothing in it is the asked-for answer
-    EMPTY = "empty"  # no text, or only whitespace / an empty list
+    # no text, only whitespace, an empty list, or a "none" where a list was asked for
+    EMPTY = "empty"
     TRUNCATED = "truncated"  # generation stopped at the token limit before a parseable answer
     HTTP_ERROR = "http_error"  # the server answered with an error
     TIMEOUT = "timeout"  # no answer within the timeout, after all retries

@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -97,6 +99,9 @@ def answer_text(task: TaskName, value: Any, env_id: str, action_space: dict[str,
     if task == "milestone":
         return f"milestone: {value}"
     if task == "objects":
+        if any(re.search(r"[,;\"']| and | & ", phrase) for phrase in value):
+            # `objects: ["road and grass"]`: a JSON array keeps each phrase one phrase
+            return "objects: " + json.dumps(list(value), ensure_ascii=False)
         return "objects: " + ", ".join(value)
     if task == "judge":
         return f"reasonable: {'yes' if value else 'no'}"
