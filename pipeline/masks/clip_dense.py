@@ -36,7 +36,7 @@ class ClipDenseMasks:
             )  # a custom architecture, e.g. a tiny test model
         self._torch = torch
         self.model, _, self.preprocess = open_clip.create_model_and_transforms(
-            model, pretrained=pretrained, device=device
+            model, pretrained=pretrained, device=device, weights_only=True
         )
         self.model.eval()
         self.tokenizer = open_clip.get_tokenizer(model)

@@ -9,7 +9,12 @@ class here, with no change to the collector or the shard writer.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import pickle
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,6 +54,76 @@ class RandomBehaviour:
         return self.action_space.sample(), self.tag
 
 
+class UnsafeActorError(ValueError):
+    """A saved actor that could run code when loaded (it holds pickled objects)."""
+
+
+@contextlib.contextmanager
+def _torch_load_weights_only() -> Iterator[None]:
+    """Every `torch.load` inside is `weights_only=True`, whatever its call site asks: torch's own
+    switch (TORCH_FORCE_WEIGHTS_ONLY_LOAD), read at each call. torch.export.load falls back to
+    `weights_only=False` where a payload is not plain tensors."""
+    saved = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"]
+        else:
+            os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = saved
+
+
+def _pickled_members(archive: zipfile.ZipFile) -> list[str]:
+    """What `torch.export.load` would unpickle in a PT2 archive: weights and constants stored with
+    `use_pickle` (tensor subclasses), custom and opaque objects (torchbind, `pickle.loads`), and
+    the pre-2.8 constants file. Plain tensors are raw bytes described by JSON."""
+    names = archive.namelist()
+    configs = [n for n in names if n.endswith(("_weights_config.json", "_constants_config.json"))]
+    found = [n for n in names if "/data/constants/" in f"/{n}" and n.endswith(".pt")]
+    for name in configs:
+        try:
+            entries = json.loads(archive.read(name))["config"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{name} is not a PT2 payload config ({exc})") from None
+        for fqn, meta in entries.items():
+            if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(
+                ("weight_", "tensor_")
+            ):
+                found.append(f"{fqn} ({meta.get('path_name')})")
+    return found
+
+
+def load_actor_program(path: Path) -> Any:
+    """`torch.export.load(path)` of a saved actor, which may come from anyone (a shared checkpoint,
+    a download), without unpickling anything: torch.export.load unpickles payloads that are not
+    plain tensors (`torch.load(weights_only=False)`, `pickle.loads`), and unpickling runs code.
+    An archive with such payloads is refused (UnsafeActorError); every other `torch.load` inside
+    is forced to `weights_only=True`."""
+    import torch
+
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint actor {path} does not exist")
+    hint = "save actors with torch.export.save (plain tensors only)"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pickled = _pickled_members(archive)
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise ValueError(f"{path} is not a torch.export program ({hint}): {exc}") from None
+    if pickled:
+        raise UnsafeActorError(
+            f"{path} holds pickled objects, which run code when loaded: {pickled[:3]}. A saved "
+            f"actor is read without unpickling anything; {hint}, from a module whose parameters "
+            f"and buffers are ordinary tensors"
+        )
+    try:
+        with _torch_load_weights_only():
+            return torch.export.load(path)
+    except (RuntimeError, ValueError, KeyError, OSError, AssertionError, zipfile.BadZipFile,
+            pickle.UnpicklingError) as exc:  # fmt: skip
+        raise ValueError(f"{path} is not a torch.export program ({hint}): {exc}") from exc
+
+
 class CheckpointBehaviour:
     """A saved actor: a `torch.export` program (`torch.export.save`) mapping one observation
     batch to actions, deterministic at collection time.
@@ -64,15 +139,7 @@ class CheckpointBehaviour:
     def __init__(self, path: str | Path, obs_key: str, action_space: spaces.Space) -> None:
         import torch
 
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"checkpoint actor {path} does not exist")
-        try:
-            self._module = torch.export.load(path).module()
-        except (RuntimeError, ValueError, KeyError, OSError, zipfile.BadZipFile) as exc:
-            raise ValueError(
-                f"{path} is not a torch.export program (save actors with torch.export.save): {exc}"
-            ) from exc
+        self._module = load_actor_program(Path(path)).module()
         self._torch = torch
         self.obs_key = obs_key
         self.action_space = action_space

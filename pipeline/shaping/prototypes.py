@@ -53,7 +53,7 @@ class OpenClipEmbedder:
 
         self._torch = torch
         self.model, _, self.preprocess = open_clip.create_model_and_transforms(
-            model, pretrained=pretrained, device=device
+            model, pretrained=pretrained, device=device, weights_only=True
         )
         self.model.eval()
         self.device = device
