@@ -7,6 +7,7 @@ end (scripted, random, constant, hf, openai) goes through the same parsers and t
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -15,6 +16,16 @@ import numpy as np
 
 from pipeline.labels.status import ParseStatus
 from pipeline.labels.tasks import Prompt
+
+# lone surrogates: legal in a JSON string (`"\udcff"`) and a Python str, not encodable as UTF-8
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def valid_unicode(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD, so that it can be written as UTF-8
+    (a cache segment, a parquet string, a page); everything else, control characters included,
+    is kept as the teacher sent it."""
+    return _SURROGATES.sub("\ufffd", text)
 
 
 @dataclass(frozen=True)
@@ -27,6 +38,12 @@ class Reply:
     latency_s: float = 0.0  # wall time of the call that produced it (a batch's time is shared)
     attempts: int = 1
     system_fingerprint: str | None = None  # the server's build, where an API reports one
+
+    def __post_init__(self) -> None:
+        # a teacher's text is untrusted: whatever a back end decoded, what is stored is UTF-8
+        if self.text is not None:
+            object.__setattr__(self, "text", valid_unicode(self.text))
+        object.__setattr__(self, "error_detail", valid_unicode(self.error_detail))
 
 
 class Teacher(Protocol):

@@ -6,6 +6,10 @@ and 5xx. A request that never gets an answer becomes a reply with status `timeou
 `http_error` (recorded, not cached). `finish_reason == "length"` is reported as truncation.
 With `json_schema`, a JSON-schema `response_format` asks the server for structured output (vLLM
 supports it); the parsers read JSON objects and the `key: value` text format alike.
+
+The API key never leaves this object: a server (or proxy) that echoes it back, in an error
+message or an answer, has it replaced by `<api key>` before the text is recorded anywhere. A body
+that is not a JSON completion (an HTML error page, invalid UTF-8) is an `http_error` row.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from pipeline.labels.schema import label_schema
@@ -26,6 +31,7 @@ from pipeline.teachers.base import Reply
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+API_KEY_REDACTED = "<api key>"
 
 
 def response_schema(prompt: Prompt) -> dict[str, Any]:
@@ -73,6 +79,7 @@ class OpenAITeacher:
                 f"environment variable {api_key_env} (label.teacher.openai.api_key_env) is not set"
             )
         # Retries are ours (counted per row), so the client's own are off.
+        self._api_key = api_key
         self._client = OpenAI(
             base_url=base_url, api_key=api_key or "none", timeout=timeout_s, max_retries=0
         )
@@ -109,7 +116,20 @@ class OpenAITeacher:
             request["response_format"] = response_schema(prompt)
         return request
 
+    def _redact(self, text: str) -> str:
+        """`text` without the API key (keys shorter than 8 characters are not secrets, and
+        replacing them would change ordinary answers)."""
+        if len(self._api_key) < 8:
+            return text
+        return text.replace(self._api_key, API_KEY_REDACTED)
+
     def _ask(self, prompt: Prompt) -> Reply:
+        reply = self._ask_once(prompt)
+        if reply.text is None:
+            return replace(reply, error_detail=self._redact(reply.error_detail))
+        return replace(reply, text=self._redact(reply.text))
+
+    def _ask_once(self, prompt: Prompt) -> Reply:
         import openai
 
         request = self._request(prompt)
@@ -126,6 +146,10 @@ class OpenAITeacher:
                 error, detail = ParseStatus.HTTP_ERROR, f"HTTP {exc.status_code}: {exc.message}"
                 if exc.status_code not in _RETRY_STATUS:
                     return Reply(None, None, error, detail, time.perf_counter() - started, attempt)
+            except ValueError as exc:  # invalid UTF-8, not JSON: the body is no answer to read
+                detail = f"the server's body is not a JSON completion ({type(exc).__name__}: {exc})"
+                return Reply(None, None, ParseStatus.HTTP_ERROR, detail[:500],
+                             time.perf_counter() - started, attempt)  # fmt: skip
             else:
                 choice = response.choices[0]
                 return Reply(
