@@ -31,7 +31,7 @@ def test_unknown_top_level_section_is_named():
     with pytest.raises(
         ConfigError,
         match=r"colect: not a stage's section nor a method's \(methods: ppo, hybrid_ppo, sac, drq, "
-        r"erpv, semore; stages: envs, env, collect, label, masks, dataset, train, critic, evaluate",
+        r"erpv, semore; stages: envs, env, collect, label, masks, dataset, train, critic, rounds, evaluate",
     ):
         check_params(parse_params(raw))
     raw["colect"] = 3  # not even a mapping: parse_params refuses it
@@ -52,7 +52,7 @@ def test_bad_choice_lists_the_allowed_values():
     raw = tiny_params_dict()
     raw["collect"]["MountainCar-v0"]["behaviour"] = "teacher_forcing"
     with pytest.raises(
-        ConfigError, match=r"behaviour: .*'random', 'checkpoint', 'teacher' or 'rae'"
+        ConfigError, match=r"behaviour: .*'random', 'checkpoint', 'teacher', 'rae' or 'agent'"
     ):
         parse_params(raw)
 

@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
     {"curves", "evaluation"},  # dvclive logs and curve figures; deployed policies, evaluation
     {"methods"},  # one unit per method (params, train, load) and the method table
     {"training", "integrity", "experiments"},  # train logic; vlmrl-verify; vlmrl-seeds
+    {"rounds"},  # labelling rounds: collect, label, masks, dataset and train, per round
 ]
 LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 

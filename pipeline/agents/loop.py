@@ -41,13 +41,15 @@ def train_off_policy(
     eval_fn: Callable[[OffPolicyAgent], dict[str, float]] | None = None,
     progress: bool = True,
     resume: Resume | None = None,
+    act_from_start: bool = False,
 ) -> tuple[list[tuple[int, float]], list[dict[str, float]]]:
     """Interact for `steps` agent steps with an env of the pipeline's observation contract,
     storing every step in `buffer`'s online part, and train `agent` on batches that the buffer
     draws (its offline fraction and sampler). The loop settings are the agent's config's:
 
     - The first `start_steps` actions are uniform random and no update is made (table 6: 1,000
-      warm-up steps); after that, every `update_every` steps, `update_every` updates (one per
+      warm-up steps); with `act_from_start` (a warm-started agent: a labelling round) the agent
+      acts from the first step, and updates begin after min(start_steps, batch_size) steps; after that, every `update_every` steps, `update_every` updates (one per
       step), each on a batch of `batch_size`.
     - Every `log_every` steps a row of metrics (means over the updates since the last row, plus
       `eval_fn(agent)` when given) is appended, keyed also by `step`. `eval_fn` must play in an
@@ -88,9 +90,13 @@ def train_off_policy(
     if state is None:
         buffer.begin_episode(obs[kind])
     episode_return = 0.0
+    # a warm-started agent needs no warm-up: its updates begin once a batch's worth of its own
+    # steps is in the ring
+    first_update = min(cfg.start_steps, cfg.batch_size) if act_from_start else cfg.start_steps
     bar = tqdm(range(first, steps), desc="train", unit="step", disable=not progress)
     for step in bar:
-        action = env.action_space.sample() if step < cfg.start_steps else agent.act(x)
+        explore = step < cfg.start_steps and not act_from_start
+        action = env.action_space.sample() if explore else agent.act(x)
         obs, reward, terminated, truncated, _ = env.step(action)
         buffer.add(action, float(reward), obs[kind], bool(terminated))  # truncation is not done
         x = stacker.step(obs[kind])
@@ -103,7 +109,7 @@ def train_off_policy(
             x = stacker.reset(obs[kind])
             buffer.begin_episode(obs[kind])
             episode_return = 0.0
-        if step + 1 >= cfg.start_steps and (step + 1) % cfg.update_every == 0:
+        if step + 1 >= first_update and (step + 1) % cfg.update_every == 0:
             for _ in range(cfg.update_every):
                 batch = buffer.sample(cfg.batch_size, rng, update=agent.update_step)
                 window.append(agent.update(batch))

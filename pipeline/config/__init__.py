@@ -51,6 +51,7 @@ from pipeline.config.stages import (
     MasksConfig,
     RayExecutorConfig,
     RewardTerm,
+    RoundConfig,
     TrainRun,
 )
 from pipeline.config.teachers import HFTeacherConfig, OpenAITeacherConfig, TeacherConfig
@@ -60,7 +61,7 @@ __all__ = [
     "LABEL_OUTPUT_KEYS", "Behaviour", "CarlaConfig", "ClipDenseConfig", "ClipSegConfig",
     "CollectConfig", "ConfigError", "CriticConfig", "DatasetConfig", "EnvConfig",
     "EvaluateConfig", "HFTeacherConfig", "LabelConfig", "LabelEnvConfig", "LabelTaskName",
-    "MasksConfig", "OpenAITeacherConfig", "Params", "RayExecutorConfig", "RewardTerm", "Section", "TeacherConfig", "TrainRun",
+    "MasksConfig", "OpenAITeacherConfig", "Params", "RayExecutorConfig", "RewardTerm", "RoundConfig", "Section", "TeacherConfig", "TrainRun",
     "load_params", "merge_settings", "parse_params", "threads_field", "validate_section",
 ]  # fmt: skip
 
@@ -86,6 +87,11 @@ class Params(Section):
         default=None, description="Agents to train, keyed by run name (train@<name>)."
     )
     critic: CriticConfig | None = Field(default=None, description="The pretrain_critic stage.")
+    rounds: dict[str, RoundConfig] = Field(
+        default_factory=dict,
+        description="Labelling rounds (round@<name>): the agent's own frames labelled in batch "
+        "between rounds of training; see RoundConfig.",
+    )
     evaluate: EvaluateConfig | None = Field(default=None, description="The evaluate stage.")
 
     def section(self, name: str) -> Any:
@@ -144,6 +150,13 @@ class Params(Section):
                     f"train.{name}.env: {run.env!r} is not listed in `envs` (its rollouts and "
                     f"labels must be built); add it there (envs: {', '.join(self.envs)})"
                 )
+        for env_id, collect in self.collect.items():
+            if collect.behaviour == "agent":
+                problems.append(
+                    f"collect.{env_id}.behaviour: 'agent' is a labelling round's previous agent "
+                    "(`rounds:`); here choose random, checkpoint, teacher or rae"
+                )
+        problems += self._round_problems()
         for key, value in (self.model_extra or {}).items():
             if not isinstance(value, dict):
                 stages = ", ".join(type(self).model_fields)
@@ -154,6 +167,45 @@ class Params(Section):
         if problems:
             raise ValueError("\n  ".join(problems))
         return self
+
+    def _round_problems(self) -> list[str]:
+        """The round chain: each round follows its run (k = 1) or the round k-1 of that run,
+        and names exactly the paths dvc.yaml depends on."""
+        problems = []
+        by_run: dict[tuple[str, int], list[str]] = {}
+        for name, r in self.rounds.items():
+            by_run.setdefault((r.run, r.round), []).append(name)
+        for name, r in self.rounds.items():
+            where = f"rounds.{name}"
+            if not _RUN_NAME.fullmatch(name):
+                problems.append(
+                    f"{where}: a round name is a directory name (letters, digits, -, _)"
+                )
+            run = (self.train or {}).get(r.run)
+            if run is None:
+                problems.append(f"{where}.run: no run train.{r.run} to start from")
+                continue
+            for key in ("env", "method"):
+                if getattr(r, key) != getattr(run, key):
+                    problems.append(f"{where}.{key}: {getattr(r, key)!r}, but train.{r.run}'s "
+                                    f"is {getattr(run, key)!r}")  # fmt: skip
+            if len(by_run[(r.run, r.round)]) > 1:
+                problems.append(f"{where}: rounds {sorted(by_run[(r.run, r.round)])} are all "
+                                f"round {r.round} of {r.run}; one chain per run")  # fmt: skip
+            if r.round == 1:
+                agent, data = f"models/{r.run}", f"data/datasets/{run.env}"
+            else:
+                before = by_run.get((r.run, r.round - 1), [])
+                if len(before) != 1:
+                    problems.append(f"{where}: round {r.round} of {r.run} needs one round "
+                                    f"{r.round - 1} of it before (found {before})")  # fmt: skip
+                    continue
+                agent, data = f"models/rounds/{before[0]}", f"data/rounds/{before[0]}"
+            for key, want in (("previous_agent", agent), ("previous_data", data)):
+                if getattr(r, key) != want:
+                    problems.append(f"{where}.{key}: {getattr(r, key)!r}; round {r.round} of "
+                                    f"{r.run} follows {want!r}: write that")  # fmt: skip
+        return problems
 
 
 def parse_params(raw: Any, source: str = "params.yaml") -> Params:

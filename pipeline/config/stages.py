@@ -11,7 +11,9 @@ from pydantic import Field, model_validator
 from pipeline.config.base import Section
 from pipeline.config.teachers import TeacherConfig
 
-Behaviour = Literal["random", "checkpoint", "teacher", "rae"]
+# `agent`: an agent of this pipeline acts (a labelling round's previous agent, which the round
+# stage passes to collect); it cannot be chosen in `collect.<env>`
+Behaviour = Literal["random", "checkpoint", "teacher", "rae", "agent"]
 
 
 class CollectConfig(Section):
@@ -285,6 +287,36 @@ class CriticConfig(Section):
 
 
 RewardTerm = Literal["env", "kinematic", "potential"]
+
+
+class RoundConfig(Section):
+    """One labelling round of a run (`rounds.<round name>`, stage round@<name>): the previous
+    agent collects `episodes` episodes, the label teacher answers their frames in batch through
+    the content-addressed cache, masks and a dataset part follow, and the agent trains `steps`
+    more steps, warm-started from the previous one, on the static dataset plus every round's
+    part so far. DVC cannot compute k-1, so each item names what it follows; check_params
+    checks the chain and says the exact paths to write."""
+
+    run: str = Field(description="The run (`train.<run>`) whose agent round 1 starts from.")
+    env: str = Field(description="The run's env id (dvc.yaml's deps read it; must match).")
+    method: str = Field(description="The run's method (dvc.yaml's params read it; must match).")
+    round: int = Field(ge=1, description="k: round 1 follows the static run, k follows k-1.")
+    previous_agent: str = Field(
+        description="The agent this round starts from and collects with: `models/<run>` for "
+        "round 1, `models/rounds/<round k-1>` after."
+    )
+    previous_data: str = Field(
+        description="What this round's data extends: `data/datasets/<env>` for round 1, "
+        "`data/rounds/<round k-1>` after (its dataset parts and label cache)."
+    )
+    episodes: int = Field(ge=1, description="Episodes the previous agent collects this round.")
+    steps: int = Field(ge=1, description="Agent steps of this round's training.")
+    seed: int = Field(ge=0, description="Seed of the round's collection (episode i: (seed, i)).")
+    explore: Literal["sample", "deterministic"] = Field(
+        default="sample",
+        description="How the previous agent acts while collecting: `sample` draws from its "
+        "policy (SAC's exploration), `deterministic` takes the mean action.",
+    )
 
 
 class TrainRun(Section):

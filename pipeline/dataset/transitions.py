@@ -21,7 +21,7 @@ which method reads them (DrQ-v2's ReplayBufferStorage(data_specs)).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -262,14 +262,19 @@ def _judge(df: pl.DataFrame, index: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def load_offline_transitions(
-    dataset_dir: str | Path, obs: ObsKind, labels: Iterable[Label] = ()
+    dataset_dir: str | Path,
+    obs: ObsKind,
+    labels: Iterable[Label] = (),
+    also: Sequence[str | Path] = (),
 ) -> OfflineTransitions:
     """Read `<dataset_dir>/data/train-*.parquet` (the HF dataset of the dataset stage) into
     transitions. `obs`: "state" reads the `state` column, "pixels" decodes `image` to (H, W, 3)
     uint8 frames. `labels`, the label groups to declare as fields: "action" (ERPv's a_v,
     `action_label_specs`), "mask" (Semore's masks, pixels only, `mask_specs`), "judge" (Semore's
-    judge labels, `JUDGE_SPEC`). Errors name the file: missing columns, a discrete-action
-    dataset, broken episodes, labels of the wrong length, an empty dataset."""
+    judge labels, `JUDGE_SPEC`). `also`: more dataset directories read after it, as one (a run's
+    labelling rounds: episode numbers are unique within each directory). Errors name the file:
+    missing columns, a discrete-action dataset, broken episodes, labels of the wrong length, an
+    empty dataset."""
     labels = tuple(labels)
     unknown = [label for label in labels if label not in LABELS]
     if unknown:
@@ -278,10 +283,12 @@ def load_offline_transitions(
         raise ValueError("masks belong to frames: the `mask` labels need obs='pixels'")
     if obs not in OBS_COLUMN:
         raise ValueError(f"obs must be 'pixels' or 'state', got {obs!r}")
-    files = parquet_files(dataset_dir)
+    files = [(d, path) for d in (dataset_dir, *also) for path in parquet_files(d)]
     chunks: list[dict[str, np.ndarray]] = []
-    offset, seen_episodes = 0, set[int]()
-    for path in files:
+    offset, seen_episodes, current = 0, set[int](), None
+    for directory, path in files:
+        if directory != current:  # episodes are numbered per dataset
+            seen_episodes, current = set(), directory
         df = _read_file(path, obs, labels)
         if df.height == 0:
             continue

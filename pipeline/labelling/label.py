@@ -18,6 +18,7 @@ import io
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,7 @@ def label_rollouts(
     progress: bool = True,
     ray_build: Any = None,
     corrections: str | Path | None = None,
+    read_also: Sequence[str | Path] = (),
 ) -> LabelSummary:
     """Label a finished rollout directory with `cfg` (one env's settings: `label.for_env(env_id)`)
     and `teacher` (made from `cfg.teacher`); write the label table (parquet) to `out_path`, and
@@ -209,7 +211,8 @@ def label_rollouts(
     corrections file `corrections` (pipeline.labelling.corrections), when given, overlays a
     person's answers on the teacher's for the prompts it corrects. With
     `cfg.executor == "ray"`, the uncached prompts are asked through Ray Data first (actors build
-    their teacher with `ray_build`, default `make_teacher(cfg.teacher)`)."""
+    their teacher with `ray_build`, default `make_teacher(cfg.teacher)`). `read_also`: more
+    label caches answers are served from (read only; a labelling round reads the env's)."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
     if env_id in cfg.per_env:  # the teacher was built by the caller: it must be this env's
@@ -223,7 +226,8 @@ def label_rollouts(
     check_writable(cache_dir, out_path.parent, *([telemetry_dir] if telemetry_dir else []))
     # answers the collect stage paid for while acting (behaviours teacher / rae) are reused
     cache = LabelCache(
-        cache_dir, read_also=[Path(rollout_dir) / TEACHER_CACHE_DIR], telemetry=telemetry_dir,
+        cache_dir, read_also=[Path(rollout_dir) / TEACHER_CACHE_DIR, *map(Path, read_also)],
+        telemetry=telemetry_dir,
         rebuild=f"`dvc repro label@{env_id}`",
     )  # fmt: skip
     summary = LabelSummary()

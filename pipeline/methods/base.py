@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from pipeline.agents.checkpoint import AGENT_WEIGHTS
 from pipeline.agents.resume import Resume, fingerprint
 from pipeline.config import (
     ConfigError,
@@ -47,6 +48,10 @@ class TrainInputs:
     labels: Path
     dataset: Path | None = None
     critics: Path | None = None
+    # a labelling round (pipeline.rounds): the rounds' dataset parts, read after `dataset`, and
+    # the previous agent, whose weights the run starts from (it acts from its first step)
+    round_parts: tuple[Path, ...] = ()
+    warm_start: Path | None = None
 
     def hashes(self) -> dict[str, str]:
         """Content hashes of the rollouts' manifest and the label table."""
@@ -59,11 +64,16 @@ class TrainInputs:
             "labels_sha256": sha256_file(self.labels),
         }
 
-    def dataset_hashes(self) -> dict[str, str]:
+    def dataset_hashes(self) -> dict[str, Any]:
         if self.dataset is None:
             raise TrainError("no dataset was given (--dataset)")
         try:
-            return dataset_hashes(self.dataset)
+            hashes: dict[str, Any] = dict(dataset_hashes(self.dataset))
+            if self.round_parts:
+                hashes["round_parts"] = [dataset_hashes(part) for part in self.round_parts]
+            if self.warm_start is not None:
+                hashes["warm_start_sha256"] = sha256_file(self.warm_start / AGENT_WEIGHTS)
+            return hashes
         except FileNotFoundError as exc:
             raise TrainError(str(exc)) from None
 

@@ -94,10 +94,14 @@ class OffPolicyMethod(Method):
             if hp.offline_fraction > 0 or self.labels:
                 if inputs.dataset is None:
                     raise TrainError(f"train.{name}: the labelled dataset is needed (--dataset)")
-                offline = load_offline_transitions(inputs.dataset, obs, self.labels)
+                offline = load_offline_transitions(
+                    inputs.dataset, obs, self.labels, also=inputs.round_parts
+                )
                 data_hashes = inputs.dataset_hashes()
             agent, more = self.build_agent(env, hp, run, inputs)
             data_hashes |= more
+            if inputs.warm_start is not None:
+                agent.load_weights(inputs.warm_start)  # a labelling round goes on from there
             buffer = ReplayBuffer(
                 obs,
                 env_obs_shape(env, hp.network),
@@ -120,6 +124,7 @@ class OffPolicyMethod(Method):
                 eval_fn=eval_fn if eval_env is not None else None,
                 progress=progress,
                 resume=resume,
+                act_from_start=inputs.warm_start is not None,
             )
         finally:
             env.close()

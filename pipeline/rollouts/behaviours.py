@@ -176,6 +176,8 @@ def make_behaviour(
         return RandomBehaviour(action_space)
     if cfg.behaviour == "checkpoint":
         return _checkpoint(cfg, action_space)
+    if cfg.behaviour == "agent":
+        raise ValueError("behaviour 'agent' acts with an agent that the round stage passes in")
     if teacher is None or cache is None:
         raise ValueError(f"behaviour {cfg.behaviour!r} needs a teacher and a label cache")
     acting_teacher = TeacherBehaviour(teacher, cache, env_id, action_space, cfg.teacher_every_k)

@@ -80,8 +80,22 @@ def episode_seed(base_seed: int, episode: int) -> int:
     return int(np.random.SeedSequence([base_seed, episode]).generate_state(1)[0])
 
 
+@dataclass(frozen=True)
+class Acting:
+    """A behaviour the caller built (behaviour `agent`: a labelling round's previous agent) and
+    what identifies it (its weights' hash, how it explores): recorded in the manifest as
+    `acting_agent` and part of the collection's fingerprint."""
+
+    behaviour: Behaviour
+    record: dict[str, Any]
+
+
 def collection_fingerprint(
-    env_id: str, env_cfg: EnvConfig, collect_cfg: CollectConfig, teacher: Teacher | None = None
+    env_id: str,
+    env_cfg: EnvConfig,
+    collect_cfg: CollectConfig,
+    teacher: Teacher | None = None,
+    acting: Acting | None = None,
 ) -> str:
     """Hash of everything that determines the samples, except the budget (`episodes`)."""
     settings: dict[str, Any] = {
@@ -91,6 +105,8 @@ def collection_fingerprint(
         # the acting teacher is identified below by what decides its answers, not its settings
         "collect": collect_cfg.model_dump(exclude={"episodes", "teacher"}),
     }
+    if acting is not None:
+        settings["acting_agent"] = acting.record
     if collect_cfg.checkpoint is not None:
         # the actor's bytes, not its path, decide what it does
         settings["checkpoint_sha256"] = sha256_file(collect_cfg.checkpoint)
@@ -112,10 +128,12 @@ def collection_fingerprint(
 
 
 def _settings_record(
-    env_cfg: EnvConfig, collect_cfg: CollectConfig, teacher: Teacher | None
+    env_cfg: EnvConfig, collect_cfg: CollectConfig, teacher: Teacher | None, acting: Acting | None
 ) -> dict[str, Any]:
     """The settings a manifest records beside its data."""
+    extra = {} if acting is None else {"acting_agent": acting.record}
     return {
+        **extra,
         "env": env_cfg.model_dump(),
         "collect": collect_cfg.model_dump(mode="json", exclude={"teacher"}),
         # who acted in the teacher phases (None: no teacher acted); labels come from label@<env>
@@ -282,6 +300,7 @@ def collect(
     replace: bool = False,
     telemetry_dir: str | Path | None = None,
     progress: bool = True,
+    acting: Acting | None = None,
 ) -> dict[str, Any]:
     """Collect `collect_cfg.episodes` episodes of `env_id` into `out_dir`; return the manifest.
 
@@ -292,7 +311,13 @@ def collect(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    fingerprint = collection_fingerprint(env_id, env_cfg, collect_cfg, teacher)
+    if (collect_cfg.behaviour == "agent") != (acting is not None):
+        raise CollectError(
+            "behaviour 'agent' is a labelling round's previous agent, passed by the round stage "
+            f"(got behaviour {collect_cfg.behaviour!r} with{'' if acting else 'out'} an agent); "
+            "in collect.<env> choose random, checkpoint, teacher or rae"
+        )
+    fingerprint = collection_fingerprint(env_id, env_cfg, collect_cfg, teacher, acting)
     shards, episodes = _resume_point(out_dir, fingerprint, collect_cfg.episodes, replace)
     if episodes and (out_dir / MANIFEST_NAME).exists() and len(episodes) == collect_cfg.episodes:
         log.info("%s: %d episodes already collected; nothing to do", out_dir, len(episodes))
@@ -314,7 +339,11 @@ def collect(
         if collect_cfg.uses_teacher
         else None
     )
-    behaviour = make_behaviour(collect_cfg, env.action_space, env_id, teacher, cache)
+    behaviour = (
+        acting.behaviour
+        if acting is not None
+        else make_behaviour(collect_cfg, env.action_space, env_id, teacher, cache)
+    )
     spec = action_space_spec(env.action_space)
     writer: AtomicShardWriter | None = None
     pending: list[EpisodeEntry] = []
@@ -361,7 +390,7 @@ def collect(
     manifest = {
         "format_version": FORMAT_VERSION,
         "env_id": env_id,
-        **_settings_record(env_cfg, collect_cfg, teacher),
+        **_settings_record(env_cfg, collect_cfg, teacher, acting),
         "fingerprint": fingerprint,
         "observation": observation,
         "action_space": spec,

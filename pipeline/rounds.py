@@ -1,0 +1,235 @@
+"""Labelling rounds (issue 28): the agent's own frames labelled in batch between rounds of
+training, with zero teacher calls during training.
+
+ERPv (algorithm 1) asks its VLM about every observation the agent meets, and Semore's selective
+buffer has its VLM judge the agent's own (observation, action) pairs: both call the model inside
+the loop. A round does the same work offline, in batch, through the content-addressed cache:
+
+1. the previous agent (the run's static agent for round 1, round k-1's after) collects
+   `rounds.<name>.episodes` episodes (collect's shard format; the manifest's `acting_agent` names
+   the agent's weights and how it explored);
+2. the env's label teacher (`label.per_env.<env>` merged over `label`) answers their frames in
+   batch; answers already in the env's label cache or an earlier round's cost nothing;
+3. masks and a dataset part of those episodes, as the masks and dataset stages make them;
+4. the agent trains `steps` more steps, warm-started from the previous agent (it acts from its
+   first step), on the static dataset plus every round's part so far as the replay's offline
+   half: ERPv's VPG and VER read a_v on the rounds' rows, Semore's selective replay the judge's
+   verdicts on the agent's own pairs and the masks of its own frames.
+
+Round k's data lives in `data/rounds/<name>/` (rollouts, labels, masks, dataset part,
+`parts.json`: the dataset parts its training read), its caches in `data/round_caches/<name>/`
+(persisted: a rerun pays only for new frames; later rounds read them, with the env's label
+cache) and its agent in `models/rounds/<name>/`; all are DVC outputs of round@<name>, so a change
+to round 2 reruns rounds 2 and later only. Each round's costs (frames, prompts, cache hits, teacher calls and what
+they would cost at ERPv table 14's 6.95 s per Qwen2-VL-7B call) are its metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipeline.agents.checkpoint import AGENT_WEIGHTS
+from pipeline.config import CollectConfig, ConfigError, Params, RoundConfig, TrainRun
+from pipeline.curves import write_run_summary, write_training_log
+from pipeline.dataset.build import build_dataset
+from pipeline.dataset.stacking import FrameStacker
+from pipeline.errors import PipelineError
+from pipeline.evaluation import Agent
+from pipeline.io import atomic_write_json, sha256_file
+from pipeline.labelling.label import label_rollouts
+from pipeline.masks import make_mask_backend
+from pipeline.masks.compute import compute_masks
+from pipeline.methods.base import TrainInputs
+from pipeline.methods.off_policy import OffPolicyMethod
+from pipeline.methods.table import check_params, get_method, load_agent
+from pipeline.rollouts.collect import Acting, collect
+from pipeline.teachers import make_teacher
+
+log = logging.getLogger(__name__)
+
+# ERPv table 14: Qwen2-VL-7B, seconds per call (what a round's calls would cost online)
+SECONDS_PER_VLM_CALL = 6.95
+PARTS = "parts.json"
+# a round's caches (`data/round_caches/<name>/`): a persisted DVC output apart from its data, so
+# that a rerun of the round (DVC deletes outputs first) pays only for frames it has not seen
+LABEL_CACHE, MASK_CACHE = "labels", "masks"
+
+
+class RoundError(PipelineError, ValueError):
+    """A round cannot run: its run, its previous round or its settings; the message says why."""
+
+
+@dataclass
+class RoundSummary:
+    """What one round paid: the costs are its metrics (metrics/rounds/<name>.json)."""
+
+    round: int
+    frames_collected: int
+    env_steps_collected: int
+    prompts: int
+    cache_hits: int
+    teacher_calls: int
+    teacher_seconds_at_erpv_rate: float
+    masks_computed: int  # frames the segmenter ran on (the rest came from the mask cache)
+    dataset_parts: int
+    offline_transitions_added: int
+
+
+class AgentBehaviour:
+    """A trained agent of this pipeline acting in collect (behaviour `agent`): its frames stacked
+    as in training; `explore`: `sample` draws from the policy, `deterministic` takes its mean.
+    Seeded per episode, so a collection is a function of (weights, seed)."""
+
+    tag = "agent"
+
+    def __init__(self, agent: Agent, explore: str) -> None:
+        self.agent, self.deterministic = agent, explore == "deterministic"
+        self.stacker = FrameStacker(agent.frame_stack, agent.obs_kind)
+        self.fresh = True
+
+    def reset(self, seed: int) -> None:
+        torch.manual_seed(seed)
+        self.fresh = True
+
+    def act(self, obs: dict[str, np.ndarray], info: dict[str, Any]) -> tuple[Any, str]:
+        x = obs[self.agent.obs_kind]
+        x = self.stacker.reset(x) if self.fresh else self.stacker.step(x)
+        self.fresh = False
+        with torch.no_grad():
+            return self.agent.act(x, deterministic=self.deterministic), self.tag
+
+
+def _parts_before(cfg: RoundConfig) -> list[str]:
+    """The dataset parts of the rounds before this one (none for round 1)."""
+    if cfg.round == 1:
+        return []
+    path = Path(cfg.previous_data) / PARTS
+    if not path.exists():
+        raise RoundError(f"{path} does not exist: run the round before (`dvc repro`)")
+    return json.loads(path.read_text())["round_parts"]
+
+
+def _earlier_rounds(params: Params, cfg: RoundConfig) -> list[str]:
+    """The names of the rounds of the same run before `cfg`, oldest first."""
+    earlier = [(r.round, n) for n, r in params.rounds.items() if r.run == cfg.run]
+    return [n for k, n in sorted(earlier) if k < cfg.round]
+
+
+def run_round(
+    name: str,
+    params: Params,
+    data_dir: str | Path,
+    caches_dir: str | Path,
+    model_dir: str | Path,
+    live_dir: str | Path,
+    summary_path: str | Path,
+    *,
+    resume_dir: str | Path | None = None,
+    progress: bool = True,
+) -> RoundSummary:
+    """Round `rounds.<name>` of params.yaml: collect with the previous agent, label, masks, a
+    dataset part, train; see the module doc. Paths in what it writes are the params' (relative
+    to the repository), never machine paths. Interrupted, it resumes: collection by episode,
+    labels and masks from their caches, training from `resume_dir`."""
+    check_params(params)
+    if name not in params.rounds:
+        known = ", ".join(params.rounds) or "none"
+        raise RoundError(f"params.yaml has no round rounds.{name} (rounds: {known})")
+    cfg = params.rounds[name]
+    assert params.train is not None  # check_params: a round's run exists
+    run = params.train[cfg.run]
+    method = get_method(run.method)
+    if not isinstance(method, OffPolicyMethod):
+        raise RoundError(
+            f"rounds.{name}: run {cfg.run} trains with {run.method}; rounds extend the replay of "
+            "the SAC family (sac, drq, erpv, semore)"
+        )
+    if params.label is None or params.masks is None or params.dataset is None:
+        raise ConfigError("a round needs the label, masks and dataset sections of params.yaml")
+    data_dir, env_id = Path(data_dir), run.env
+    previous = Path(cfg.previous_agent)
+    weights = previous / AGENT_WEIGHTS
+    if not weights.exists():
+        raise RoundError(
+            f"{weights} does not exist: train {cfg.previous_agent} first (`dvc repro`)"
+        )
+
+    # 1. the previous agent collects
+    acting = Acting(
+        AgentBehaviour(load_agent(previous), cfg.explore),
+        {"round": cfg.round, "run": cfg.run, "agent": cfg.previous_agent,
+         "agent_sha256": sha256_file(weights), "explore": cfg.explore},
+    )  # fmt: skip
+    shard_max = params.collect[env_id].shard_max_samples
+    collect_cfg = CollectConfig(
+        behaviour="agent", episodes=cfg.episodes, seed=cfg.seed, shard_max_samples=shard_max
+    )
+    rollouts = data_dir / "rollouts"
+    manifest = collect(
+        env_id, params.env[env_id], collect_cfg, rollouts, replace=True, acting=acting,
+        progress=progress,
+    )  # fmt: skip
+
+    # 2. labels through the cache: the env's answers and every earlier round's are free
+    label_cfg = params.label.for_env(env_id)
+    caches_dir = Path(caches_dir)
+    earlier = [caches_dir.parent / n / LABEL_CACHE for n in _earlier_rounds(params, cfg)]
+    labels = data_dir / "labels.parquet"
+    labelled = label_rollouts(
+        rollouts, label_cfg, make_teacher(label_cfg.teacher), caches_dir / LABEL_CACHE, labels,
+        read_also=[Path("data/label_cache") / env_id, *earlier], progress=progress,
+    )  # fmt: skip
+
+    # 3. masks and this round's dataset part
+    masks = data_dir / "masks.parquet"
+    masked = compute_masks(
+        rollouts, labels, make_mask_backend(params.masks), caches_dir / MASK_CACHE, masks,
+        batch_size=params.masks.batch_size, progress=progress,
+    )  # fmt: skip
+    part = data_dir / "dataset"
+    build_dataset(rollouts, labels, masks, part, shard_max_samples=params.dataset.shard_max_samples)
+    round_parts = [*_parts_before(cfg), part.as_posix()]
+    atomic_write_json(data_dir / PARTS, {"static": f"data/datasets/{env_id}",
+                                         "round_parts": round_parts})  # fmt: skip
+
+    # 4. train on, from the previous agent, on the static dataset and every round's part
+    round_run = TrainRun(
+        env=env_id, method=run.method, steps=cfg.steps, seed=run.seed, overrides=run.overrides
+    )
+    inputs = TrainInputs(
+        rollouts=Path("data/rollouts") / env_id,
+        labels=Path("data/labels") / f"{env_id}.parquet",
+        dataset=Path("data/datasets") / env_id,
+        critics=Path("models/critic"),
+        round_parts=tuple(Path(p) for p in round_parts),
+        warm_start=previous,
+    )
+    result = method.train(
+        f"{cfg.run}@{name}", round_run, params, inputs, progress=progress, resume_dir=resume_dir
+    )
+    result.agent.save(model_dir, {**result.meta, "round": cfg.round, "round_name": name})
+    summary = RoundSummary(
+        round=cfg.round,
+        frames_collected=manifest["totals"]["samples"],
+        env_steps_collected=manifest["totals"]["steps"],
+        prompts=labelled.queried,
+        cache_hits=labelled.cache_hits,
+        teacher_calls=labelled.teacher_calls,
+        teacher_seconds_at_erpv_rate=round(labelled.teacher_calls * SECONDS_PER_VLM_CALL, 2),
+        masks_computed=masked.computed,
+        dataset_parts=1 + len(round_parts),
+        offline_transitions_added=manifest["totals"]["steps"],
+    )
+    write_training_log(live_dir, summary_path, result.curve, result.logs)
+    eval_episodes = getattr(method.params(params, round_run), "eval_episodes", None)
+    write_run_summary(summary_path, eval_episodes)
+    costs = json.loads(Path(summary_path).read_text())
+    atomic_write_json(summary_path, {**costs, "costs": asdict(summary)})
+    return summary

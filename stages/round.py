@@ -1,0 +1,60 @@
+"""DVC stage `round@<name>`: one labelling round of params.yaml's `rounds.<name>`
+(pipeline.rounds): the previous agent collects, the label teacher answers the new frames in
+batch through the cache, masks and a dataset part follow, and the agent trains on from the
+previous one. Its costs (teacher calls, cache hits, frames) are its metrics.
+
+    python -m stages.round --params params.yaml --round cartpole-swingup-erpv-r1 \\
+        --data data/rounds/cartpole-swingup-erpv-r1 --caches data/round_caches/cartpole-swingup-erpv-r1 \\
+        --out models/rounds/cartpole-swingup-erpv-r1 \\
+        --live plots/rounds/cartpole-swingup-erpv-r1 \\
+        --summary metrics/rounds/cartpole-swingup-erpv-r1.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from pipeline.config import load_params
+from pipeline.errors import PipelineError
+from pipeline.rounds import run_round
+from pipeline.training import set_threads
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--round", required=True, help="a key of `rounds` in params.yaml")
+    parser.add_argument("--data", required=True, type=Path, help="the round's data directory")
+    parser.add_argument(
+        "--caches", required=True, type=Path, help="the round's label and mask caches (persisted)"
+    )
+    parser.add_argument("--out", required=True, type=Path, help="the round's agent checkpoint")
+    parser.add_argument("--live", required=True, help="dvclive directory of its training")
+    parser.add_argument("--summary", required=True, help="its metrics: training and costs")
+    parser.add_argument("--resume-dir", help="where a killed round's training goes on from")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        params = load_params(args.params)
+        if args.round in params.rounds:
+            set_threads(params, params.rounds[args.round].run)
+        summary = run_round(
+            args.round, params, args.data, args.caches, args.out, args.live, args.summary,
+            resume_dir=args.resume_dir,
+        )  # fmt: skip
+    except (PipelineError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    costs = ", ".join(f"{k} {v}" for k, v in asdict(summary).items())
+    print(f"round {args.round}: {costs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Labelling rounds (pipeline.rounds): the chain of rounds in params.yaml, the agent acting in
+collect, the dataset parts a round's training reads. The DVC journey (reruns, costs, a killed
+round) is tests/test_rounds_dvc.py (slow)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import yaml
+
+from pipeline.config import ConfigError, parse_params
+from pipeline.dataset.build import build_dataset
+from pipeline.dataset.transitions import load_offline_transitions
+from pipeline.labelling.label import label_rollouts
+from pipeline.masks import make_mask_backend
+from pipeline.masks.compute import compute_masks
+from pipeline.rollouts.collect import Acting, CollectError, collect
+from pipeline.rounds import AgentBehaviour
+from pipeline.teachers.scripted import ScriptedTeacher
+from tests.conftest import REPO, collect_cfg, env_cfg, label_cfg, tiny_params_dict
+
+ENV = "MountainCarContinuous-v0"
+
+
+def _params(**rounds):
+    raw = tiny_params_dict((ENV,))
+    raw["train"] = {"mcc-erpv": {"env": ENV, "method": "erpv", "steps": 300, "seed": 0}}
+    raw["rounds"] = rounds
+    return raw
+
+
+def _round(k: int, before: str | None = None, **overrides):
+    return {
+        "run": "mcc-erpv", "env": ENV, "method": "erpv", "round": k,
+        "previous_agent": f"models/rounds/{before}" if before else "models/mcc-erpv",
+        "previous_data": f"data/rounds/{before}" if before else f"data/datasets/{ENV}",
+        "episodes": 2, "steps": 100, "seed": 0, **overrides,
+    }  # fmt: skip
+
+
+def test_a_chain_of_rounds_parses():
+    params = parse_params(_params(r1=_round(1), r2=_round(2, "r1"), r3=_round(3, "r2")))
+    assert [r.round for r in params.rounds.values()] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("rounds", "message"),
+    [
+        ({"r1": _round(1, previous_agent="models/other")},
+         "rounds.r1.previous_agent: 'models/other'; round 1 of mcc-erpv follows 'models/mcc-erpv'"),
+        ({"r1": _round(1), "r2": _round(2, "r1", previous_data="data/rounds/r0")},
+         "rounds.r2.previous_data: 'data/rounds/r0'; round 2 of mcc-erpv follows 'data/rounds/r1'"),
+        ({"r2": _round(2, "r1")}, "round 2 of mcc-erpv needs one round 1 of it before"),
+        ({"r1": _round(1), "r1b": _round(1)}, "are all round 1 of mcc-erpv; one chain per run"),
+        ({"r1": _round(1, run="nope")}, "rounds.r1.run: no run train.nope"),
+        ({"r1": _round(1, method="sac")}, "rounds.r1.method: 'sac', but train.mcc-erpv's is"),
+        ({"r1": _round(1, explore="greedy")}, "explore"),
+    ],
+    ids=["agent", "data", "gap", "twice", "run", "method", "explore"],
+)  # fmt: skip
+def test_a_broken_chain_names_the_round_and_what_to_write(rounds, message):
+    with pytest.raises(ConfigError, match=None) as info:
+        parse_params(_params(**rounds))
+    assert message in str(info.value)
+
+
+def test_the_shipped_rounds_follow_their_runs_and_dvc_reads_their_keys():
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    params = parse_params(copy.deepcopy(raw))
+    assert params.rounds, "params.yaml ships a chain of rounds"
+    stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["round"]
+    assert stage["foreach"] == "${rounds}"
+    assert {
+        "rounds.${key}",
+        "train.${item.run}",
+        "${item.method}",
+        "label.per_env.${item.env}",
+    } <= (set(stage["do"]["params"]))
+    assert {"${item.previous_agent}", "${item.previous_data}"} <= set(stage["do"]["deps"])
+
+
+class _Fixed:
+    """An agent that acts with a constant, or noise when sampling: what AgentBehaviour asks."""
+
+    obs_kind, frame_stack = "pixels", 2
+
+    def __init__(self):
+        self.seen = []
+
+    def act(self, obs, deterministic=False):
+        self.seen.append(np.asarray(obs).copy())
+        noise = 0.0 if deterministic else float(np.random.default_rng(len(self.seen)).normal())
+        return np.array([np.clip(0.5 + 0.1 * noise, -1, 1)], dtype=np.float32)
+
+
+def test_collect_records_the_acting_agent_and_refuses_mixups(tmp_path):
+    agent = _Fixed()
+    acting = Acting(AgentBehaviour(agent, "deterministic"), {"agent": "models/x", "round": 1})
+    cfg = collect_cfg(behaviour="agent", episodes=2)
+    manifest = collect(ENV, env_cfg(max_episode_steps=10), cfg, tmp_path / "r", acting=acting,
+                       progress=False)  # fmt: skip
+    assert manifest["acting_agent"] == {"agent": "models/x", "round": 1}
+    assert manifest["totals"]["steps"] == 20
+    assert agent.seen[0].shape == (2 * 3, 32, 32)  # two stacked frames, as in training
+    with pytest.raises(CollectError, match="behaviour 'agent'"):
+        collect(ENV, env_cfg(), cfg, tmp_path / "s", progress=False)
+    with pytest.raises(CollectError, match="behaviour 'agent'"):
+        collect(ENV, env_cfg(), collect_cfg(), tmp_path / "t", acting=acting, progress=False)
+    # another agent's weights are other data: the fingerprint differs, nothing is mixed
+    other = Acting(AgentBehaviour(_Fixed(), "deterministic"), {"agent": "models/y", "round": 1})
+    with pytest.raises(CollectError):
+        collect(ENV, env_cfg(max_episode_steps=10), cfg, tmp_path / "r", acting=other,
+                progress=False)  # fmt: skip
+    raw = _params()
+    raw["collect"][ENV]["behaviour"] = "agent"  # a round's alone: not a collect.<env> choice
+    with pytest.raises(ConfigError, match="'agent' is a labelling round's previous agent"):
+        parse_params(raw)
+
+
+def test_a_rounds_dataset_parts_are_read_after_the_static_dataset(tmp_path):
+    """The replay's offline half is the static dataset plus every round's part: episode numbers
+    repeat across parts (each collection counts from 0) and are told apart."""
+    parts = []
+    for name, seed in (("static", 0), ("r1", 1)):
+        rollouts = tmp_path / name / "rollouts"
+        collect(ENV, env_cfg(max_episode_steps=12), collect_cfg(episodes=2, seed=seed), rollouts,
+                progress=False)  # fmt: skip
+        labels = tmp_path / name / "labels.parquet"
+        label_rollouts(rollouts, label_cfg(tasks={"action": 2}), ScriptedTeacher(1.0, 0),
+                       tmp_path / name / "cache", labels, progress=False)  # fmt: skip
+        compute_masks(
+            rollouts, labels, make_mask_backend(parse_params(tiny_params_dict()).masks),
+            tmp_path / name / "mc", tmp_path / name / "m.parquet", batch_size=8, progress=False,
+        )  # fmt: skip
+        build_dataset(rollouts, labels, tmp_path / name / "m.parquet", tmp_path / name / "ds",
+                      shard_max_samples=100)  # fmt: skip
+        parts.append(tmp_path / name / "ds")
+    alone = [load_offline_transitions(p, "state", ("action",)) for p in parts]
+    both = load_offline_transitions(parts[0], "state", ("action",), also=[parts[1]])
+    assert len(both) == sum(len(a) for a in alone) == 2 * 2 * 12
+    np.testing.assert_array_equal(both.obs[len(alone[0].obs) :], alone[1].obs)
+    np.testing.assert_array_equal(both["a_v"][len(alone[0]) :], alone[1]["a_v"])
+    tail = both.obs_index[len(alone[0]) :] - len(alone[0].obs)
+    np.testing.assert_array_equal(tail, alone[1].obs_index)

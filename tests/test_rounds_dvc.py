@@ -1,0 +1,98 @@
+"""Labelling rounds through DVC (slow): a rerun after all rounds makes no teacher call and trains
+nothing; a change to round 2 reruns rounds 2 and later only (read from `dvc status`); round 2's
+repeated frames come from the cache; a killed round resumes to the uninterrupted result."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import sigkill_once_saved, tiny_params_dict, write_params
+from tests.test_dvc_pipeline import _ran, _run, _scratch_repo, _with_stage_two
+
+pytestmark = pytest.mark.slow
+
+ENV = "MountainCarContinuous-v0"
+RUN = "mcc-erpv"
+
+
+def _round(k: int, **overrides):
+    before = f"{RUN}-r{k - 1}"
+    return {
+        "run": RUN, "env": ENV, "method": "erpv", "round": k,
+        "previous_agent": f"models/rounds/{before}" if k > 1 else f"models/{RUN}",
+        "previous_data": f"data/rounds/{before}" if k > 1 else f"data/datasets/{ENV}",
+        # one seed for every round: each round's episodes start from the same states, so their
+        # first frames repeat and their answers come from the cache
+        "episodes": 2, "steps": 150, "seed": 7, **overrides,
+    }  # fmt: skip
+
+
+def _params():
+    params = _with_stage_two(tiny_params_dict((ENV,), episodes=2), {RUN: (ENV, "erpv")})
+    params["erpv"]["resume_every"] = 40
+    params["rounds"] = {f"{RUN}-r{k}": _round(k) for k in (1, 2, 3)}
+    return params
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    repo = _scratch_repo(tmp_path_factory.mktemp("rounds") / "repo", _params())
+    return repo, _run(["dvc", "repro"], repo)
+
+
+def _costs(repo, k):
+    return json.loads((repo / "metrics" / "rounds" / f"{RUN}-r{k}.json").read_text())["costs"]
+
+
+def test_rounds_pay_once_and_rerun_only_from_the_changed_round(built, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(built[0], repo, symlinks=True)
+    rounds = [f"round@{RUN}-r{k}" for k in (1, 2, 3)]
+    assert set(rounds) <= set(_ran(built[1]))
+    first, second = _costs(repo, 1), _costs(repo, 2)
+    assert first["teacher_calls"] > 0 and first["frames_collected"] == 2 * 21
+    # round 2's episodes start where round 1's did: their first frames are answered already
+    assert second["cache_hits"] >= 2 and second["teacher_calls"] < second["prompts"]
+    manifest = json.loads((repo / "data/rounds" / f"{RUN}-r2/rollouts/manifest.json").read_text())
+    assert manifest["acting_agent"]["agent"] == f"models/rounds/{RUN}-r1"
+    agent = json.loads((repo / "models/rounds" / f"{RUN}-r3" / "agent.json").read_text())
+    assert agent["round"] == 3 and len(agent["data"]["round_parts"]) == 3
+
+    assert _ran(_run(["dvc", "repro"], repo)) == []  # no teacher call, nothing trained
+
+    params = _params()
+    params["rounds"][f"{RUN}-r2"]["steps"] = 120
+    write_params(repo / "params.yaml", params)
+    stale = json.loads(_run(["dvc", "status", "--json"], repo))
+    assert sorted(stale) == ["check_params", f"round@{RUN}-r2"], stale  # r3 follows its output
+    ran = _ran(_run(["dvc", "repro"], repo))
+    assert ran == ["check_params", f"round@{RUN}-r2", f"round@{RUN}-r3"], ran
+    assert _costs(repo, 2)["teacher_calls"] == 0  # the same frames: every answer cached
+
+
+def test_a_killed_round_resumes_to_the_uninterrupted_result(built, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(built[0], repo, symlinks=True)
+    name = f"{RUN}-r1"
+    for outputs in ("data/rounds", "data/round_caches", "models/rounds"):
+        shutil.rmtree(repo / outputs / name)
+    state = repo / ".resume" / "rounds" / name / "state.pt"
+    cmd = [
+        sys.executable, "-m", "stages.round", "--params", "params.yaml", "--round", name,
+        "--data", f"data/rounds/{name}", "--caches", f"data/round_caches/{name}",
+        "--out", f"models/rounds/{name}",
+        "--live", f"plots/rounds/{name}", "--summary", f"metrics/rounds/{name}.json",
+        "--resume-dir", f".resume/rounds/{name}",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sigkill_once_saved(proc, state)
+    assert state.exists() and not (repo / "models/rounds" / name / "agent.json").exists()
+    _run(cmd, repo)
+    weights = "models/rounds/" + name + "/agent.safetensors"
+    assert (repo / weights).read_bytes() == (built[0] / weights).read_bytes()
+    assert not state.exists()  # finished: nothing left to resume
