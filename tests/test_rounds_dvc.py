@@ -60,6 +60,8 @@ def test_rounds_pay_once_and_rerun_only_from_the_changed_round(built, tmp_path):
     assert second["cache_hits"] >= 2 and second["teacher_calls"] < second["prompts"]
     manifest = json.loads((repo / "data/rounds" / f"{RUN}-r2/rollouts/manifest.json").read_text())
     assert manifest["acting_agent"]["agent"] == f"models/rounds/{RUN}-r1"
+    card = (repo / "data/rounds" / f"{RUN}-r2/dataset/README.md").read_text()
+    assert f"labelling round 2 of run `{RUN}` by the agent `models/rounds/{RUN}-r1`" in card
     agent = json.loads((repo / "models/rounds" / f"{RUN}-r3" / "agent.json").read_text())
     assert agent["round"] == 3 and len(agent["data"]["round_parts"]) == 3
 

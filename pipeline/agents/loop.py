@@ -48,9 +48,10 @@ def train_off_policy(
     draws (its offline fraction and sampler). The loop settings are the agent's config's:
 
     - The first `start_steps` actions are uniform random and no update is made (table 6: 1,000
-      warm-up steps); with `act_from_start` (a warm-started agent: a labelling round) the agent
-      acts from the first step, and updates begin after min(start_steps, batch_size) steps; after that, every `update_every` steps, `update_every` updates (one per
-      step), each on a batch of `batch_size`.
+      warm-up steps); after that, every `update_every` steps, `update_every` updates (one per
+      step), each on a batch of `batch_size`. With `act_from_start` (a warm-started agent: a
+      labelling round) the agent acts from the first step, and updates begin after
+      min(start_steps, batch_size) steps.
     - Every `log_every` steps a row of metrics (means over the updates since the last row, plus
       `eval_fn(agent)` when given) is appended, keyed also by `step`. `eval_fn` must play in an
       env of its own: resetting `env` would cut the training episode short.

@@ -307,7 +307,7 @@ class RoundConfig(Section):
     )
     previous_data: str = Field(
         description="What this round's data extends: `data/datasets/<env>` for round 1, "
-        "`data/rounds/<round k-1>` after (its dataset parts and label cache)."
+        "`data/rounds/<round k-1>` after (its dataset parts)."
     )
     episodes: int = Field(ge=1, description="Episodes the previous agent collects this round.")
     steps: int = Field(ge=1, description="Agent steps of this round's training.")

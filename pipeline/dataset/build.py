@@ -241,6 +241,8 @@ def build_dataset(
         "env": manifest["env"],
         "collect": manifest["collect"],
         "acting_teacher": manifest.get("acting_teacher"),
+        # a labelling round's part: which round of which run, and the agent that collected it
+        **({"acting_agent": manifest["acting_agent"]} if "acting_agent" in manifest else {}),
         # what produced it; versions, not a commit, so the same inputs give the same bytes
         "software": {name: version(name) for name in SOFTWARE},
         "observation": manifest["observation"],

@@ -106,7 +106,8 @@ without the pipeline.
 
 ## Provenance
 
-{% if info.acting_teacher %}Teacher phases of the collection acted on `{{ info.acting_teacher.id }}` (ERPv D.1's RAE); the labels
+{% if info.acting_agent %}Collected in labelling round {{ info.acting_agent.round }} of run `{{ info.acting_agent.run }}` by the agent `{{ info.acting_agent.agent }}` (weights sha256 `{{ info.acting_agent.agent_sha256 }}`, actions: {{ info.acting_agent.explore }}); its frames were labelled in batch after collection, and the agent of the next round trains on them.
+{% endif %}{% if info.acting_teacher %}Teacher phases of the collection acted on `{{ info.acting_teacher.id }}` (ERPv D.1's RAE); the labels
 are the labelling teacher's, asked afterwards. {% endif %}Made with {% for name, v in info.software.items() %}`{{ name }} {{ v }}`{{ ", " if not loop.last else "." }}{% endfor %}
 
 ## License and citation
