@@ -63,6 +63,7 @@ def _params(base: dict[str, Any], args: argparse.Namespace, seed: int) -> dict[s
         f"erpv-static-s{seed}": {"env": ENV, "method": "erpv", "steps": args.steps, "seed": seed},
         f"erpv-rounds-s{seed}": {
             "env": ENV, "method": "erpv", "steps": args.static_steps, "seed": seed,
+            "overrides": {"save_training_state": True},
         },
     }  # fmt: skip
     run = f"erpv-rounds-s{seed}"

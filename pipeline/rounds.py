@@ -11,9 +11,9 @@ the loop. A round does the same work offline, in batch, through the content-addr
 2. the env's label teacher (`label.per_env.<env>` merged over `label`) answers their frames in
    batch; answers already in the env's label cache or an earlier round's cost nothing;
 3. masks and a dataset part of those episodes, as the masks and dataset stages make them;
-4. the agent trains `steps` more steps, warm-started from the previous agent (it acts from its
-   first step), on the static dataset plus every round's part so far as the replay's offline
-   half: ERPv's VPG and VER read a_v on the rounds' rows, Semore's selective replay the judge's
+4. the agent trains `steps` more steps, going on from the previous agent's training state
+   (weights, optimisers, the replay's online part: `save_training_state`; it acts from its first
+   step), with the static dataset plus every round's part so far as the replay's offline half: ERPv's VPG and VER read a_v on the rounds' rows, Semore's selective replay the judge's
    verdicts on the agent's own pairs and the masks of its own frames.
 
 Round k's data lives in `data/rounds/<name>/` (rollouts, labels, masks, dataset part,
@@ -47,7 +47,6 @@ from pipeline.labelling.label import label_rollouts
 from pipeline.masks import make_mask_backend
 from pipeline.masks.compute import compute_masks
 from pipeline.methods.base import TrainInputs
-from pipeline.methods.off_policy import OffPolicyMethod
 from pipeline.methods.table import check_params, get_method, load_agent
 from pipeline.rollouts.collect import Acting, collect
 from pipeline.teachers import make_teacher
@@ -145,12 +144,7 @@ def run_round(
     cfg = params.rounds[name]
     assert params.train is not None  # check_params: a round's run exists
     run = params.train[cfg.run]
-    method = get_method(run.method)
-    if not isinstance(method, OffPolicyMethod):
-        raise RoundError(
-            f"rounds.{name}: run {cfg.run} trains with {run.method}; rounds extend the replay of "
-            "the SAC family (sac, drq, erpv, semore)"
-        )
+    method = get_method(run.method)  # the SAC family: check_params refuses other methods
     if params.label is None or params.masks is None or params.dataset is None:
         raise ConfigError("a round needs the label, masks and dataset sections of params.yaml")
     data_dir, env_id = Path(data_dir), run.env
@@ -214,7 +208,8 @@ def run_round(
     result = method.train(
         f"{cfg.run}@{name}", round_run, params, inputs, progress=progress, resume_dir=resume_dir
     )
-    result.agent.save(model_dir, {**result.meta, "round": cfg.round, "round_name": name})
+    result.meta |= {"round": cfg.round, "round_name": name}
+    result.save(model_dir)
     summary = RoundSummary(
         round=cfg.round,
         frames_collected=manifest["totals"]["samples"],

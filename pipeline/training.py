@@ -50,7 +50,7 @@ def train_run(
     run = params.train[name]
     method = get_method(run.method)
     result = method.train(name, run, params, inputs, progress=progress, resume_dir=resume_dir)
-    result.agent.save(out_dir, result.meta)
+    result.save(out_dir)
     eval_episodes = getattr(method.params(params, run), "eval_episodes", None)
     write_training_log(log_dir, summary_path, result.curve, result.logs)
     write_run_summary(summary_path, eval_episodes)

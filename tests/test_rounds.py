@@ -26,7 +26,15 @@ ENV = "MountainCarContinuous-v0"
 
 def _params(**rounds):
     raw = tiny_params_dict((ENV,))
-    raw["train"] = {"mcc-erpv": {"env": ENV, "method": "erpv", "steps": 300, "seed": 0}}
+    raw["train"] = {
+        "mcc-erpv": {
+            "env": ENV,
+            "method": "erpv",
+            "steps": 300,
+            "seed": 0,
+            "overrides": {"save_training_state": True},
+        }
+    }
     raw["rounds"] = rounds
     return raw
 
@@ -144,3 +152,40 @@ def test_a_rounds_dataset_parts_are_read_after_the_static_dataset(tmp_path):
     np.testing.assert_array_equal(both["a_v"][len(alone[0]) :], alone[1]["a_v"])
     tail = both.obs_index[len(alone[0]) :] - len(alone[0].obs)
     np.testing.assert_array_equal(tail, alone[1].obs_index)
+
+
+def test_round_one_needs_its_runs_training_state():
+    from pipeline.methods.table import check_params
+
+    raw = _params(r1=_round(1))
+    raw["train"]["mcc-erpv"]["overrides"] = {}
+    raw["erpv"] = yaml.safe_load((REPO / "params.yaml").read_text())["erpv"]
+    with pytest.raises(ConfigError, match=r"set `save_training_state: true` in train\.mcc-erpv"):
+        check_params(parse_params(raw))
+
+
+def test_a_training_state_round_trips_without_pickle(tmp_path):
+    import torch
+
+    from pipeline.agents.state_io import StateFileError, load_state, save_state
+
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimiser = torch.optim.Adam([weight])
+    weight.grad = torch.ones(3)
+    optimiser.step()
+    state = {
+        "agent": {"optimizers": {"actor": optimiser.state_dict()}, "update_step": 7},
+        "buffer": {"obs": np.arange(6, dtype=np.float32).reshape(2, 3), "counters": (2, 1, 0),
+                   "episode_open": True, "fields": {}},
+    }  # fmt: skip
+    save_state(tmp_path, "ts", state)
+    back = load_state(tmp_path, "ts")
+    again = torch.optim.Adam([torch.nn.Parameter(torch.ones(3))])
+    again.load_state_dict(back["agent"]["optimizers"]["actor"])  # int keys kept as ints
+    torch.testing.assert_close(again.state_dict()["state"][0]["exp_avg"],
+                               optimiser.state_dict()["state"][0]["exp_avg"])  # fmt: skip
+    np.testing.assert_array_equal(back["buffer"]["obs"], state["buffer"]["obs"])
+    assert back["buffer"]["counters"] == (2, 1, 0) and back["agent"]["update_step"] == 7
+    (tmp_path / "ts.json").write_text("{not json")
+    with pytest.raises(StateFileError, match=r"ts\.json"):
+        load_state(tmp_path, "ts")

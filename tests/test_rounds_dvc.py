@@ -35,6 +35,7 @@ def _round(k: int, **overrides):
 def _params():
     params = _with_stage_two(tiny_params_dict((ENV,), episodes=2), {RUN: (ENV, "erpv")})
     params["erpv"]["resume_every"] = 40
+    params["train"][RUN]["overrides"] = {"save_training_state": True}
     params["rounds"] = {f"{RUN}-r{k}": _round(k) for k in (1, 2, 3)}
     return params
 

@@ -148,6 +148,12 @@ class SACParams(Section):
         "stage's resume directory): a killed run goes on from the last one, with the same final "
         "result. 0: none.",
     )
+    save_training_state: bool = Field(
+        default=False,
+        description="Write the run's final training state (optimisers, the replay's online "
+        "part) beside its checkpoint, as safetensors + JSON: what a labelling round resumes "
+        "from (`rounds:`; set it in the run's overrides). Large for long pixel runs.",
+    )
     eval_episodes: int = Field(
         default=1,
         ge=0,

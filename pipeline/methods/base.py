@@ -17,6 +17,7 @@ import torch
 
 from pipeline.agents.checkpoint import AGENT_WEIGHTS
 from pipeline.agents.resume import Resume, fingerprint
+from pipeline.agents.state_io import save_state
 from pipeline.config import (
     ConfigError,
     Params,
@@ -32,6 +33,7 @@ from pipeline.io import sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME
 
 TRAIN_EVAL_SEED = 10_000  # seeds of the evaluation episodes played during training
+TRAINING_STATE = "training_state"  # <name>.json + <name>.safetensors beside a checkpoint
 
 
 class TrainError(PipelineError, ValueError):
@@ -87,6 +89,14 @@ class TrainResult:
     curve: list[tuple[int, float]]
     meta: dict[str, Any]
     logs: list[dict[str, float]] = field(default_factory=list)
+    # the final optimisers and replay (SAC family with `save_training_state`): written beside
+    # the checkpoint as TRAINING_STATE, what a labelling round resumes from
+    training_state: dict[str, Any] | None = None
+
+    def save(self, out_dir: str | Path) -> None:
+        self.agent.save(out_dir, self.meta)
+        if self.training_state is not None:
+            save_state(out_dir, TRAINING_STATE, self.training_state)
 
 
 class Method(ABC):

@@ -16,12 +16,14 @@ import torch
 from pipeline.agents.loop import train_off_policy
 from pipeline.agents.off_policy import OffPolicyAgent, SACParams, env_obs_shape
 from pipeline.agents.replay import OfflinePool, ReplayBuffer
+from pipeline.agents.state_io import has_state, load_state
 from pipeline.config import Params, TrainRun
 from pipeline.dataset.transitions import Label, OfflineTransitions, load_offline_transitions
 from pipeline.envs import STATE, make_env
 from pipeline.evaluation import deployed, play_episodes
 from pipeline.methods.base import (
     TRAIN_EVAL_SEED,
+    TRAINING_STATE,
     Method,
     TrainError,
     TrainInputs,
@@ -100,8 +102,6 @@ class OffPolicyMethod(Method):
                 data_hashes = inputs.dataset_hashes()
             agent, more = self.build_agent(env, hp, run, inputs)
             data_hashes |= more
-            if inputs.warm_start is not None:
-                agent.load_weights(inputs.warm_start)  # a labelling round goes on from there
             buffer = ReplayBuffer(
                 obs,
                 env_obs_shape(env, hp.network),
@@ -113,6 +113,8 @@ class OffPolicyMethod(Method):
                 offline_pool=self.offline_pool(hp, offline) if offline is not None else None,
                 device=agent.device,  # frames once, where the update runs
             )
+            if inputs.warm_start is not None:  # a labelling round goes on from there
+                _warm_start(agent, buffer, inputs.warm_start)
             material = run_material(name, run, hp, env_cfg, data_hashes)
             resume = resume_for(resume_dir, hp.resume_every, material)
             curve, logs = train_off_policy(
@@ -141,8 +143,27 @@ class OffPolicyMethod(Method):
             "seed": run.seed,
             "data": data_hashes,
         }
-        return TrainResult(agent, curve, meta, logs)
+        state = (
+            {"agent": agent.training_state(), "buffer": buffer.online_state()}
+            if hp.save_training_state
+            else None
+        )
+        return TrainResult(agent, curve, meta, logs, state)
 
     def load(self, directory: str | Path, device: torch.device | str = "cpu") -> OffPolicyAgent:
         """Deployment needs the acting networks only (SAC's, for sac, drq and erpv)."""
         return self.deployed_agent.load(directory, device, params_class=self.params_class)
+
+
+def _warm_start(agent: OffPolicyAgent, buffer: ReplayBuffer, directory: Path) -> None:
+    """The previous agent's weights (checked against this agent's config), optimisers and
+    replay: training goes on as if it had not stopped, on the new offline data."""
+    if not has_state(directory, TRAINING_STATE):
+        raise TrainError(
+            f"{directory} holds no training state to go on from ({TRAINING_STATE}.json); the run "
+            "it comes from needs `save_training_state: true` (in its overrides)"
+        )
+    agent.load_weights(directory)
+    state = load_state(directory, TRAINING_STATE)
+    agent.load_training_state(state["agent"])
+    buffer.load_online_state(state["buffer"])

@@ -13,6 +13,7 @@ from pipeline.config import ConfigError, Params, TrainRun
 from pipeline.evaluation import Agent
 from pipeline.methods import drq, erpv, hybrid_ppo, ppo, sac, semore
 from pipeline.methods.base import Method
+from pipeline.methods.off_policy import OffPolicyMethod
 
 METHODS: dict[str, Method] = {
     m.name: m
@@ -69,8 +70,36 @@ def check_params(params: Params) -> None:
                 continue
         problems += method.check_run(name, run, params)
     problems += erpv.check_critic(params)
+    problems += _round_problems(params)
     if problems:
         raise ConfigError("params.yaml is invalid:\n  " + "\n  ".join(problems))
+
+
+def _round_problems(params: Params) -> list[str]:
+    """A labelling round resumes its run's training state: only the SAC family keeps one, and
+    only with `save_training_state` (parse_params checks the chain of rounds itself)."""
+    problems = []
+    for name, r in params.rounds.items():
+        run = (params.train or {}).get(r.run)
+        if run is None or r.round != 1 or run.method not in METHODS:
+            continue
+        method = METHODS[run.method]
+        if not isinstance(method, OffPolicyMethod):
+            problems.append(
+                f"rounds.{name}: run {r.run} trains with {run.method}; labelling rounds extend "
+                "the replay of the SAC family (sac, drq, erpv, semore)"
+            )
+        elif params.section(run.method) is not None:
+            try:
+                keeps = method.params(params, run).save_training_state
+            except ConfigError:
+                continue  # reported above
+            if not keeps:
+                problems.append(
+                    f"rounds.{name}: round 1 goes on from train.{r.run}'s optimisers and replay; "
+                    f"set `save_training_state: true` in train.{r.run}.overrides"
+                )
+    return problems
 
 
 def load_agent(directory: str | Path, device: torch.device | str = "cpu") -> Agent:
