@@ -194,8 +194,10 @@ def run_round(
                                          "round_parts": round_parts})  # fmt: skip
 
     # 4. train on, from the previous agent, on the static dataset and every round's part
+    # the round's own seed for its training episodes (resets) and batches: not the static run's,
+    # whose episodes' starting states would repeat in every round
     round_run = TrainRun(
-        env=env_id, method=run.method, steps=cfg.steps, seed=run.seed, overrides=run.overrides
+        env=env_id, method=run.method, steps=cfg.steps, seed=cfg.seed, overrides=run.overrides
     )
     inputs = TrainInputs(
         rollouts=Path("data/rollouts") / env_id,
