@@ -50,8 +50,8 @@ def train_off_policy(
     - The first `start_steps` actions are uniform random and no update is made (table 6: 1,000
       warm-up steps); after that, every `update_every` steps, `update_every` updates (one per
       step), each on a batch of `batch_size`. With `act_from_start` (a warm-started agent: a
-      labelling round) the agent acts from the first step, and updates begin after
-      min(start_steps, batch_size) steps.
+      labelling round) the agent acts from the first step, and updates begin as soon as the
+      ring holds `batch_size` online steps (at once when its replay was restored).
     - Every `log_every` steps a row of metrics (means over the updates since the last row, plus
       `eval_fn(agent)` when given) is appended, keyed also by `step`. `eval_fn` must play in an
       env of its own: resetting `env` would cut the training episode short.
@@ -91,9 +91,13 @@ def train_off_policy(
     if state is None:
         buffer.begin_episode(obs[kind])
     episode_return = 0.0
-    # a warm-started agent needs no warm-up: its updates begin once a batch's worth of its own
-    # steps is in the ring
-    first_update = min(cfg.start_steps, cfg.batch_size) if act_from_start else cfg.start_steps
+    # a warm-started agent needs no warm-up: its updates begin once the ring holds a batch's
+    # worth of online steps (at once when its replay was restored)
+    first_update = (
+        min(cfg.start_steps, max(0, cfg.batch_size - buffer.online_size))
+        if act_from_start
+        else cfg.start_steps
+    )
     bar = tqdm(range(first, steps), desc="train", unit="step", disable=not progress)
     for step in bar:
         explore = step < cfg.start_steps and not act_from_start
