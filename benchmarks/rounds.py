@@ -38,6 +38,7 @@ import polars as pl
 import torch
 import yaml
 
+from pipeline.agents.checkpoint import read_meta
 from pipeline.config import parse_params
 from pipeline.evaluation import deployed, evaluate_policy
 from pipeline.io import atomic_write_json
@@ -94,7 +95,12 @@ def _train(name: str, params, episodes: int) -> dict[str, Any]:
               progress=False)  # fmt: skip
     seconds = time.perf_counter() - started
     return {"final_return": _evaluate(Path("models") / name, params, episodes),
-            "train_s": round(seconds, 1)}  # fmt: skip
+            "train_s": round(seconds, 1), "updates": _updates(Path("models") / name)}  # fmt: skip
+
+
+def _updates(model: Path) -> int:
+    """Gradient updates the agent has had (rounds go on counting from the run's)."""
+    return int(read_meta(model)["update_step"])
 
 
 def run_cell(arm: str, seed: int, args: argparse.Namespace, base: dict[str, Any]) -> dict:
@@ -117,6 +123,7 @@ def run_cell(arm: str, seed: int, args: argparse.Namespace, base: dict[str, Any]
         rounds.append(summary.__dict__)
     return {
         "final_return": evals[-1], "eval_after_each_round": evals, "env_steps": env_steps,
+        "updates": _updates(Path("models/rounds") / f"{name}-r{args.rounds}"),
         "round_teacher_calls": sum(r["teacher_calls"] for r in rounds), "rounds": rounds,
     }  # fmt: skip
 
@@ -133,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-episodes", type=int, default=2)
     parser.add_argument("--episode-steps", type=int, default=125, help="agent steps per episode")
     parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     args = parser.parse_args(argv)
     base = yaml.safe_load(args.params.read_text())
     torch.set_num_threads(1)
@@ -143,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(args.data / part, out / part)
     os.chdir(out)  # the rounds read and write the repository layout
     for seed in range(args.seeds):
-        for arm in ARMS:
+        for arm in args.arms:
             cell = out / "cells" / f"{arm}-s{seed}.json"
             if cell.exists():
                 continue
@@ -159,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         f"prompts (every arm but sac reads them) plus each arm's rounds; at ERPv table 14's "
         f"{SECONDS_PER_VLM_CALL} s per Qwen2-VL-7B call.",
         "",
-        f"{'arm':<14}{'seeds':>6}{'final return':>20}{'env steps':>11}{'calls':>8}{'VLM s':>9}"
-        f"  per seed",
+        f"{'arm':<14}{'seeds':>6}{'final return':>20}{'env steps':>11}{'updates':>9}"
+        f"{'calls':>8}{'VLM s':>9}  per seed",
     ]
     for arm in ARMS:
         cells = [json.loads(p.read_text()) for p in sorted((out / "cells").glob(f"{arm}-s*.json"))]
@@ -172,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         lines.append(
             f"{arm:<14}{len(cells):>6}{finals.mean():>11.1f} +- {finals.std():<6.1f}"
-            f"{int(np.mean([c['env_steps'] for c in cells])):>11}{calls:>8.0f}"
+            f"{int(np.mean([c['env_steps'] for c in cells])):>11}"
+            f"{int(np.mean([c.get('updates', -1) for c in cells])):>9}{calls:>8.0f}"
             f"{calls * SECONDS_PER_VLM_CALL:>9.0f}  " + ", ".join(f"{f:.1f}" for f in finals)
         )
         if arm == "erpv-rounds":
