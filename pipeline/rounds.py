@@ -16,12 +16,13 @@ the loop. A round does the same work offline, in batch, through the content-addr
    step), with the static dataset plus every round's part so far as the replay's offline half: ERPv's VPG and VER read a_v on the rounds' rows, Semore's selective replay the judge's
    verdicts on the agent's own pairs and the masks of its own frames.
 
-Round k's data lives in `data/rounds/<name>/` (rollouts, labels, masks, dataset part,
-`parts.json`: the dataset parts its training read), its caches in `data/round_caches/<name>/`
-(persisted: a rerun pays only for new frames; later rounds read them, with the env's label
-cache) and its agent in `models/rounds/<name>/`; all are DVC outputs of round@<name>, so a change
-to round 2 reruns rounds 2 and later only. Each round's costs (frames, prompts, cache hits, teacher calls and what
-they would cost at ERPv table 14's 6.95 s per Qwen2-VL-7B call) are its metrics.
+Round k's data lives in `data/rounds/<name>/` (rollouts, labels, masks, dataset part, the
+audit page of its labels, `parts.json`: the dataset parts its training read), its caches in
+`data/round_caches/<name>/` (persisted: a rerun pays only for new frames; later rounds read
+them, with the env's label cache) and its agent in `models/rounds/<name>/`; all are DVC outputs
+of round@<name>, so a change to round 2 reruns rounds 2 and later only. Each round's costs
+(frames, prompts, those answered before, teacher calls and what they would cost at ERPv table
+14's 6.95 s per Qwen2-VL-7B call) are its metrics, the same on every machine.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import torch
 
 from pipeline.agents.checkpoint import AGENT_WEIGHTS
@@ -43,12 +45,14 @@ from pipeline.dataset.stacking import FrameStacker
 from pipeline.errors import PipelineError
 from pipeline.evaluation import Agent
 from pipeline.io import atomic_write_json, sha256_file
+from pipeline.labelling.audit import write_audit
 from pipeline.labelling.label import label_rollouts
 from pipeline.masks import make_mask_backend
 from pipeline.masks.compute import compute_masks
 from pipeline.methods.base import TrainInputs
 from pipeline.methods.table import check_params, get_method, load_agent
 from pipeline.rollouts.collect import Acting, collect
+from pipeline.tables import read_label_table
 from pipeline.teachers import make_teacher
 
 log = logging.getLogger(__name__)
@@ -67,18 +71,25 @@ class RoundError(PipelineError, ValueError):
 
 @dataclass
 class RoundSummary:
-    """What one round paid: the costs are its metrics (metrics/rounds/<name>.json)."""
+    """What one round costs: its metrics (metrics/rounds/<name>.json), a pure function of its
+    inputs. `teacher_calls` is what the round pays on a fresh build: its distinct prompts that
+    neither the env's label table nor an earlier round's answered. What this run actually sent
+    (none on a rerun that finds its own cache) is `calls_made_now`, printed, not a metric."""
 
     round: int
     frames_collected: int
     env_steps_collected: int
-    prompts: int
-    cache_hits: int
-    teacher_calls: int
+    prompts: int  # queried (frame, task) rows
+    distinct_prompts: int  # distinct cache keys among them
+    answered_before: int  # of those, answered in the env's label table or an earlier round's
+    teacher_calls: int  # distinct_prompts - answered_before
     teacher_seconds_at_erpv_rate: float
-    masks_computed: int  # frames the segmenter ran on (the rest came from the mask cache)
     dataset_parts: int
     offline_transitions_added: int
+    calls_made_now: int = 0
+
+    def metrics(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "calls_made_now"}
 
 
 class AgentBehaviour:
@@ -181,12 +192,19 @@ def run_round(
         read_also=[Path("data/label_cache") / env_id, *earlier], progress=progress,
     )  # fmt: skip
 
+    queried = read_label_table(labels, ["cache_key", "queried"]).filter(pl.col("queried"))
+    keys = set(queried["cache_key"])
+    tables = [Path("data/labels") / f"{env_id}.parquet"]
+    tables += [Path("data/rounds") / n / "labels.parquet" for n in _earlier_rounds(params, cfg)]
+    before = set().union(*(set(read_label_table(t, ["cache_key"])["cache_key"]) for t in tables))
+
     # 3. masks and this round's dataset part
     masks = data_dir / "masks.parquet"
-    masked = compute_masks(
+    compute_masks(
         rollouts, labels, make_mask_backend(params.masks), caches_dir / MASK_CACHE, masks,
         batch_size=params.masks.batch_size, progress=progress,
     )  # fmt: skip
+    write_audit(rollouts, labels, data_dir / "audit.html", masks)  # what the VLM said of them
     part = data_dir / "dataset"
     build_dataset(rollouts, labels, masks, part, shard_max_samples=params.dataset.shard_max_samples)
     round_parts = [*_parts_before(cfg), part.as_posix()]
@@ -216,17 +234,18 @@ def run_round(
         round=cfg.round,
         frames_collected=manifest["totals"]["samples"],
         env_steps_collected=manifest["totals"]["steps"],
-        prompts=labelled.queried,
-        cache_hits=labelled.cache_hits,
-        teacher_calls=labelled.teacher_calls,
-        teacher_seconds_at_erpv_rate=round(labelled.teacher_calls * SECONDS_PER_VLM_CALL, 2),
-        masks_computed=masked.computed,
+        prompts=queried.height,
+        distinct_prompts=len(keys),
+        answered_before=len(keys & before),
+        teacher_calls=len(keys - before),
+        teacher_seconds_at_erpv_rate=round(len(keys - before) * SECONDS_PER_VLM_CALL, 2),
         dataset_parts=1 + len(round_parts),
         offline_transitions_added=manifest["totals"]["steps"],
+        calls_made_now=labelled.teacher_calls,
     )
     write_training_log(live_dir, summary_path, result.curve, result.logs)
     eval_episodes = getattr(method.params(params, round_run), "eval_episodes", None)
     write_run_summary(summary_path, eval_episodes)
     costs = json.loads(Path(summary_path).read_text())
-    atomic_write_json(summary_path, {**costs, "costs": asdict(summary)})
+    atomic_write_json(summary_path, {**costs, "costs": summary.metrics()})
     return summary

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     except (PipelineError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    costs = ", ".join(f"{k} {v}" for k, v in asdict(summary).items())
+    costs = ", ".join(f"{k} {v}" for k, v in asdict(summary).items())  # calls_made_now too
     print(f"round {args.round}: {costs}")
     return 0
 
