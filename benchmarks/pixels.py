@@ -85,7 +85,7 @@ def merged_params(params_path: str | Path, preset: dict[str, Any]) -> dict[str, 
             raw[section] = value
     raw["envs"] = [ENV]
     raw["train"] = {}
-    raw.pop("rounds", None)  # params.yaml's labelling rounds follow its own runs
+    raw["rounds"] = {}  # params.yaml's labelling rounds follow its own runs
     return raw
 
 

@@ -284,7 +284,7 @@ def cell_params(params_path: str | Path, cell: Cell) -> Params:
     for section, keys in cell.overrides.items():
         raw[section] = {**(raw.get(section) or {}), **keys}
     raw["train"] = {cell.name: cell.run}
-    raw.pop("rounds", None)  # params.yaml's labelling rounds follow its own runs
+    raw["rounds"] = {}  # params.yaml's labelling rounds follow its own runs
     return parse_params(raw, source=f"{params_path} + cell {cell.name}")
 
 

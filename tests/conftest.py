@@ -60,6 +60,7 @@ def tiny_params_dict(envs: tuple[str, ...] = ("MountainCar-v0",), **collect_over
         "label": {**copy.deepcopy(TINY_LABEL), "per_env": {e: {} for e in envs}},
         "masks": {"backend": "scripted", "batch_size": 16},
         "dataset": {"shard_max_samples": 100},
+        "rounds": {},  # dvc.yaml iterates over it: none, but the key must be there
     }
 
 
