@@ -60,7 +60,8 @@ def test_rounds_pay_once_and_rerun_only_from_the_changed_round(built, tmp_path):
     # round 2's episodes start where round 1's did: their first frames are answered already
     assert second["answered_before"] >= 2
     assert second["teacher_calls"] == second["distinct_prompts"] - second["answered_before"]
-    assert (repo / "data/rounds" / f"{RUN}-r2" / "audit.html").exists()
+    audit = (repo / "data/rounds" / f"{RUN}-r2" / "audit.html").read_text()
+    assert f"Labelling round 2 of run <code>{RUN}</code>" in audit  # which round a label is from
     manifest = json.loads((repo / "data/rounds" / f"{RUN}-r2/rollouts/manifest.json").read_text())
     assert manifest["acting_agent"]["agent"] == f"models/rounds/{RUN}-r1"
     card = (repo / "data/rounds" / f"{RUN}-r2/dataset/README.md").read_text()

@@ -230,6 +230,8 @@ def build_audit(
 
     return {
         "env_id": env_id,
+        # a labelling round's frames: which round of which run, collected by which agent
+        "acting_agent": manifest.get("acting_agent"),
         "teacher_ids": sorted(set(table["teacher_id"])),
         "scripted": any(t.startswith("scripted:") for t in table["teacher_id"].unique()),
         "rows": table.height,
@@ -255,7 +257,7 @@ def build_audit(
 
 
 _TEMPLATE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Label audit: {{ a.env_id }}</title>
+<html lang="en"><head><meta charset="utf-8"><title>Label audit: {{ a.env_id }}{% if a.acting_agent %}, round {{ a.acting_agent.round }} of {{ a.acting_agent.run }}{% endif %}</title>
 <style>
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
 h1 { font-size: 1.5em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
@@ -272,6 +274,9 @@ th { background: #f5f5f5; } td.l, th.l { text-align: left; }
 #br-detail pre { white-space: pre-wrap; background: #fafafa; padding: 4px; max-height: 16em; overflow: auto; }
 </style></head><body>
 <h1>Label audit: {{ a.env_id }}</h1>
+{% if a.acting_agent %}<p>Labelling round {{ a.acting_agent.round }} of run <code>{{ a.acting_agent.run }}</code>:
+the frames below were collected by the agent <code>{{ a.acting_agent.agent }}</code> ({{ a.acting_agent.explore }} actions)
+and labelled in batch afterwards; the agent of this round trained on them.</p>{% endif %}
 <p>Teacher{% if a.teacher_ids|length > 1 %}s{% endif %}: {% for t in a.teacher_ids %}<code>{{ t }}</code> {% endfor %}<br>
 {{ a.frames }} frames, {{ a.queried }} teacher answers (queried frames x tasks), {{ a.rows }} label rows in all.</p>
 {% if a.scripted %}<p class="note">The scripted teacher is a stand-in for a VLM:
