@@ -1,7 +1,7 @@
 """DVC stage `round@<name>`: one labelling round of params.yaml's `rounds.<name>`
 (pipeline.rounds): the previous agent collects, the label teacher answers the new frames in
 batch through the cache, masks and a dataset part follow, and the agent trains on from the
-previous one. Its costs (teacher calls, cache hits, frames) are its metrics.
+previous one. Its costs (frames, prompts, teacher calls on a fresh build) are its metrics.
 
     python -m stages.round --params params.yaml --round cartpole-swingup-erpv-r1 \\
         --data data/rounds/cartpole-swingup-erpv-r1 --caches data/round_caches/cartpole-swingup-erpv-r1 \\
