@@ -190,6 +190,7 @@ def run_round(
     labelled = label_rollouts(
         rollouts, label_cfg, make_teacher(label_cfg.teacher), caches_dir / LABEL_CACHE, labels,
         read_also=[Path("data/label_cache") / env_id, *earlier], progress=progress,
+        rebuild=f"`dvc repro round@{name}`",
     )  # fmt: skip
 
     queried = read_label_table(labels, ["cache_key", "queried"]).filter(pl.col("queried"))
@@ -202,7 +203,7 @@ def run_round(
     masks = data_dir / "masks.parquet"
     compute_masks(
         rollouts, labels, make_mask_backend(params.masks), caches_dir / MASK_CACHE, masks,
-        batch_size=params.masks.batch_size, progress=progress,
+        batch_size=params.masks.batch_size, progress=progress, rebuild=f"`dvc repro round@{name}`",
     )  # fmt: skip
     write_audit(rollouts, labels, data_dir / "audit.html", masks)  # what the VLM said of them
     part = data_dir / "dataset"

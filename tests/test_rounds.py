@@ -189,3 +189,21 @@ def test_a_training_state_round_trips_without_pickle(tmp_path):
     (tmp_path / "ts.json").write_text("{not json")
     with pytest.raises(StateFileError, match=r"ts\.json"):
         load_state(tmp_path, "ts")
+
+
+def test_a_damaged_round_cache_names_the_round_to_rerun(tmp_path):
+    """A round's own caches are rebuilt by its round stage, not the env's label or masks stage."""
+    from pipeline.segments import StoreError
+
+    rollouts = tmp_path / "rollouts"
+    collect(ENV, env_cfg(max_episode_steps=8), collect_cfg(episodes=1), rollouts, progress=False)
+    cfg, cache = label_cfg(tasks={"action": 2}), tmp_path / "cache"
+    label_rollouts(rollouts, cfg, ScriptedTeacher(1.0, 0), cache, tmp_path / "a.parquet",
+                   progress=False)  # fmt: skip
+    segment = sorted(cache.glob("segment-*.parquet"))[0]
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    segment.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match=r"dvc repro round@r2"):
+        label_rollouts(rollouts, cfg, ScriptedTeacher(1.0, 0), cache, tmp_path / "b.parquet",
+                       progress=False, rebuild="`dvc repro round@r2`")  # fmt: skip

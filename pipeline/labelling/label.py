@@ -204,6 +204,7 @@ def label_rollouts(
     ray_build: Any = None,
     corrections: str | Path | None = None,
     read_also: Sequence[str | Path] = (),
+    rebuild: str | None = None,
 ) -> LabelSummary:
     """Label a finished rollout directory with `cfg` (one env's settings: `label.for_env(env_id)`)
     and `teacher` (made from `cfg.teacher`); write the label table (parquet) to `out_path`, and
@@ -212,7 +213,8 @@ def label_rollouts(
     person's answers on the teacher's for the prompts it corrects. With
     `cfg.executor == "ray"`, the uncached prompts are asked through Ray Data first (actors build
     their teacher with `ray_build`, default `make_teacher(cfg.teacher)`). `read_also`: more
-    label caches answers are served from (read only; a labelling round reads the env's)."""
+    label caches answers are served from (read only; a labelling round reads the env's).
+    `rebuild`: the command that rebuilds `cache_dir` (named in its errors; default label@<env>)."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
     if env_id in cfg.per_env:  # the teacher was built by the caller: it must be this env's
@@ -228,7 +230,7 @@ def label_rollouts(
     cache = LabelCache(
         cache_dir, read_also=[Path(rollout_dir) / TEACHER_CACHE_DIR, *map(Path, read_also)],
         telemetry=telemetry_dir,
-        rebuild=f"`dvc repro label@{env_id}`",
+        rebuild=rebuild or f"`dvc repro label@{env_id}`",
     )  # fmt: skip
     summary = LabelSummary()
     queried_rows: dict[tuple[str, str], dict[str, Any]] = {}  # (sample_key, task) -> row

@@ -112,6 +112,7 @@ def compute_masks(
     progress: bool = True,
     ray: RayExecutorConfig | None = None,
     ray_build: Callable[[], MaskBackend] | None = None,
+    rebuild: str | None = None,
 ) -> MaskSummary:
     """Write the mask table of `rollout_dir` to `out_path`, computing what `cache_dir` lacks.
     With `ray`, the uncached (frame, phrases) pairs are computed on a Ray cluster first (actors
@@ -127,7 +128,10 @@ def compute_masks(
     )
     phrases_of = {key: tuple(value) for key, value in objects.iter_rows()}
     store = SegmentStore(
-        cache_dir, _CACHE_SCHEMA, name="mask cache", rebuild=f"`dvc repro masks@{env_id}`"
+        cache_dir,
+        _CACHE_SCHEMA,
+        name="mask cache",
+        rebuild=rebuild or f"`dvc repro masks@{env_id}`",
     )
     summary = MaskSummary()
     rows: dict[str, dict[str, Any]] = {}

@@ -51,7 +51,8 @@ class TrainInputs:
     dataset: Path | None = None
     critics: Path | None = None
     # a labelling round (pipeline.rounds): the rounds' dataset parts, read after `dataset`, and
-    # the previous agent, whose weights the run starts from (it acts from its first step)
+    # the previous agent's checkpoint, whose training state (weights, optimisers, online replay)
+    # the run goes on from (it acts from its first step)
     round_parts: tuple[Path, ...] = ()
     warm_start: Path | None = None
 
