@@ -42,9 +42,12 @@ class Policy:
     begin: Callable[[dict[str, np.ndarray]], None] = lambda obs: None
 
 
-def deployed(agent: Agent, meta: dict[str, Any] | None = None) -> Policy:
-    """An agent as a deterministic policy over the env's observation dict (frames stacked as in
-    training, restarting at each episode's first observation)."""
+def deployed(
+    agent: Agent, meta: dict[str, Any] | None = None, *, deterministic: bool = True
+) -> Policy:
+    """An agent as a policy over the env's observation dict (frames stacked as in training,
+    restarting at each episode's first observation): deterministic, as deployed, or sampling
+    from the agent's policy (a labelling round's collection)."""
     stacker = FrameStacker(agent.frame_stack, agent.obs_kind)
     fresh = [True]  # the next observation starts an episode
 
@@ -55,7 +58,7 @@ def deployed(agent: Agent, meta: dict[str, Any] | None = None) -> Policy:
         x = obs[agent.obs_kind]
         x = stacker.reset(x) if fresh[0] else stacker.step(x)
         fresh[0] = False
-        return agent.act(x, deterministic=True)
+        return agent.act(x, deterministic=deterministic)
 
     return Policy(act, agent.obs_kind, dict(meta or {}), begin)
 

@@ -41,9 +41,8 @@ from pipeline.agents.checkpoint import AGENT_WEIGHTS
 from pipeline.config import CollectConfig, ConfigError, Params, RoundConfig, TrainRun
 from pipeline.curves import write_run_summary, write_training_log
 from pipeline.dataset.build import build_dataset
-from pipeline.dataset.stacking import FrameStacker
 from pipeline.errors import PipelineError
-from pipeline.evaluation import Agent
+from pipeline.evaluation import Agent, deployed
 from pipeline.io import atomic_write_json, sha256_file
 from pipeline.labelling.audit import write_audit
 from pipeline.labelling.label import label_rollouts
@@ -93,15 +92,15 @@ class RoundSummary:
 
 
 class AgentBehaviour:
-    """A trained agent of this pipeline acting in collect (behaviour `agent`): its frames stacked
-    as in training; `explore`: `sample` draws from the policy, `deterministic` takes its mean.
-    Seeded per episode, so a collection is a function of (weights, seed)."""
+    """A trained agent of this pipeline acting in collect (behaviour `agent`), as `deployed`
+    plays it (frames stacked as in training); `explore`: `sample` draws from the policy,
+    `deterministic` takes its mean. Seeded per episode, so a collection is a function of
+    (weights, seed)."""
 
     tag = "agent"
 
     def __init__(self, agent: Agent, explore: str) -> None:
-        self.agent, self.deterministic = agent, explore == "deterministic"
-        self.stacker = FrameStacker(agent.frame_stack, agent.obs_kind)
+        self.policy = deployed(agent, deterministic=explore == "deterministic")
         self.fresh = True
 
     def reset(self, seed: int) -> None:
@@ -109,21 +108,10 @@ class AgentBehaviour:
         self.fresh = True
 
     def act(self, obs: dict[str, np.ndarray], info: dict[str, Any]) -> tuple[Any, str]:
-        x = obs[self.agent.obs_kind]
-        x = self.stacker.reset(x) if self.fresh else self.stacker.step(x)
-        self.fresh = False
-        with torch.no_grad():
-            return self.agent.act(x, deterministic=self.deterministic), self.tag
-
-
-def _parts_before(cfg: RoundConfig) -> list[str]:
-    """The dataset parts of the rounds before this one (none for round 1)."""
-    if cfg.round == 1:
-        return []
-    path = Path(cfg.previous_data) / PARTS
-    if not path.exists():
-        raise RoundError(f"{path} does not exist: run the round before (`dvc repro`)")
-    return json.loads(path.read_text())["round_parts"]
+        if self.fresh:
+            self.policy.begin(obs)
+            self.fresh = False
+        return self.policy.act(obs), self.tag
 
 
 def _earlier_rounds(params: Params, cfg: RoundConfig) -> list[str]:
@@ -185,18 +173,23 @@ def run_round(
     # 2. labels through the cache: the env's answers and every earlier round's are free
     label_cfg = params.label.for_env(env_id)
     caches_dir = Path(caches_dir)
-    earlier = [caches_dir.parent / n / LABEL_CACHE for n in _earlier_rounds(params, cfg)]
+    earlier = _earlier_rounds(params, cfg)  # their data and caches lie beside this round's
+    for n in earlier:
+        if not (data_dir.parent / n / "dataset").exists():
+            raise RoundError(f"{data_dir.parent / n} is not built: run `dvc repro round@{n}` first")
     labels = data_dir / "labels.parquet"
     labelled = label_rollouts(
         rollouts, label_cfg, make_teacher(label_cfg.teacher), caches_dir / LABEL_CACHE, labels,
-        read_also=[Path("data/label_cache") / env_id, *earlier], progress=progress,
+        read_also=[Path("data/label_cache") / env_id,
+                   *(caches_dir.parent / n / LABEL_CACHE for n in earlier)],
+        progress=progress,
         rebuild=f"`dvc repro round@{name}`",
     )  # fmt: skip
 
     queried = read_label_table(labels, ["cache_key", "queried"]).filter(pl.col("queried"))
     keys = set(queried["cache_key"])
     tables = [Path("data/labels") / f"{env_id}.parquet"]
-    tables += [Path("data/rounds") / n / "labels.parquet" for n in _earlier_rounds(params, cfg)]
+    tables += [data_dir.parent / n / "labels.parquet" for n in earlier]
     before = set().union(*(set(read_label_table(t, ["cache_key"])["cache_key"]) for t in tables))
 
     # 3. masks and this round's dataset part
@@ -208,7 +201,8 @@ def run_round(
     write_audit(rollouts, labels, data_dir / "audit.html", masks)  # what the VLM said of them
     part = data_dir / "dataset"
     build_dataset(rollouts, labels, masks, part, shard_max_samples=params.dataset.shard_max_samples)
-    round_parts = [*_parts_before(cfg), part.as_posix()]
+    round_parts = [(data_dir.parent / n / "dataset").as_posix() for n in earlier]
+    round_parts.append(part.as_posix())
     atomic_write_json(data_dir / PARTS, {"static": f"data/datasets/{env_id}",
                                          "round_parts": round_parts})  # fmt: skip
 

@@ -375,15 +375,18 @@ class _KeyedServer(BaseHTTPRequestHandler):
             self._send(200, _completion(f"I was called with {auth}"))
 
     def _send(self, status, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        _reply(self, status, json.dumps(payload).encode())
 
     def log_message(self, *args):
         pass
+
+
+def _reply(handler: BaseHTTPRequestHandler, status: int, body: bytes) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 def _completion(text: str) -> dict[str, Any]:
@@ -465,11 +468,7 @@ class _RawServer(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers["Content-Length"]))
         type(self).calls += 1
         body = self.body if self.calls % 2 else json.dumps(_completion("milestone: GOAL")).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        _reply(self, 200, body)
 
     def log_message(self, *args):
         pass
