@@ -1,6 +1,6 @@
 """The pixel benchmark: SAC (also with half of each batch from the offline dataset), DrQ, ERPv
-(its paper's setting, with random shifts, with the Worst Model's labels) and Semore M4 learning
-DMC cartpole-swingup from frames, on a preset
+(its paper's setting, with random shifts, with the Worst Model's labels) and Semore (m1-m4, its
+table 2's ablations) learning DMC cartpole-swingup from frames, on a preset
 (`benchmarks/params/pixels_cpu.yaml`: 64x64, action repeat 8, the small stride-2 encoder).
 
 Data (in this process, each part built once under `<out>/`): the preset's sections are merged
@@ -51,6 +51,10 @@ ARMS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "erpv": ("erpv", "scripted", {}),
     "erpv-shift": ("erpv", "scripted", {"image_pad": 4}),
     "erpv-constant": ("erpv", "constant", {}),
+    # Semore table 2's ablations, in its order (m4 is Semore); each adds one part to the last
+    "semore-m1": ("semore", "scripted", {"variant": "m1"}),
+    "semore-m2": ("semore", "scripted", {"variant": "m2"}),
+    "semore-m3": ("semore", "scripted", {"variant": "m3"}),
     "semore-m4": ("semore", "scripted", {"variant": "m4"}),
 }
 # Published cartpole-swingup figures from pixels (84x84, action repeat 8), final return.

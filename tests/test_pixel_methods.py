@@ -22,7 +22,8 @@ RUNS = {  # run name -> (method, section overrides)
     "drq": ("drq", {}),
     "erpv": ("erpv", {}),
     "erpv-shift": ("erpv", {"image_pad": 2}),
-    "semore": ("semore", {}),
+    "semore": ("semore", {}),  # the preset's variant, m4
+    "semore-m1": ("semore", {"variant": "m1"}),  # the ablation unlike the others: stacked input
 }
 STEPS = 48
 
