@@ -1,0 +1,377 @@
+"""A reference DrQ, written after the authors' code, and a training run of it on the pixel preset:
+the control that tells whether our `drq` misses DrQ's learning because of our implementation or
+because of the preset's setting (frame size, encoder, budget).
+
+Adapted from denisyarats/drq (`drq.py`, `replay_buffer.py`, `train.py`; MIT licence, Copyright
+(c) 2020 Denis Yarats): its encoder (3x3 convs, the first stride 2, Linear + LayerNorm + tanh),
+its actor (an encoder of its own whose convs are tied to the critic's, its head trained by the
+actor loss on detached conv features) and critic, its update (critic every step; actor, alpha
+and the whole critic's targets, encoder included, every 2nd step with tau 0.01; one lr of 1e-3
+for all three optimisers), its replay (obs and next_obs stored stacked, uint8, converted to
+float per batch, `not_done_no_max` in the target) and its loop (uniform random seed steps, then
+one update per env step). kornia is not a dependency: the augmentation is DrQ-v2's
+`RandomShiftsAug` (facebookresearch/drqv2, MIT), the same +-pad whole-pixel shift. K = M (target
+and Q loss averaged over K augmentations) is a parameter: the paper's table 1 uses 2, our `drq`
+and DrQ-v2 1.
+
+What it shares with our runs, so that only the implementation differs: the env (the preset's
+`env` section through pipeline.envs.make_env, each episode's reset seed from
+pipeline.agents.loop.episode_reset_seed), the sizes of the preset's `drq` section (frame size,
+encoder stride, hidden width, batch, shift, seed steps), periodic evaluation every `log_every`
+steps on `eval_episodes` episodes, and the final evaluation of benchmarks.pixels (the deployed
+policy, deterministic, 5 episodes from seed 10,000). `benchmarks.pixel_throughput` times its
+update against ours.
+
+    python -m benchmarks.drq_reference --out reports/drq_reference --seed 0
+    python -m benchmarks.drq_reference --out reports/drq_reference --seed 1 --steps 5000 --k 2
+
+One result per seed, `<out>/drq-reference-k<K>-seed<S>.json` (the fields of a benchmarks.pixels
+cell, arm `drq-reference`); a seed with a result is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from torch import nn
+from tqdm import tqdm
+
+from pipeline.agents.loop import episode_reset_seed
+from pipeline.dataset.stacking import FrameStacker
+from pipeline.io import atomic_write_json
+
+# ---- the networks (drq.py) -------------------------------------------------------------------
+
+
+def _weight_init(m: nn.Module) -> None:  # drq/utils.py: weight_init
+    if isinstance(m, nn.Linear):
+        nn.init.orthogonal_(m.weight.data)
+        m.bias.data.fill_(0.0)
+    elif isinstance(m, nn.Conv2d):
+        m.weight.data.fill_(0.0)
+        m.bias.data.fill_(0.0)
+        mid = m.weight.size(2) // 2
+        nn.init.orthogonal_(m.weight.data[:, :, mid, mid], nn.init.calculate_gain("relu"))
+
+
+def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:  # drq/utils.py: mlp, depth 2
+    return nn.Sequential(
+        nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+        nn.Linear(hidden, n_out),
+    )  # fmt: skip
+
+
+class RefEncoder(nn.Module):
+    """drq.py: Encoder (stride of the later layers a parameter here, as ours)."""
+
+    def __init__(self, shape: tuple[int, int, int], feature_dim: int, stride: int) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(
+            [nn.Conv2d(shape[0], 32, 3, stride=2)]
+            + [nn.Conv2d(32, 32, 3, stride=stride) for _ in range(3)]
+        )
+        with torch.no_grad():
+            n = self.forward_conv(torch.zeros(1, *shape)).shape[1]
+        self.head = nn.Sequential(nn.Linear(n, feature_dim), nn.LayerNorm(feature_dim))
+
+    def forward_conv(self, obs: torch.Tensor) -> torch.Tensor:
+        conv = obs / 255.0
+        for layer in self.convs:
+            conv = torch.relu(layer(conv))
+        return conv.view(conv.size(0), -1)
+
+    def forward(self, obs: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        h = self.forward_conv(obs)
+        if detach:
+            h = h.detach()
+        return torch.tanh(self.head(h))
+
+    def copy_conv_weights_from(self, source: RefEncoder) -> None:
+        for i in range(len(self.convs)):
+            self.convs[i].weight = source.convs[i].weight  # tie
+            self.convs[i].bias = source.convs[i].bias
+
+
+class RefActor(nn.Module):
+    """drq.py: Actor (SquashedNormal written out: tanh of a reparameterised Gaussian)."""
+
+    def __init__(self, shape, feature_dim: int, hidden: int, stride: int, action_dim: int = 1):
+        super().__init__()
+        self.encoder = RefEncoder(shape, feature_dim, stride)
+        self.trunk = _mlp(feature_dim, hidden, 2 * action_dim)
+        self.apply(_weight_init)
+
+    def forward(self, obs: torch.Tensor, detach_encoder: bool = False):
+        """A sampled action (B, A) in [-1, 1] and its log-probability (B, 1)."""
+        mu, log_std = self.trunk(self.encoder(obs, detach=detach_encoder)).chunk(2, dim=-1)
+        log_std = -10.0 + 0.5 * 12.0 * (torch.tanh(log_std) + 1)  # bounds [-10, 2]
+        std = log_std.exp()
+        eps = torch.randn_like(mu)
+        u = mu + std * eps
+        action = torch.tanh(u)
+        log_prob = (-0.5 * eps.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1, True)
+        log_prob = log_prob - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1, True)
+        return action, log_prob
+
+    def mean(self, obs: torch.Tensor) -> torch.Tensor:
+        """The distribution's mean action, tanh(mu) (drq.py: `act(obs, sample=False)`)."""
+        mu, _ = self.trunk(self.encoder(obs)).chunk(2, dim=-1)
+        return torch.tanh(mu)
+
+
+class RefCritic(nn.Module):
+    """drq.py: Critic (double Q on the encoder's features)."""
+
+    def __init__(self, shape, feature_dim: int, hidden: int, stride: int, action_dim: int = 1):
+        super().__init__()
+        self.encoder = RefEncoder(shape, feature_dim, stride)
+        self.Q1 = _mlp(feature_dim + action_dim, hidden, 1)
+        self.Q2 = _mlp(feature_dim + action_dim, hidden, 1)
+        self.apply(_weight_init)
+
+    def forward(self, obs, action, detach_encoder: bool = False):
+        oa = torch.cat([self.encoder(obs, detach=detach_encoder), action], dim=-1)
+        return self.Q1(oa), self.Q2(oa)
+
+
+class RandomShiftsAug(nn.Module):
+    """drqv2.py: RandomShiftsAug (float frames, grid_sample)."""
+
+    def __init__(self, pad: int) -> None:
+        super().__init__()
+        self.pad = pad
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, _, h, _ = x.size()
+        x = F.pad(x, (self.pad,) * 4, "replicate")
+        eps = 1.0 / (h + 2 * self.pad)
+        arange = torch.linspace(-1.0 + eps, 1.0 - eps, h + 2 * self.pad, device=x.device)[:h]
+        arange = arange.unsqueeze(0).repeat(h, 1).unsqueeze(2)
+        base_grid = torch.cat([arange, arange.transpose(1, 0)], dim=2)
+        base_grid = base_grid.unsqueeze(0).repeat(n, 1, 1, 1)
+        shift = torch.randint(0, 2 * self.pad + 1, size=(n, 1, 1, 2), device=x.device).float()
+        shift *= 2.0 / (h + 2 * self.pad)
+        return F.grid_sample(x, base_grid + shift, padding_mode="zeros", align_corners=False)
+
+
+# ---- the agent and its replay (drq.py: DRQAgent; replay_buffer.py) ---------------------------
+
+
+class RefDrQAgent:
+    """drq.py: DRQAgent with K = M = `k`. Actions live in [-1, 1] (DMC's range). Offers what
+    pipeline.evaluation.deployed needs (`obs_kind`, `frame_stack`, `act`)."""
+
+    obs_kind = "pixels"
+
+    def __init__(self, shape: tuple[int, int, int], action_dim: int, *, stride: int,
+                 hidden: int, k: int, pad: int = 4, lr: float = 1e-3) -> None:  # fmt: skip
+        self.critic = RefCritic(shape, 50, hidden, stride, action_dim)
+        self.critic_target = copy.deepcopy(self.critic)
+        self.actor = RefActor(shape, 50, hidden, stride, action_dim)
+        self.actor.encoder.copy_conv_weights_from(self.critic.encoder)
+        self.log_alpha = torch.tensor(math.log(0.1), requires_grad=True)
+        self.target_entropy = -float(action_dim)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=lr)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=lr)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=lr)
+        self.aug, self.k, self.step = RandomShiftsAug(pad), k, 0
+        self.frame_stack = shape[0] // 3
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        x = torch.as_tensor(np.asarray(obs)).float().unsqueeze(0)
+        action = self.actor.mean(x) if deterministic else self.actor(x)[0]
+        return action.clamp(-1.0, 1.0)[0].numpy()
+
+    def update(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
+               next_obs: torch.Tensor, not_done: torch.Tensor) -> dict[str, float]:  # fmt: skip
+        """One update on a batch of stacked uint8 frames (B, 9, H, W): replay_buffer.py's float
+        conversion and augmentation, then DRQAgent.update."""
+        obs, next_obs = obs.float(), next_obs.float()
+        obs_augs = [self.aug(obs.clone()) for _ in range(self.k)]
+        next_augs = [self.aug(next_obs.clone()) for _ in range(self.k)]
+        alpha = self.log_alpha.exp()
+        with torch.no_grad():
+            targets = []
+            for nxt in next_augs:
+                next_action, log_prob = self.actor(nxt)
+                tq1, tq2 = self.critic_target(nxt, next_action)
+                target_v = torch.min(tq1, tq2) - alpha.detach() * log_prob
+                targets.append(reward + not_done * 0.99 * target_v)
+            target_q = sum(targets) / len(targets)
+        critic_loss = 0.0
+        for o in obs_augs:
+            q1, q2 = self.critic(o, action)
+            critic_loss = critic_loss + F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q)
+        self.critic_opt.zero_grad()
+        critic_loss.backward()
+        self.critic_opt.step()
+        metrics = {"critic_loss": float(critic_loss.detach()), "q": float(q1.detach().mean())}
+        self.step += 1
+        if self.step % 2 == 0:  # actor_update_frequency and critic_target_update_frequency: 2
+            pi, log_prob = self.actor(obs_augs[0], detach_encoder=True)
+            aq1, aq2 = self.critic(obs_augs[0], pi, detach_encoder=True)
+            actor_loss = (alpha.detach() * log_prob - torch.min(aq1, aq2)).mean()
+            self.actor_opt.zero_grad()
+            actor_loss.backward()
+            self.actor_opt.step()
+            alpha_loss = (alpha * (-log_prob - self.target_entropy).detach()).mean()
+            self.alpha_opt.zero_grad()
+            alpha_loss.backward()
+            self.alpha_opt.step()
+            with torch.no_grad():  # utils.soft_update_params(critic, critic_target, 0.01)
+                for p, t in zip(
+                    self.critic.parameters(), self.critic_target.parameters(), strict=True
+                ):
+                    t.data.copy_(0.01 * p.data + 0.99 * t.data)
+            metrics |= {"alpha": float(alpha.detach()), "entropy": float(-log_prob.detach().mean())}
+        return metrics
+
+
+class RefReplay:
+    """replay_buffer.py: every obs and next_obs stored stacked, (N, 9, H, W) uint8 twice."""
+
+    def __init__(self, shape: tuple[int, int, int], action_dim: int, capacity: int) -> None:
+        self.obses = np.empty((capacity, *shape), np.uint8)
+        self.next_obses = np.empty((capacity, *shape), np.uint8)
+        self.actions = np.empty((capacity, action_dim), np.float32)
+        self.rewards = np.empty((capacity, 1), np.float32)
+        self.not_dones_no_max = np.empty((capacity, 1), np.float32)
+        self.idx, self.full = 0, False
+
+    def __len__(self) -> int:
+        return len(self.obses) if self.full else self.idx
+
+    def add(self, obs, action, reward: float, next_obs, done_no_max: bool) -> None:
+        i = self.idx
+        self.obses[i], self.next_obses[i], self.actions[i] = obs, next_obs, action
+        self.rewards[i], self.not_dones_no_max[i] = reward, not done_no_max
+        self.idx = (i + 1) % len(self.obses)
+        self.full = self.full or self.idx == 0
+
+    def sample(self, batch: int, rng: np.random.Generator) -> tuple[torch.Tensor, ...]:
+        idxs = rng.integers(0, len(self), size=batch)
+        return (
+            torch.as_tensor(self.obses[idxs]), torch.as_tensor(self.actions[idxs]),
+            torch.as_tensor(self.rewards[idxs]), torch.as_tensor(self.next_obses[idxs]),
+            torch.as_tensor(self.not_dones_no_max[idxs]),
+        )  # fmt: skip
+
+
+# ---- the training run (train.py) -------------------------------------------------------------
+
+
+def train_reference(params_path: Path, seed: int, steps: int, k: int) -> dict[str, Any]:
+    """One run on the merged preset at `params_path` (the `drq` section's sizes); returns a
+    benchmarks.pixels cell result."""
+    from benchmarks.pixels import ENV, EVAL_SEED
+    from pipeline.config import load_params
+    from pipeline.envs import make_env
+    from pipeline.evaluation import deployed, evaluate_policy, play_episodes
+    from pipeline.methods.off_policy import TRAIN_EVAL_SEED
+    from pipeline.methods.table import get_method
+
+    params = load_params(params_path)
+    hp = get_method("drq").params(params)
+    env_cfg = params.env[ENV]
+    size, net = env_cfg.image_size, hp.network
+    shape = (3 * net.frame_stack, size, size)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    env, eval_env = make_env(ENV, env_cfg), make_env(ENV, env_cfg)
+    env.action_space.seed(seed)
+    action_dim = env.action_space.shape[0]
+    if not (np.all(env.action_space.low == -1) and np.all(env.action_space.high == 1)):
+        raise SystemExit(f"{ENV}: the reference acts in [-1, 1], the env in {env.action_space}")
+    agent = RefDrQAgent(shape, action_dim, stride=net.encoder_stride, hidden=net.hidden_dim,
+                        k=k, pad=hp.image_pad)  # fmt: skip
+    replay = RefReplay(shape, action_dim, min(steps, hp.replay_capacity))
+    stacker = FrameStacker(net.frame_stack, "pixels")
+    episode, episode_return, rows, curve, window = 0, 0.0, [], [], []
+    obs, _ = env.reset(seed=episode_reset_seed(seed, episode))
+    x = stacker.reset(obs["pixels"])
+    start = time.perf_counter()
+    bar = tqdm(range(steps), desc=f"drq-reference k={k} seed {seed}", unit="step")
+    for step in bar:
+        action = env.action_space.sample() if step < hp.start_steps else agent.act(x)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        next_x = stacker.step(obs["pixels"])
+        replay.add(x, action, float(reward), next_x, bool(terminated))  # truncation: not done
+        x, episode_return = next_x, episode_return + float(reward)
+        if terminated or truncated:
+            curve.append((step + 1, episode_return))
+            bar.set_postfix(episode_return=f"{episode_return:.1f}")
+            episode, episode_return = episode + 1, 0.0
+            obs, _ = env.reset(seed=episode_reset_seed(seed, episode))
+            x = stacker.reset(obs["pixels"])
+        if step + 1 >= hp.start_steps:
+            window.append(agent.update(*replay.sample(hp.batch_size, rng)))
+        if (step + 1) % hp.log_every == 0:
+            keys = {key for row in window for key in row}
+            row = {key: float(np.mean([r[key] for r in window if key in r])) for key in keys}
+            evaluation = play_episodes(eval_env, deployed(agent), hp.eval_episodes, TRAIN_EVAL_SEED)
+            rows.append({"step": step + 1, **row, "eval_return": evaluation.return_mean})
+            window = []
+    seconds = time.perf_counter() - start
+    env.close()
+    eval_env.close()
+    final = evaluate_policy(deployed(agent), ENV, env_cfg, 5, seed=EVAL_SEED)
+    return {
+        "name": f"drq-reference-k{k}-seed{seed}",
+        "arm": "drq-reference" if k == 1 else f"drq-reference-k{k}",
+        "seed": seed,
+        "steps": steps,
+        "k": k,
+        "curve": curve,
+        "eval": [(r["step"], r["eval_return"]) for r in rows],
+        "logs": rows,
+        "final_return": final.return_mean,
+        "final_returns": final.returns,
+        "train_seconds": seconds,
+        "updates_per_s": max(0, steps - hp.start_steps + 1) / seconds,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--preset", default="benchmarks/params/pixels_cpu.yaml")
+    parser.add_argument("--out", type=Path, default=Path("reports/drq_reference"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=None, help="default: the preset's")
+    parser.add_argument("--k", type=int, default=1, help="DrQ's K = M (the paper: 2)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    args = parser.parse_args(argv)
+    from benchmarks.pixels import merged_params, read_preset, write_params
+
+    torch.set_num_threads(args.threads)
+    preset, steps = read_preset(args.preset)
+    steps = args.steps if args.steps is not None else steps
+    args.out.mkdir(parents=True, exist_ok=True)
+    result_path = args.out / f"drq-reference-k{args.k}-seed{args.seed}.json"
+    if result_path.exists():
+        print(f"{result_path} exists: nothing to do")
+        return 0
+    params_path = args.out / f"params-seed{args.seed}.yaml"
+    write_params(merged_params(args.params, preset), params_path)
+    result = train_reference(params_path, args.seed, steps, args.k)
+    result["preset"] = yaml.safe_load(Path(args.preset).read_text())
+    atomic_write_json(result_path, result)
+    print(f"{result['name']}: final return {result['final_return']:.1f} "
+          f"({result['train_seconds']:.0f} s)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
