@@ -1,0 +1,96 @@
+"""The reference DrQ of benchmarks/drq_reference.py keeps the authors' structure (an actor of its
+own on tied convs, targets every 2nd update at tau 0.01, encoder included), and its training run
+trains and evaluates on the pixel preset's env and sizes as a benchmarks.pixels cell."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+import yaml
+
+from benchmarks.drq_reference import RefDrQAgent, RefReplay, main
+from tests.conftest import REPO
+
+SIZE = 48
+
+
+def _agent(k: int = 1) -> RefDrQAgent:
+    torch.manual_seed(0)
+    return RefDrQAgent((9, SIZE, SIZE), 1, stride=2, hidden=32, k=k)
+
+
+def _batch(n: int = 8) -> tuple[torch.Tensor, ...]:
+    rng = np.random.default_rng(0)
+    replay = RefReplay((9, SIZE, SIZE), 1, n)
+    for _ in range(n):
+        frames = rng.integers(0, 256, (2, 9, SIZE, SIZE), dtype=np.uint8)
+        replay.add(frames[0], rng.uniform(-1, 1, 1), float(rng.uniform()), frames[1], False)
+    assert replay.full and len(replay) == n
+    return replay.sample(n, rng)
+
+
+def test_actor_convs_are_the_critics_and_its_head_its_own():
+    agent = _agent()
+    for a, c in zip(agent.actor.encoder.convs, agent.critic.encoder.convs, strict=True):
+        assert a.weight is c.weight and a.bias is c.bias
+    assert agent.actor.encoder.head[0].weight is not agent.critic.encoder.head[0].weight
+    head = agent.actor.encoder.head[0].weight.detach().clone()
+    agent.update(*_batch())
+    assert torch.equal(agent.actor.encoder.head[0].weight, head)  # no actor step on update 1
+    agent.update(*_batch())
+    assert not torch.equal(agent.actor.encoder.head[0].weight, head)  # the actor loss trains it
+
+
+def test_targets_move_every_second_update_by_tau_encoder_included():
+    agent = _agent()
+    target0 = {k: v.clone() for k, v in agent.critic_target.state_dict().items()}
+    agent.update(*_batch())
+    assert all(torch.equal(v, target0[k]) for k, v in agent.critic_target.state_dict().items())
+    agent.update(*_batch())
+    online = agent.critic.state_dict()
+    for key, value in agent.critic_target.state_dict().items():
+        if value.is_floating_point():
+            torch.testing.assert_close(value, 0.01 * online[key] + 0.99 * target0[key])
+    assert not torch.equal(
+        agent.critic_target.state_dict()["encoder.convs.0.weight"],
+        target0["encoder.convs.0.weight"],
+    )
+
+
+def test_act_is_the_mean_when_deterministic_and_in_range():
+    agent = _agent()
+    obs = np.random.default_rng(1).integers(0, 256, (9, SIZE, SIZE), dtype=np.uint8)
+    a, b = agent.act(obs, deterministic=True), agent.act(obs, deterministic=True)
+    assert a.shape == (1,) and np.array_equal(a, b) and -1 <= a[0] <= 1
+    with torch.no_grad():
+        mean = agent.actor.mean(torch.as_tensor(obs).float()[None])[0].numpy()
+    np.testing.assert_allclose(a, mean)
+
+
+def test_a_reference_run_trains_and_evaluates_on_the_preset(tmp_path, monkeypatch):
+    """Tiny budgets over the CPU preset: the run logs a row with a periodic evaluation every
+    `log_every` steps, updates after the seed steps, and its result is a pixels cell's; a rerun
+    finds the result and trains nothing."""
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    raw = yaml.safe_load((REPO / "benchmarks/params/pixels_cpu.yaml").read_text())
+    raw["steps"] = 40
+    raw["env"]["cartpole-swingup"].update(image_size=SIZE, max_episode_steps=48)
+    raw["drq"] = {**raw["drq"], "start_steps": 16, "batch_size": 8, "log_every": 16,
+                  "eval_episodes": 1}  # fmt: skip
+    raw["drq"]["network"] = {**raw["drq"]["network"], "hidden_dim": 32}
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(yaml.safe_dump(raw))
+    argv = ["--params", str(REPO / "params.yaml"), "--preset", str(preset), "--out",
+            str(tmp_path / "out"), "--seed", "3"]  # fmt: skip
+    assert main(argv) == 0
+    path = tmp_path / "out" / "drq-reference-k1-seed3.json"
+    result = json.loads(path.read_text())
+    assert result["arm"] == "drq-reference" and result["seed"] == 3 and result["steps"] == 40
+    assert [step for step, _ in result["eval"]] == [16, 32]
+    assert "critic_loss" in result["logs"][0] and "alpha" in result["logs"][1]
+    assert len(result["final_returns"]) == 5 and np.isfinite(result["final_return"])
+    assert result["curve"] and result["curve"][0][0] == 6  # 48 env steps at repeat 8
+    mtime = path.stat().st_mtime_ns
+    assert main(argv) == 0 and path.stat().st_mtime_ns == mtime
