@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,25 @@ def finish(cell: Cell, params: Params, agent_dir: Path, trained: Trained) -> dic
     }
 
 
+def read_extra(paths: list[Path], steps: int) -> list[dict[str, Any]]:
+    """Results of runs made elsewhere, checked to be at this table's budget."""
+    extra = []
+    for path in paths:
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SystemExit(f"--extra {path}: not a readable result file ({exc})") from exc
+        missing = {"name", "arm", "seed", "steps", "eval", "final_return"} - set(result)
+        if missing:
+            raise SystemExit(f"--extra {path}: not a pixel result, it lacks {sorted(missing)}")
+        if result["steps"] != steps:
+            raise SystemExit(
+                f"--extra {path}: a run of {result['steps']} steps; this table's runs have {steps}"
+            )
+        extra.append(result)
+    return extra
+
+
 def table(results: list[dict[str, Any]], arms: list[str]) -> str:
     lines = [
         f"{ENV} from pixels, {results[0]['steps']:,} agent steps per run; final return: "
@@ -231,6 +251,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("reports/pixels"))
+    parser.add_argument(
+        "--extra",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="RESULT",
+        help="result files of runs made elsewhere (benchmarks.drq_reference) to report beside "
+        "the cells: their arms are added to the table and the figure",
+    )
     add_sweep_arguments(parser, workers=1)
     args = parser.parse_args(argv)
     preset, steps = read_preset(args.preset)
@@ -251,15 +280,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     if sweep is None:  # --list-cells
         return 0
-    results = sweep.ordered(cells)
+    results = sweep.ordered(cells) + read_extra(args.extra, steps)
     if not results:
         print("no finished runs")
         return 1
-    text = table(results, args.arms)
+    arms = [*args.arms, *dict.fromkeys(r["arm"] for r in results if r["arm"] not in args.arms)]
+    text = table(results, arms)
     print(text)
     atomic_write_bytes(args.out / "table.txt", (text + "\n").encode())
     atomic_write_json(args.out / "results.json", {r["name"]: r for r in results})
-    plot(results, args.arms, args.out / "curves.png")
+    plot(results, arms, args.out / "curves.png")
     return 0 if not sweep.failures else 1
 
 

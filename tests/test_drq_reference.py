@@ -94,3 +94,32 @@ def test_a_reference_run_trains_and_evaluates_on_the_preset(tmp_path, monkeypatc
     assert result["curve"] and result["curve"][0][0] == 6  # 48 env steps at repeat 8
     mtime = path.stat().st_mtime_ns
     assert main(argv) == 0 and path.stat().st_mtime_ns == mtime
+
+
+def test_pixel_report_takes_reference_results_at_its_budget_only(tmp_path):
+    """`benchmarks.pixels --extra`: a reference result joins the table as its own arm; one made
+    at another budget, or a file that is not a result, is refused by name."""
+    import pytest
+
+    from benchmarks.pixels import read_extra, table
+
+    def result(arm, seed, steps=100, final=10.0):
+        return {"name": f"{arm}-seed{seed}", "arm": arm, "seed": seed, "steps": steps,
+                "eval": [(50, final / 2), (100, final)], "final_return": final,
+                "train_seconds": 1.0, "updates_per_s": 2.0}  # fmt: skip
+
+    good = tmp_path / "ref.json"
+    good.write_text(json.dumps(result("drq-reference", 0, final=600.0)))
+    extra = read_extra([good], steps=100)
+    text = table([result("drq", 0), result("drq", 1), *extra], ["drq", "drq-reference"])
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[3:]}
+    assert rows["drq"][1:5] == ["2", "10.0", "+-", "0.0"] and rows["drq"][5] == "-"
+    assert rows["drq-reference"][1:7] == ["1", "600.0", "+-", "0.0", "100", "[1/1]"]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(result("drq-reference", 1, steps=50)))
+    with pytest.raises(SystemExit, match=r"other\.json: a run of 50 steps"):
+        read_extra([other], steps=100)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"arm": "x"}))
+    with pytest.raises(SystemExit, match=r"bad\.json: not a pixel result"):
+        read_extra([bad], steps=100)
