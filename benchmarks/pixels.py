@@ -264,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     preset, steps = read_preset(args.preset)
     steps = args.steps if args.steps is not None else steps
+    extra = read_extra(args.extra, steps)  # before any run: a bad file is named at once
     args.out.mkdir(parents=True, exist_ok=True)
     params_path = args.out / "params.yaml"
     params = write_params(merged_params(args.params, preset), params_path)
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if sweep is None:  # --list-cells
         return 0
-    results = sweep.ordered(cells) + read_extra(args.extra, steps)
+    results = sweep.ordered(cells) + extra
     if not results:
         print("no finished runs")
         return 1
