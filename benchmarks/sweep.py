@@ -38,11 +38,15 @@ Command line (`add_sweep_arguments`, the same for every sweep):
 from __future__ import annotations
 
 import argparse
+import ctypes
 import fnmatch
 import hashlib
 import json
 import multiprocessing
+import os
 import shutil
+import signal
+import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -354,6 +358,34 @@ def read_logs(live_dir: str | Path) -> list[dict[str, float]]:
     return [rows[s] for s in sorted(rows)]
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _end_with_sweep(sweep_pid: int) -> None:
+    """Worker initializer: the worker gets SIGTERM when the sweep's process ends (Linux's
+    PR_SET_PDEATHSIG). Otherwise a sweep killed from outside leaves its workers training unseen,
+    taking the CPU, and the results they return reach nobody. A worker's resume state stays, so a
+    rerun of the sweep goes on from it."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != sweep_pid:  # the sweep ended before the call
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """The sweep's worker processes: spawned, not forked (a forked child inherits torch's thread
+    pool state and can crawl or hang), and ended with the sweep (`_end_with_sweep`)."""
+    return ProcessPoolExecutor(
+        max(1, workers),
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_end_with_sweep,
+        initargs=(os.getpid(),),
+    )
+
+
 def _run_cell(job: _Job) -> dict[str, Any]:
     """One cell in a worker: train_run as the train stage, then the benchmark's `finish`."""
     import torch
@@ -488,9 +520,7 @@ def run_cells(
     print(f"{len(results)} cells have a result, {len(todo)} to run", flush=True)
 
     failures = 0
-    # spawn, not fork: a forked child inherits torch's thread pool state and can crawl or hang
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max(1, args.workers), mp_context=context) as pool:
+    with worker_pool(args.workers) as pool:
         pending: dict[Future, _Job] = {}
         queue = list(todo)
         while queue or pending:
