@@ -182,10 +182,13 @@ def test_an_interrupted_pixel_run_resumes_to_the_uninterrupted_result(
             assert torch.equal(tensor, b["modules"][module][key]), (module, key)
 
 
-@pytest.mark.parametrize("preset", ["pixels_cpu.yaml", "pixels_paper.yaml"])
+PRESETS = ["pixels_cpu.yaml", "pixels_cpu_drqnet.yaml", "pixels_paper.yaml"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
 def test_pixel_presets_parse_over_params_yaml(preset):
-    """Both presets stay valid against the current params.yaml and config: every arm's run passes
-    check_params (steps above start_steps, frames for every method, C_V for erpv)."""
+    """Every pixel preset stays valid against the current params.yaml and config: every arm's run
+    passes check_params (steps above start_steps, frames for every method, C_V for erpv)."""
     from benchmarks.pixels import ARMS
     from pipeline.config import parse_params
     from pipeline.methods.table import check_params
