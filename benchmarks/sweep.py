@@ -30,7 +30,9 @@ Command line (`add_sweep_arguments`, the same for every sweep):
                          'hybrid-seed*' match several): its result, agent, curves and resume
                          state are deleted first; the other cells' results are kept and the
                          report is rebuilt from all of them
-    --list-cells         print every cell of the table and whether it has a result; run nothing
+    --list-cells         print every cell of the table and whether it has a result, or how far
+                         its run has got (step and last evaluation of its resume state, while it
+                         runs or after a kill); run nothing
     --workers N          runs in parallel (processes, one torch thread each unless --threads)
     --time-budget S      start no run after S seconds (rerun the same command to go on)
 """
@@ -55,8 +57,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import yaml
 
+from pipeline.agents.resume import Resume
 from pipeline.config import LabelConfig, Params, parse_params
 from pipeline.io import atomic_write_json, sha256_file
 from pipeline.methods.base import TrainInputs
@@ -421,7 +425,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, workers: int = 1) -> No
         help="rerun this cell only (repeatable; shell patterns allowed): its result is deleted "
         "and made again, the other cells' results are kept",
     )
-    parser.add_argument("--list-cells", action="store_true", help="list the cells; run nothing")
+    parser.add_argument(
+        "--list-cells", action="store_true", help="list the cells and how far each got; run nothing"
+    )
     parser.add_argument("--workers", type=int, default=workers, help="runs in parallel")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument(
@@ -451,6 +457,41 @@ def _select(cells: list[Cell], patterns: list[str]) -> list[Cell]:
             raise SystemExit(f"--cell {pattern}: no such cell (cells: {known})")
         chosen += [c for c in matched if c not in chosen]
     return chosen
+
+
+def peek(directory: str | Path) -> dict[str, Any] | None:
+    """Where the run whose resume state (pipeline.agents.resume) is in `directory` stands: `step`,
+    the last periodic evaluation (`eval_step`, `eval_return`; None before the first, and for PPO)
+    and the last finished episode's return (`episode_return`). None: no resume state. The file
+    is memory-mapped, so the replay it holds is not read."""
+    path = Path(directory) / Resume.STATE
+    if not path.exists():
+        return None
+    state = torch.load(path, mmap=True, weights_only=False, map_location="cpu")  # our own file
+    evals = [row for row in state.get("logs") or [] if "eval_return" in row]
+    curve = state.get("curve") or []
+    return {
+        "step": int(state["step"]),
+        "eval_step": int(evals[-1]["step"]) if evals else None,
+        "eval_return": float(evals[-1]["eval_return"]) if evals else None,
+        "episode_return": float(curve[-1][1]) if curve else None,
+    }
+
+
+def _cell_state(out: Path, results_dir: str, name: str) -> str:
+    """`result`, or how far a running or interrupted run has got (its resume state), or
+    `no result`: what `--list-cells` prints for a cell."""
+    if (out / results_dir / f"{name}.json").exists():
+        return "result"
+    where = peek(out / "resume" / name)
+    if where is None:
+        return "no result"
+    text = f"no result; resume state at step {where['step']}"
+    if where["eval_return"] is not None:
+        text += f", eval {where['eval_return']:.1f} at step {where['eval_step']}"
+    elif where["episode_return"] is not None:
+        text += f", last episode {where['episode_return']:.1f}"
+    return text
 
 
 def forget_cell(out: Path, results_dir: str, name: str) -> None:
@@ -483,8 +524,7 @@ def run_cells(
     directory = out / results_dir
     if args.list_cells:
         for c in cells:
-            state = "result" if (directory / f"{c.name}.json").exists() else "no result"
-            print(f"{c.name:48} {state}")
+            print(f"{c.name:48} {_cell_state(out, results_dir, c.name)}")
         return None
     selected = _select(cells, args.cell) if args.cell else None
     for c in selected or []:
