@@ -483,7 +483,10 @@ def _cell_state(out: Path, results_dir: str, name: str) -> str:
     `no result`: what `--list-cells` prints for a cell."""
     if (out / results_dir / f"{name}.json").exists():
         return "result"
-    where = peek(out / "resume" / name)
+    try:
+        where = peek(out / "resume" / name)
+    except Exception as exc:  # the listing goes on; the run itself will refuse the file
+        return f"no result; resume state unreadable ({type(exc).__name__}: {exc})"
     if where is None:
         return "no result"
     text = f"no result; resume state at step {where['step']}"

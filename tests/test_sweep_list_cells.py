@@ -38,10 +38,15 @@ def test_list_cells_reports_results_and_resume_states(tmp_path, capsys):
     Resume(out / "resume" / "ppo-run", "f", every=1).save(
         {"update": 3, "step": 6144, "curve": [(2048, -200.0), (4096, -180.5)]}
     )
-    cells = [Cell(n, {"env": "e", "method": "sac"}) for n in ("done", "sac-run", "ppo-run", "new")]
+    # a damaged file is reported, and the listing goes on
+    (out / "resume" / "torn").mkdir()
+    (out / "resume" / "torn" / Resume.STATE).write_bytes(b"not a torch file")
+    names = ("done", "sac-run", "ppo-run", "torn", "new")
+    cells = [Cell(n, {"env": "e", "method": "sac"}) for n in names]
     args = argparse.Namespace(list_cells=True, cell=None, workers=1, threads=1, time_budget=None)
     assert run_cells(cells, args, params="unused", out=out, prepare=_unused, finish=_unused) is None
     lines = dict(line.split(maxsplit=1) for line in capsys.readouterr().out.splitlines())
+    assert lines.pop("torn").startswith("no result; resume state unreadable (")
     assert lines == {
         "done": "result",
         "sac-run": "no result; resume state at step 1500, eval 150.2 at step 1000",
