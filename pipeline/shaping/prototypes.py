@@ -79,22 +79,32 @@ class PrototypeCache:
             raise ValueError("a prototype cache needs at least one labelled frame")
         if self.bandwidth <= 0:
             raise ValueError(f"RBF bandwidth must be > 0, got {self.bandwidth}")
-        self._sq_norms = (self.embeddings**2).sum(axis=1)  # (N,)
+        self._embeddings64 = np.asarray(self.embeddings, np.float64)
+        self._potentials64 = np.asarray(self.potentials, np.float64)
+
+    def _sq_distances(self, embedding: np.ndarray) -> np.ndarray:
+        """|e - e_i|^2 to every prototype, (N,) float64: elementwise differences and numpy's
+        pairwise sums, no BLAS call. A float32 `E @ e` went through OpenBLAS's sgemv, whose
+        kernel is chosen per CPU model (Haswell or SkylakeX on x86): its rounding, amplified by the
+        cancellation in |E|^2 - 2 E e + |e|^2, changed the potentials and with them the trained
+        weights' bytes from one machine to the next (tests/test_shaping_portable.py)."""
+        diff = self._embeddings64 - np.asarray(embedding, np.float64)
+        return (diff * diff).sum(axis=1)
 
     def potential(self, embedding: np.ndarray) -> float:
         """Phi_rbf(s) = sum_i w_i Phi_i / sum_i w_i, w_i = exp(-|e - e_i|^2 / (2 sigma^2)).
 
         A kernel-weighted mean of the prototypes' potentials: always within their range and
         continuous in the embedding (hybrid VLM-PPO 3.2's smoothing of the discrete labels).
+        Computed in float64 without BLAS and rounded to float32: what the SIMD path of `exp`
+        changes (an ulp of float64) rounds away unless it straddles a float32 rounding boundary.
         """
-        sq_dist = self._sq_norms - 2.0 * self.embeddings @ embedding + embedding @ embedding  # (N,)
-        logits = -np.maximum(sq_dist, 0.0) / (2.0 * self.bandwidth**2)
+        logits = -self._sq_distances(embedding) / (2.0 * self.bandwidth**2)
         weights = np.exp(logits - logits.max())  # shifted: the nearest prototype has weight 1
-        return float(weights @ self.potentials / weights.sum())
+        return float(np.float32((weights * self._potentials64).sum() / weights.sum()))
 
     def nearest_potential(self, embedding: np.ndarray) -> float:
-        sq_dist = self._sq_norms - 2.0 * self.embeddings @ embedding
-        return float(self.potentials[int(np.argmin(sq_dist))])
+        return float(self.potentials[int(np.argmin(self._sq_distances(embedding)))])
 
     @classmethod
     def from_labels(
