@@ -170,6 +170,10 @@ SAFE_UNPICKLING = {
     ("pipeline/agents/ppo.py", "train_ppo", "pickle.loads"): (
         "the envs inside that same resume state"
     ),
+    ("benchmarks/sweep.py", "peek", "torch.load"): (
+        "the same kind of state, a sweep cell's own under <out>/resume/ (its worker wrote it, never "
+        "shared), read memory-mapped by --list-cells to say how far the cell has got"
+    ),
     ("pipeline/distributed.py", "__call__", "pickle.loads"): (
         "items this process sent to its own Ray actors, in Ray's object store: never a file"
     ),
