@@ -1,8 +1,8 @@
 """Wheels for a GPU machine that has torch but not the rest, in batches that each fit one call's
 carry: the `device` tool's image has torch, transformers, pyarrow and pandas, and lacks mujoco,
-dm_control, polars and gymnasium (56 MB of dm_control's 56.5 are models for its locomotion and
-manipulation suites, which the control suite never reads), and a call carries 64 MiB together
-with the working tree.
+dm_control, polars and gymnasium (about 40 of dm_control's 56.5 MB are assets of its locomotion,
+manipulation and blender parts, which the control suite never reads), and a call carries 64 MiB
+together with the working tree.
 
 The recipe (each device call within the machine's idle release of the one before, or the
 installed packages are gone):
@@ -11,6 +11,7 @@ installed packages are gone):
     pip freeze > $OUT/device_freeze.txt; python -V > $OUT/python.txt
     # 2. here: the wheels of every distribution a pixel training run imports that the device
     #    lacks, at this environment's versions; dm_control stripped to what the suite reads
+    #    (add --python-version 3.12 if python.txt says the device's Python is not this one's)
     python -m benchmarks.device_wheels --device-freeze device_freeze.txt --out wheelhouse
     # 3. on the device, one call per batch (carry: ["wheelhouse/batch1"], ...)
     pip install --no-index --no-deps wheelhouse/batch1/*.whl
