@@ -31,6 +31,7 @@ import hashlib
 import importlib.metadata as metadata
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -188,6 +189,10 @@ def main(argv: list[str] | None = None) -> None:
     pins = [f"{name}=={metadata.version(name)}" for name in missing]
     print(f"{len(needed)} distributions imported, {len(missing)} missing on the device:", *pins)
 
+    # this script's own earlier output: a stale wheel would be carried and installed
+    for old in [args.out / "downloaded", args.out / "stripped", *args.out.glob("batch[0-9]*")]:
+        if old.is_dir():
+            shutil.rmtree(old)
     wheels = []
     for wheel in collect_wheels(pins, args.out / "downloaded", args.python_version):
         if normalize(wheel.name.split("-")[0]) == "dm-control":
