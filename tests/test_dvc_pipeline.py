@@ -6,7 +6,6 @@ excluded from the default run, CI runs it with `pytest -m slow`.
 
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ import sys
 import pytest
 import yaml
 
+from tests import cpu_dispatch
 from tests.conftest import REPO, tiny_params_dict, write_params
 
 pytestmark = pytest.mark.slow
@@ -83,16 +83,6 @@ def _params():
     return params
 
 
-def _other_cpu() -> dict[str, str]:
-    """Dispatch settings that make this CPU compute as another x86 machine would: numpy without
-    its AVX-512 targets, and OpenBLAS's Haswell kernel where the CPU would pick the AVX-512 one
-    (how stop 35's CI machine differed from the one that wrote dvc.lock)."""
-    env = {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"}
-    if platform.machine() == "x86_64":
-        env["OPENBLAS_CORETYPE"] = "Haswell"
-    return env
-
-
 def _built(tmp_path_factory, name, extra_env=None):
     """A scratch repo after its first `dvc repro` (and that repro's output)."""
     repo = _scratch_repo(tmp_path_factory.mktemp(name) / "repo", _params())
@@ -106,7 +96,7 @@ def built_a(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def built_b(tmp_path_factory):
-    return _built(tmp_path_factory, "b", _other_cpu())
+    return _built(tmp_path_factory, "b", cpu_dispatch.other_cpu())
 
 
 def _copy(built, tmp_path):

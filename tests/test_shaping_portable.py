@@ -8,12 +8,12 @@ Each variant runs in its own process: OpenBLAS and numpy read their dispatch set
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
+from tests import cpu_dispatch
 
 PROBE = """
 import hashlib
@@ -34,33 +34,8 @@ print(hashlib.sha256(table.levels.tobytes() + table.phis.tobytes()).hexdigest())
 """
 
 
-def _has_avx512() -> bool:
-    try:
-        return "avx512f" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-
-
-def _variants() -> list[dict[str, str]]:
-    """Dispatch settings this CPU can run: numpy's SIMD targets switched off one level at a time,
-    and OpenBLAS's kernels forced (the AVX-512 one only where the CPU has it)."""
-    variants = [
-        {},
-        {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"},
-        {"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR"},
-        {"OPENBLAS_CORETYPE": "Haswell"},
-    ]
-    if _has_avx512():
-        variants.append({"OPENBLAS_CORETYPE": "SkylakeX"})
-    return variants
-
-
 def _digest(extra_env: dict[str, str]) -> str:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NPY_DISABLE_CPU_FEATURES", "OPENBLAS_CORETYPE")
-    }
+    env = {k: v for k, v in os.environ.items() if k not in cpu_dispatch.VARIABLES}
     env.update(extra_env)
     done = subprocess.run(
         [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=False
@@ -69,9 +44,7 @@ def _digest(extra_env: dict[str, str]) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-@pytest.mark.skipif(
-    platform.machine() != "x86_64", reason="the dispatch variants are x86 CPU settings"
-)
+@pytest.mark.skipif(not cpu_dispatch.X86, reason="the dispatch variants are x86 CPU settings")
 def test_prototype_potentials_do_not_depend_on_blas_kernel_or_simd_path():
-    digests = {str(v): _digest(v) for v in _variants()}
+    digests = {str(v): _digest(v) for v in cpu_dispatch.variants()}
     assert len(set(digests.values())) == 1, digests

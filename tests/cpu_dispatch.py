@@ -1,0 +1,36 @@
+"""Environment settings that make this x86 CPU compute as another one would: the kernels numpy
+and OpenBLAS choose per CPU model round differently, and a stage output must not notice. Both
+libraries read these variables at import, so each setting needs its own process."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+X86 = platform.machine() == "x86_64"
+VARIABLES = ("NPY_DISABLE_CPU_FEATURES", "OPENBLAS_CORETYPE")
+NUMPY_WITHOUT_AVX512 = {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"}
+NUMPY_WITHOUT_AVX2 = {"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR"}
+OPENBLAS_HASWELL = {"OPENBLAS_CORETYPE": "Haswell"}
+OPENBLAS_SKYLAKEX = {"OPENBLAS_CORETYPE": "SkylakeX"}  # AVX-512: only where the CPU has it
+
+
+def has_avx512() -> bool:
+    try:
+        return "avx512f" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def other_cpu() -> dict[str, str]:
+    """Another machine's kernels: numpy without its AVX-512 targets, and OpenBLAS's Haswell
+    kernel where the CPU would pick the AVX-512 one (how stop 35's CI machine differed from the
+    one that wrote dvc.lock)."""
+    return {**NUMPY_WITHOUT_AVX512, **(OPENBLAS_HASWELL if X86 else {})}
+
+
+def variants() -> list[dict[str, str]]:
+    """Every setting this CPU can run: none, numpy's SIMD targets off one level at a time, and
+    OpenBLAS's kernels forced."""
+    found = [{}, NUMPY_WITHOUT_AVX512, NUMPY_WITHOUT_AVX2, OPENBLAS_HASWELL]
+    return found + ([OPENBLAS_SKYLAKEX] if has_avx512() else [])
