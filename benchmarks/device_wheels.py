@@ -38,6 +38,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name as normalize  # PEP 503: the name pip compares
+
 MIB = 1024 * 1024
 CARRY_BYTES = 64 * MIB  # the device tool's carry, working tree included
 TRACE_COMMAND = [
@@ -51,11 +54,6 @@ DM_CONTROL_UNUSED = (
     "dm_control/blender/",
 )
 _IMPORT_LINE = re.compile(r"import time:\s+\d+ \|\s+\d+ \|\s*(\S+)")
-
-
-def normalize(name: str) -> str:
-    """PEP 503 name: what pip compares."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def imported_distributions(importtime_log: str) -> set[str]:
@@ -74,7 +72,7 @@ def freeze_names(freeze_text: str) -> set[str]:
         line = line.strip()
         if not line or line.startswith(("#", "-")):
             continue
-        names.add(normalize(re.split(r"[=<>!~ @;\[]", line, maxsplit=1)[0]))
+        names.add(normalize(Requirement(line).name))
     return names
 
 
@@ -183,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(
             f"the traced command failed ({traced.returncode}):\n{traced.stdout[-2000:]}"
         )
-    own = normalize(metadata.distribution("vlmrl-pipeline").metadata["Name"])
+    own = normalize("vlmrl-pipeline")  # this project: installed on the device from the tree
     needed = imported_distributions(traced.stderr) - {own}
     missing = sorted(needed - freeze_names(args.device_freeze.read_text()))
     pins = [f"{name}=={metadata.version(name)}" for name in missing]
