@@ -342,19 +342,23 @@ def train_reference(params_path: Path, seed: int, steps: int, k: int) -> dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.pixels import DEFAULT_PRESET, merged_params, read_preset, write_params
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--preset", default="benchmarks/params/pixels_cpu.yaml")
+    parser.add_argument(
+        "--preset",
+        default=DEFAULT_PRESET,
+        help="default: benchmarks.pixels' (the same sizes), %(default)s",
+    )
     parser.add_argument("--out", type=Path, default=Path("reports/drq_reference"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help="default: the preset's")
     parser.add_argument("--k", type=int, default=1, help="DrQ's K = M (the paper: 2)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args(argv)
-    from benchmarks.pixels import merged_params, read_preset, write_params
-
     torch.set_num_threads(args.threads)
     preset, steps = read_preset(args.preset)
     steps = args.steps if args.steps is not None else steps

@@ -248,7 +248,8 @@ def _critic(env_id: str, params: Params, dataset: Path, root: Path) -> Path:
     if directory.exists():
         shutil.rmtree(directory)
     started = time.perf_counter()
-    logs = pretrain_critic(env_id, params, dataset, directory / env_id, progress=False)
+    # the longest part of a pixel benchmark's preparation (minutes on a CPU): a progress bar
+    logs = pretrain_critic(env_id, params, dataset, directory / env_id, progress=True)
     write_training_log(directory / "live", directory / "critic.json", rows=logs)
     stats = {
         "env": env_id,

@@ -205,6 +205,18 @@ def test_pixel_presets_parse_over_params_yaml(preset):
         assert get_method(method).params(params).network.obs == "pixels", method
 
 
+def test_the_benchmarks_default_preset_is_a_checked_one(capsys):
+    """benchmarks.pixels and its reference DrQ default to the same preset, one of those checked
+    above (the reference is a control only at the table's sizes)."""
+    from benchmarks import drq_reference
+    from benchmarks.pixels import DEFAULT_PRESET
+
+    assert DEFAULT_PRESET == "benchmarks/params/pixels_cpu_drqnet.yaml"  # the one that learns
+    with pytest.raises(SystemExit):
+        drq_reference.main(["--help"])
+    assert DEFAULT_PRESET in " ".join(capsys.readouterr().out.split())
+
+
 def test_one_pixel_run_beside_a_state_run_of_the_same_method(pixel_pipeline, tmp_path):
     """`train.<run>.overrides` switches one run to frames; the section (and the other run) stay
     on state observations."""
