@@ -13,6 +13,8 @@ NUMPY_WITHOUT_AVX512 = {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SP
 NUMPY_WITHOUT_AVX2 = {"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR"}
 OPENBLAS_HASWELL = {"OPENBLAS_CORETYPE": "Haswell"}
 OPENBLAS_SKYLAKEX = {"OPENBLAS_CORETYPE": "SkylakeX"}  # AVX-512: only where the CPU has it
+# AVX without FMA: a kernel every x86-64 CPU with AVX runs, and none picks by itself any more
+OPENBLAS_SANDYBRIDGE = {"OPENBLAS_CORETYPE": "Sandybridge"}
 
 
 def has_avx512() -> bool:
@@ -23,14 +25,19 @@ def has_avx512() -> bool:
 
 
 def other_cpu() -> dict[str, str]:
-    """Another machine's kernels: numpy without its AVX-512 targets, and OpenBLAS's Haswell
-    kernel where the CPU would pick the AVX-512 one (how stop 35's CI machine differed from the
-    one that wrote dvc.lock)."""
-    return {**NUMPY_WITHOUT_AVX512, **(OPENBLAS_HASWELL if X86 else {})}
+    """Another machine's kernels than this CPU's own. On an AVX-512 CPU: numpy without its
+    AVX-512 targets and OpenBLAS's Haswell kernel (how stop 35's CI machine differed from the one
+    that wrote dvc.lock). On an AVX2 CPU, where those are what it picks anyway: numpy without its
+    AVX2 targets and OpenBLAS's Sandybridge kernel."""
+    if not X86:
+        return {}
+    if has_avx512():
+        return {**NUMPY_WITHOUT_AVX512, **OPENBLAS_HASWELL}
+    return {**NUMPY_WITHOUT_AVX2, **OPENBLAS_SANDYBRIDGE}
 
 
 def variants() -> list[dict[str, str]]:
     """Every setting this CPU can run: none, numpy's SIMD targets off one level at a time, and
     OpenBLAS's kernels forced."""
-    found = [{}, NUMPY_WITHOUT_AVX512, NUMPY_WITHOUT_AVX2, OPENBLAS_HASWELL]
+    found = [{}, NUMPY_WITHOUT_AVX512, NUMPY_WITHOUT_AVX2, OPENBLAS_HASWELL, OPENBLAS_SANDYBRIDGE]
     return found + ([OPENBLAS_SKYLAKEX] if has_avx512() else [])
