@@ -2,9 +2,9 @@
 (its paper's setting, with random shifts, with the Worst Model's labels) and Semore (m1-m4, its
 table 2's ablations) learning DMC cartpole-swingup from frames, on a preset: by default
 `benchmarks/params/pixels_cpu_drqnet.yaml` (64x64, action repeat 8, DrQ's network: the smallest
-setting measured to learn in 10k agent steps, about 50 minutes a run on 2 CPU cores);
-`pixels_cpu.yaml` (the small all-stride-2 encoder, about 4x faster) does not learn at that budget,
-and `pixels_paper.yaml` is DrQ's 84x84 for a GPU (benchmarks/results/pixels/README.md).
+setting measured to learn in 10k agent steps, about 50-75 minutes a run on 2 CPU cores);
+`pixels_cpu.yaml` (the small all-stride-2 encoder, its update 2x faster) does not learn at that
+budget, and `pixels_paper.yaml` is DrQ's 84x84 for a GPU (benchmarks/results/pixels/README.md).
 
 Data (in this process, each part built once under `<out>/`): the preset's sections are merged
 over params.yaml (`<out>/params.yaml`, a complete params file), the collect stage's function
