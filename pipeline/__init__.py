@@ -1,1 +1,7 @@
 """vlmrl-pipeline: VLM labels paid for once (stage one), read by RL agents (stage two)."""
+
+from pipeline.kernels import pin_portable_kernels
+
+# before anything imports numpy or torch through this package: the same float kernels on every
+# x86-64 machine, so that stage outputs hash as in dvc.lock (pipeline/kernels.py says why)
+pin_portable_kernels()

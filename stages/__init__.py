@@ -1,0 +1,16 @@
+"""DVC stage entry points: thin wrappers around the `pipeline` package.
+
+Imported before any stage module, so `pipeline` (which pins portable float kernels) comes before
+numpy and torch, and no stage writes outputs with machine-specific kernels."""
+
+import sys
+
+import pipeline  # noqa: F401  (first: pipeline/kernels.py)
+from pipeline.errors import PipelineError
+from pipeline.kernels import check_portable_kernels
+
+try:
+    check_portable_kernels()
+except PipelineError as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)

@@ -25,14 +25,12 @@ def has_avx512() -> bool:
 
 
 def other_cpu() -> dict[str, str]:
-    """Another machine's kernels than this CPU's own. On an AVX-512 CPU: numpy without its
-    AVX-512 targets and OpenBLAS's Haswell kernel (how stop 35's CI machine differed from the one
-    that wrote dvc.lock). On an AVX2 CPU, where those are what it picks anyway: numpy without its
-    AVX2 targets and OpenBLAS's Sandybridge kernel."""
+    """Another machine's kernels than the ones `import pipeline` pins (pipeline/kernels.py: numpy
+    without AVX-512, OpenBLAS's Haswell kernel): numpy without its AVX2 targets and OpenBLAS's
+    Sandybridge kernel, which any x86-64 CPU with AVX runs. (Before the pin, stop 35's CI machine
+    differed from the one that wrote dvc.lock in numpy's AVX-512 targets.)"""
     if not X86:
         return {}
-    if has_avx512():
-        return {**NUMPY_WITHOUT_AVX512, **OPENBLAS_HASWELL}
     return {**NUMPY_WITHOUT_AVX2, **OPENBLAS_SANDYBRIDGE}
 
 

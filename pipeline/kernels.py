@@ -1,0 +1,106 @@
+"""One set of floating-point kernels on every x86-64 machine, so that a stage's outputs, and the
+dvc.lock that hashes them, are the same on every machine that runs `dvc repro`.
+
+numpy (>= 2.0), OpenBLAS and ATen pick their SIMD kernels per CPU when they are imported, and the
+AVX-512 kernels round differently from the AVX2 ones:
+- numpy's float64 `exp`, `log`, `sin`, `cos` and `tanh` have X86_V4 (AVX-512) loops beside their
+  X86_V3 (AVX2) ones, and `arctan`, `arctan2`, `power` and the other SVML-based loops have X86_V4
+  loops only (`numpy.lib.introspect.opt_func_info` lists them); reductions change lane width.
+- dm_control's rewards (`rewards.tolerance`: `np.exp`) and highway-env's kinematics (`np.cos`,
+  `np.arctan`) go through them. Stop 36's CI machine (AMD Zen 3, AVX2) built the cartpole-swingup
+  rollouts and the highway-hw-semore agent with other bytes than the AVX-512 machine that wrote
+  dvc.lock, and nothing else differed.
+
+`pin_portable_kernels` (run by `import pipeline`, before numpy can be imported through it) makes an
+AVX-512 machine run the AVX2 kernels that every x86-64 machine since 2013 has. It sets the
+libraries' own switches, which they read once, at import: a process that imported numpy or torch
+before `pipeline` keeps its kernels, and `check_portable_kernels` (run by every stage) refuses to
+write outputs from such a process. `VLMRL_NATIVE_KERNELS=1` opts out, for speed on an AVX-512
+machine, at the price of outputs that hash differently there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Iterable, Mapping, MutableMapping
+from pathlib import Path
+
+from pipeline.errors import PipelineError
+
+OPT_OUT = "VLMRL_NATIVE_KERNELS"
+# numpy's AVX-512 dispatch targets (numpy 2.x names); it ignores names it does not know
+NUMPY_AVX512_TARGETS = ("X86_V4", "AVX512_ICL", "AVX512_SPR")
+AVX2_FLAGS = frozenset({"avx2", "fma"})  # what OpenBLAS's Haswell and ATen's avx2 kernels need
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The first CPU's feature flags, or none where /proc/cpuinfo is missing (not Linux)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def portable_environment(environ: Mapping[str, str], flags: Iterable[str]) -> dict[str, str]:
+    """The variables to set so that numpy, OpenBLAS and ATen run AVX2-level kernels on this CPU.
+    A value the user set stays; numpy's list of disabled targets gains the AVX-512 ones."""
+    if environ.get(OPT_OUT, "") not in ("", "0"):
+        return {}
+    updates = {}
+    disabled = environ.get("NPY_DISABLE_CPU_FEATURES", "").replace(",", " ").split()
+    missing = [target for target in NUMPY_AVX512_TARGETS if target not in disabled]
+    if missing:
+        updates["NPY_DISABLE_CPU_FEATURES"] = " ".join([*disabled, *missing])
+    if set(flags) >= AVX2_FLAGS:  # forcing a kernel the CPU cannot run would crash it
+        if "OPENBLAS_CORETYPE" not in environ:
+            updates["OPENBLAS_CORETYPE"] = "Haswell"
+        if "ATEN_CPU_CAPABILITY" not in environ:
+            updates["ATEN_CPU_CAPABILITY"] = "avx2"
+    return updates
+
+
+def pin_portable_kernels(environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
+    """Set `portable_environment` in this process (and so in the processes it starts: DVC's
+    stages, Ray's workers). Warns where numpy or torch was imported first and keeps its kernels."""
+    flags = cpu_flags()
+    updates = portable_environment(environ, flags)
+    environ.update(updates)
+    early = [name for name in ("numpy", "torch") if name in sys.modules]
+    if updates and early and "avx512f" in flags:  # elsewhere the kernels are AVX2's already
+        warnings.warn(
+            f"{' and '.join(early)} was imported before `pipeline`, so it keeps this CPU's own "
+            f"kernels ({', '.join(updates)} are read at import): results may differ in the last "
+            "bits from other machines'. Import pipeline first for portable numerics.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return updates
+
+
+def active_avx512_targets(features: Mapping[str, bool] | None = None) -> list[str]:
+    """numpy's AVX-512 targets that this process dispatches to."""
+    if features is None:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    return [target for target in NUMPY_AVX512_TARGETS if features.get(target)]
+
+
+def check_portable_kernels(
+    environ: Mapping[str, str] = os.environ, features: Mapping[str, bool] | None = None
+) -> None:
+    """Refuse to write stage outputs with numpy's AVX-512 kernels, unless the user opted out."""
+    if environ.get(OPT_OUT, "") not in ("", "0"):
+        return
+    active = active_avx512_targets(features)
+    if active:
+        raise PipelineError(
+            f"numpy runs its {', '.join(active)} kernels in this process, whose float64 results "
+            "differ in the last bits from other machines': the outputs would not match dvc.lock. "
+            "Something imported numpy before `pipeline` (a sitecustomize, PYTHONSTARTUP?); import "
+            f"pipeline first, or set {OPT_OUT}=1 to accept machine-specific outputs."
+        )

@@ -1,0 +1,111 @@
+"""pipeline/kernels.py: every process that imports `pipeline` first runs numpy's, OpenBLAS's and
+ATen's AVX2-level kernels, so that stage outputs hash the same on AVX-512 and AVX2 machines
+(stop 36's CI: the cartpole-swingup rollouts and highway-hw-semore differed between the two)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.errors import PipelineError
+from pipeline.kernels import (
+    NUMPY_AVX512_TARGETS,
+    OPT_OUT,
+    check_portable_kernels,
+    cpu_flags,
+    portable_environment,
+)
+from tests.conftest import REPO
+
+AVX512_CPU = {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw"}
+VARIABLES = ("NPY_DISABLE_CPU_FEATURES", "OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY", OPT_OUT)
+
+
+def test_an_avx512_cpu_gets_the_avx2_kernels():
+    assert portable_environment({}, AVX512_CPU) == {
+        "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+        "OPENBLAS_CORETYPE": "Haswell",
+        "ATEN_CPU_CAPABILITY": "avx2",
+    }
+
+
+def test_a_cpu_without_avx2_is_not_forced_onto_kernels_it_cannot_run():
+    assert portable_environment({}, {"sse4_2", "avx"}) == {
+        "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"
+    }
+
+
+def test_the_users_settings_stay_and_numpy_still_loses_avx512():
+    user = {"NPY_DISABLE_CPU_FEATURES": "X86_V3,AVX512_ICL", "OPENBLAS_CORETYPE": "Sandybridge"}
+    updates = portable_environment(user, AVX512_CPU)
+    assert updates == {
+        "NPY_DISABLE_CPU_FEATURES": "X86_V3 AVX512_ICL X86_V4 AVX512_SPR",
+        "ATEN_CPU_CAPABILITY": "avx2",
+    }
+    complete = {"NPY_DISABLE_CPU_FEATURES": " ".join(NUMPY_AVX512_TARGETS)}
+    assert "NPY_DISABLE_CPU_FEATURES" not in portable_environment(complete, AVX512_CPU)
+
+
+@pytest.mark.parametrize("value", ["1", "yes"])
+def test_the_opt_out_keeps_the_native_kernels(value):
+    assert portable_environment({OPT_OUT: value}, AVX512_CPU) == {}
+    check_portable_kernels({OPT_OUT: value}, features={"X86_V4": True})  # no error
+
+
+def test_cpu_flags_reads_the_first_cpu(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n\nflags\t: other\n")
+    assert cpu_flags(info) == {"fpu", "sse2", "avx2", "fma"}
+    assert cpu_flags(tmp_path / "missing") == frozenset()
+
+
+def test_a_process_with_numpys_avx512_kernels_may_not_write_stage_outputs():
+    with pytest.raises(PipelineError, match=r"X86_V4.*import pipeline first.*VLMRL_NATIVE"):
+        check_portable_kernels({}, features={"X86_V4": True, "X86_V3": True})
+    check_portable_kernels({}, features={"X86_V4": False, "X86_V3": True})
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+PROBE = """
+import json, os
+{imports}
+from numpy._core._multiarray_umath import __cpu_features__ as features
+import torch
+print(json.dumps({{"env": {{k: os.environ.get(k) for k in {variables!r}}},
+    "numpy_avx512": [t for t in {targets!r} if features.get(t)],
+    "aten": torch.backends.cpu.get_cpu_capability()}}))
+"""
+
+
+def test_importing_pipeline_first_pins_the_kernels_of_numpy_and_torch():
+    """In a fresh process, `import stages` (what every DVC stage runs first) leaves numpy without
+    AVX-512 targets and torch at AVX2 at most, and says so in the environment its children get."""
+    code = PROBE.format(imports="import stages", variables=VARIABLES, targets=NUMPY_AVX512_TARGETS)
+    result = _python(code)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["numpy_avx512"] == []
+    assert seen["env"]["NPY_DISABLE_CPU_FEATURES"].split() == list(NUMPY_AVX512_TARGETS)
+    if {"avx2", "fma"} <= cpu_flags():
+        assert seen["env"]["OPENBLAS_CORETYPE"] == "Haswell"
+        assert seen["env"]["ATEN_CPU_CAPABILITY"] == "avx2"
+        assert seen["aten"] in ("AVX2", "DEFAULT")
+
+
+def test_numpy_imported_before_pipeline_is_named_on_an_avx512_cpu():
+    result = _python("import numpy, warnings; warnings.simplefilter('always'); import pipeline")
+    assert result.returncode == 0, result.stderr
+    if "avx512f" in cpu_flags():
+        assert "numpy was imported before `pipeline`" in result.stderr
+    else:  # here numpy's kernels are AVX2's anyway: nothing to warn about
+        assert "imported before" not in result.stderr
