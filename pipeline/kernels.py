@@ -1,22 +1,25 @@
 """One set of floating-point kernels on every x86-64 machine, so that a stage's outputs, and the
 dvc.lock that hashes them, are the same on every machine that runs `dvc repro`.
 
-numpy (>= 2.0), OpenBLAS and ATen pick their SIMD kernels per CPU when they are imported, and the
-AVX-512 kernels round differently from the AVX2 ones:
+numpy (>= 2.0), OpenBLAS and torch's ATen, oneDNN and MKL pick their SIMD kernels per CPU when
+they load, and the AVX-512 kernels round differently from the AVX2 ones:
 - numpy's float64 `exp`, `log`, `sin`, `cos` and `tanh` have X86_V4 (AVX-512) loops beside their
   X86_V3 (AVX2) ones, and `arctan`, `arctan2`, `power` and the other SVML-based loops have X86_V4
   loops only (`numpy.lib.introspect.opt_func_info` lists them); reductions change lane width.
 - dm_control's rewards (`rewards.tolerance`: `np.exp`) and highway-env's kinematics (`np.cos`,
-  `np.arctan`) go through them. Stop 36's CI machine (AMD Zen 3, AVX2) built the cartpole-swingup
-  rollouts and the highway-hw-semore agent with other bytes than the AVX-512 machine that wrote
-  dvc.lock, and nothing else differed.
+  `np.arctan`) go through them. Stop 36's CI machine (AMD Zen 3, AVX2) rebuilt the
+  cartpole-swingup rollouts, the whole highway-hw chain and the CarRacing-v3-semore agent with
+  other bytes than the AVX-512 machine that wrote dvc.lock; every other output was the same.
+- oneDNN runs torch's CPU convolutions with JIT kernels for the widest ISA it finds.
 
 `pin_portable_kernels` (run by `import pipeline`, before numpy can be imported through it) makes an
-AVX-512 machine run the AVX2 kernels that every x86-64 machine since 2013 has. It sets the
-libraries' own switches, which they read once, at import: a process that imported numpy or torch
+AVX-512 machine run the AVX2 kernels that every x86-64 machine since 2013 has. On an AVX2 machine
+those are the kernels it runs anyway (there, the highway-hw collection and the CarRacing-v3-semore
+agent came out byte-identical with and without the pin). It sets the
+libraries' own switches, which they read once, at load: a process that imported numpy or torch
 before `pipeline` keeps its kernels, and `check_portable_kernels` (run by every stage) refuses to
-write outputs from such a process. `VLMRL_NATIVE_KERNELS=1` opts out, for speed on an AVX-512
-machine, at the price of outputs that hash differently there.
+write outputs from one whose numpy dispatches to AVX-512. `VLMRL_NATIVE_KERNELS=1` opts out, for
+speed on an AVX-512 machine, at the price of outputs that hash differently there.
 """
 
 from __future__ import annotations
@@ -32,7 +35,15 @@ from pipeline.errors import PipelineError
 OPT_OUT = "VLMRL_NATIVE_KERNELS"
 # numpy's AVX-512 dispatch targets (numpy 2.x names); it ignores names it does not know
 NUMPY_AVX512_TARGETS = ("X86_V4", "AVX512_ICL", "AVX512_SPR")
-AVX2_FLAGS = frozenset({"avx2", "fma"})  # what OpenBLAS's Haswell and ATen's avx2 kernels need
+AVX2_FLAGS = frozenset({"avx2", "fma"})  # what the kernels below need
+# where the CPU has AVX2 and FMA: each library's own switch to its AVX2 kernels (a ceiling for
+# oneDNN's JIT, torch's convolutions, and for MKL, torch's BLAS)
+AVX2_KERNELS = {
+    "OPENBLAS_CORETYPE": "Haswell",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
@@ -58,10 +69,9 @@ def portable_environment(environ: Mapping[str, str], flags: Iterable[str]) -> di
     if missing:
         updates["NPY_DISABLE_CPU_FEATURES"] = " ".join([*disabled, *missing])
     if set(flags) >= AVX2_FLAGS:  # forcing a kernel the CPU cannot run would crash it
-        if "OPENBLAS_CORETYPE" not in environ:
-            updates["OPENBLAS_CORETYPE"] = "Haswell"
-        if "ATEN_CPU_CAPABILITY" not in environ:
-            updates["ATEN_CPU_CAPABILITY"] = "avx2"
+        for name, value in AVX2_KERNELS.items():
+            if name not in environ:
+                updates[name] = value
     return updates
 
 
