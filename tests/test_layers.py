@@ -11,7 +11,8 @@ from tests.conftest import REPO
 
 LAYERS: list[set[str]] = [
     {"errors"},  # the base of the project's error types
-    {"io", "env_registry", "tables"},  # leaves: atomic writes; env ids; label/mask table schemas
+    # leaves: atomic writes; env ids; label/mask table schemas; the float kernels of every CPU
+    {"io", "env_registry", "tables", "kernels"},
     {"config"},  # params.yaml -> typed config
     {"envs", "segments", "distributed"},  # env factory; the append-only parquet store; Ray batches
     {"labels"},  # tasks, prompts, parsers, schema, status vocabulary, the label cache
