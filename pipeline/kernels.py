@@ -14,12 +14,13 @@ they load, and the AVX-512 kernels round differently from the AVX2 ones:
 
 `pin_portable_kernels` (run by `import pipeline`, before numpy can be imported through it) makes an
 AVX-512 machine run the AVX2 kernels that every x86-64 machine since 2013 has. On an AVX2 machine
-those are the kernels it runs anyway (there, the highway-hw collection and the CarRacing-v3-semore
-agent came out byte-identical with and without the pin). It sets the
-libraries' own switches, which they read once, at load: a process that imported numpy or torch
-before `pipeline` keeps its kernels, and `check_portable_kernels` (run by every stage) refuses to
-write outputs from one whose numpy dispatches to AVX-512. `VLMRL_NATIVE_KERNELS=1` opts out, for
-speed on an AVX-512 machine, at the price of outputs that hash differently there.
+those are the kernels it runs anyway: there, all 103 stage outputs came out byte-identical with
+and without the oneDNN and MKL caps, and the highway-hw collection and the CarRacing-v3-semore
+agent with and without the whole pin. It sets the libraries' own switches, which they read once,
+at load: a process that imported numpy or torch before `pipeline` keeps its kernels, and
+`check_portable_kernels` (run by every stage) refuses to write outputs from one whose numpy
+dispatches to AVX-512. `VLMRL_NATIVE_KERNELS=1` opts out, for speed on an AVX-512 machine, at the
+price of outputs that hash differently there.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
 
 
 def portable_environment(environ: Mapping[str, str], flags: Iterable[str]) -> dict[str, str]:
-    """The variables to set so that numpy, OpenBLAS and ATen run AVX2-level kernels on this CPU.
-    A value the user set stays; numpy's list of disabled targets gains the AVX-512 ones."""
+    """The variables to set so that numpy, OpenBLAS, ATen, oneDNN and MKL run AVX2-level kernels
+    on this CPU. A value the user set stays; numpy's list of disabled targets gains the AVX-512
+    ones."""
     if environ.get(OPT_OUT, "") not in ("", "0"):
         return {}
     updates = {}

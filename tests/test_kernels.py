@@ -1,6 +1,7 @@
-"""pipeline/kernels.py: every process that imports `pipeline` first runs numpy's, OpenBLAS's and
-ATen's AVX2-level kernels, so that stage outputs hash the same on AVX-512 and AVX2 machines
-(stop 36's CI: the cartpole-swingup rollouts and highway-hw-semore differed between the two)."""
+"""pipeline/kernels.py: every process that imports `pipeline` first runs the AVX2-level kernels
+of numpy, OpenBLAS, ATen, oneDNN and MKL, so that stage outputs hash the same on AVX-512 and AVX2
+machines (stop 36's CI, on AVX2: the cartpole-swingup rollouts, the highway-hw chain and the
+CarRacing-v3-semore agent differed from the AVX-512 machine's)."""
 
 from __future__ import annotations
 
