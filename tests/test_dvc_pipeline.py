@@ -110,7 +110,19 @@ def test_same_inputs_give_the_same_bytes_in_two_directories(built_a, built_b):
     no dependence on the CPU's SIMD or BLAS kernels (`b` builds with another machine's)."""
     lock_a = yaml.safe_load((built_a[0] / "dvc.lock").read_text())
     lock_b = yaml.safe_load((built_b[0] / "dvc.lock").read_text())
+    outs_a, outs_b = _outs(lock_a), _outs(lock_b)
+    differ = sorted(k for k in outs_a.keys() | outs_b.keys() if outs_a.get(k) != outs_b.get(k))
+    assert not differ, f"outputs that differ in b ({cpu_dispatch.other_cpu()}): {differ}"
     assert lock_a == lock_b
+
+
+def _outs(lock: dict) -> dict[tuple[str, str], str | None]:
+    """(stage, path) -> md5 of every output in a dvc.lock."""
+    return {
+        (stage, out["path"]): out.get("md5")
+        for stage, body in lock["stages"].items()
+        for out in body.get("outs", [])
+    }
 
 
 def _run_failing(args, cwd):
