@@ -5,7 +5,8 @@ libraries read these variables at import, so each setting needs its own process.
 from __future__ import annotations
 
 import platform
-from pathlib import Path
+
+from pipeline.kernels import cpu_flags
 
 X86 = platform.machine() == "x86_64"
 VARIABLES = ("NPY_DISABLE_CPU_FEATURES", "OPENBLAS_CORETYPE")
@@ -18,10 +19,7 @@ OPENBLAS_SANDYBRIDGE = {"OPENBLAS_CORETYPE": "Sandybridge"}
 
 
 def has_avx512() -> bool:
-    try:
-        return "avx512f" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+    return "avx512f" in cpu_flags()
 
 
 def other_cpu() -> dict[str, str]:
