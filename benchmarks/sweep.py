@@ -28,8 +28,13 @@ Command line (`add_sweep_arguments`, the same for every sweep):
 
     --cell NAME          rerun that cell only (repeatable; shell patterns such as
                          'hybrid-seed*' match several): its result, agent, curves and resume
-                         state are deleted first; the other cells' results are kept and the
-                         report is rebuilt from all of them
+                         state are deleted first (a line says how far the deleted state had
+                         got); the other cells' results are kept and the report is rebuilt
+                         from all of them
+    --only NAME          run that cell only if it has no current result (repeatable, patterns):
+                         nothing is deleted, and a killed run goes on from its resume state
+                         (the way to finish some cells of a table, or to share one across
+                         machines)
     --list-cells         print every cell of the table and whether it has a result, or how far
                          its run has got (step and last evaluation of its resume state, while it
                          runs or after a kill); run nothing
@@ -423,8 +428,15 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, workers: int = 1) -> No
         "--cell",
         action="append",
         metavar="NAME",
-        help="rerun this cell only (repeatable; shell patterns allowed): its result is deleted "
-        "and made again, the other cells' results are kept",
+        help="rerun this cell only (repeatable; shell patterns allowed): its result and resume "
+        "state are deleted and it starts over; the other cells' results are kept",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="run this cell only, if it has no current result (repeatable; shell patterns "
+        "allowed): nothing is deleted, a killed run goes on from its resume state",
     )
     parser.add_argument(
         "--list-cells", action="store_true", help="list the cells and how far each got; run nothing"
@@ -484,13 +496,20 @@ def _cell_state(out: Path, results_dir: str, name: str) -> str:
     `no result`: what `--list-cells` prints for a cell."""
     if (out / results_dir / f"{name}.json").exists():
         return "result"
+    where = _resume_state(out, name)
+    return "no result" if where is None else f"no result; {where}"
+
+
+def _resume_state(out: Path, name: str) -> str | None:
+    """How far a cell's running or killed run has got, from its resume state (`resume state at
+    step N, ...`); None without one."""
     try:
         where = peek(out / "resume" / name)
     except Exception as exc:  # the listing goes on; the run itself will refuse the file
-        return f"no result; resume state unreadable ({type(exc).__name__}: {exc})"
+        return f"resume state unreadable ({type(exc).__name__}: {exc})"
     if where is None:
-        return "no result"
-    text = f"no result; resume state at step {where['step']}"
+        return None
+    text = f"resume state at step {where['step']}"
     if where["eval_return"] is not None:
         text += f", eval {where['eval_return']:.1f} at step {where['eval_step']}"
     elif where["episode_return"] is not None:
@@ -499,7 +518,15 @@ def _cell_state(out: Path, results_dir: str, name: str) -> str:
 
 
 def forget_cell(out: Path, results_dir: str, name: str) -> None:
-    """Delete a cell's result and everything its run left (agent, curves, resume state)."""
+    """Delete a cell's result and everything its run left (agent, curves, resume state); a line
+    says how far a deleted resume state had got, and how to keep one next time."""
+    where = _resume_state(out, name)
+    if where is not None:
+        print(
+            f"{name}: --cell deletes its {where} and starts it over "
+            f"(--only {name} goes on from a resume state)",
+            flush=True,
+        )
     (out / results_dir / f"{name}.json").unlink(missing_ok=True)
     (out / "live" / f"{name}.json").unlink(missing_ok=True)
     for sub in ("agents", "live", "resume"):
@@ -517,8 +544,8 @@ def run_cells(
     describe: Callable[[dict[str, Any]], str] = lambda r: "done",
     results_dir: str = "cells",
 ) -> Sweep | None:
-    """Run the cells of a table that have no current result (all, or those `--cell` names), in a
-    pool of `--workers` spawned processes; each result is written to
+    """Run the cells of a table that have no current result (all, or those `--cell` and `--only`
+    name; `--cell` deletes what its cells had first), in a pool of `--workers` spawned processes; each result is written to
     `<out>/<results_dir>/<cell>.json` as soon as its run ends. `prepare(data key)` gives a cell's
     inputs (called in this process, once per key). Returns None with `--list-cells`."""
     started = time.monotonic()
@@ -530,8 +557,10 @@ def run_cells(
         for c in cells:
             print(f"{c.name:48} {_cell_state(out, results_dir, c.name)}")
         return None
-    selected = _select(cells, args.cell) if args.cell else None
-    for c in selected or []:
+    rerun = _select(cells, args.cell) if args.cell else []
+    only = _select(cells, args.only) if getattr(args, "only", None) else []
+    selected = rerun + [c for c in only if c not in rerun] if rerun or only else None
+    for c in rerun:
         forget_cell(out, results_dir, c.name)
     inputs: dict[str | None, tuple[TrainInputs, dict[str, str]]] = {}
 

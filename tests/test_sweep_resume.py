@@ -1,0 +1,110 @@
+"""A killed sweep cell goes on from its resume state when `--only` names it, and starts over
+(saying how far the deleted state had got) when `--cell` does (benchmarks.sweep.run_cells with its
+spawned workers and pipeline.training.train_run, as every benchmark's sweep runs them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import yaml
+
+from pipeline.agents.resume import Resume
+from pipeline.rollouts.format import MANIFEST_NAME
+from tests.conftest import REPO, sigkill_once_saved, tiny_params_dict
+
+ENV = "MountainCarContinuous-v0"
+CELL = "sac-seed0"
+MARK = (0, -12345.0)  # an episode no run can have: written into the killed run's state
+
+SWEEP = """
+import argparse, sys
+from pathlib import Path
+from benchmarks.sweep import Cell, add_sweep_arguments, run_cells
+from pipeline.methods.base import TrainInputs
+
+def finish(cell, params, agent_dir, trained):
+    return {"name": cell.name, "curve": trained.curve}
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    add_sweep_arguments(parser)
+    parser.add_argument("--root")
+    args = parser.parse_args()
+    root = Path(args.root)
+    run = {"env": "MountainCarContinuous-v0", "method": "sac", "steps": 120, "seed": 0}
+    cells = [Cell("sac-seed0", run)]
+    inputs = TrainInputs(root / "rollouts", root / "labels.parquet")
+    sweep = run_cells(cells, args, params=root / "params.yaml", out=root / "out",
+                      prepare=lambda key: inputs, finish=finish)
+    sys.exit(0 if sweep is None or not sweep.failures else 1)
+"""
+
+
+def _sweep(root, *args):
+    return subprocess.Popen(
+        [sys.executable, str(root / "sweep.py"), "--root", str(root), *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _finish(proc) -> str:
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    return out
+
+
+def _mark_state(path) -> int:
+    """Put MARK first in the saved run's curve, the fingerprint kept: a run that resumes from
+    this state ends with MARK in its curve, one that starts over cannot."""
+    state = torch.load(path, weights_only=False)  # the test's own file
+    state["curve"] = [MARK, *state["curve"]]
+    torch.save(state, path)
+    return int(state["step"])
+
+
+def test_only_resumes_a_killed_cell_and_cell_starts_it_over(tmp_path):
+    raw = tiny_params_dict((ENV,))
+    raw["env"][ENV].update(max_episode_steps=24)
+    raw["sac"] = {"batch_size": 8, "start_steps": 16, "log_every": 24, "resume_every": 24,
+                  "network": {"obs": "state", "hidden_dim": 16}}  # fmt: skip
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    (tmp_path / "rollouts").mkdir()  # hashed into the cell's spec, not read by sac
+    (tmp_path / "rollouts" / MANIFEST_NAME).write_text("{}")
+    (tmp_path / "labels.parquet").write_bytes(b"unread")
+    (tmp_path / "sweep.py").write_text(SWEEP)
+    state = tmp_path / "out" / "resume" / CELL / Resume.STATE
+    result = tmp_path / "out" / "cells" / f"{CELL}.json"
+
+    killed = _sweep(tmp_path, "--only", CELL)
+    sigkill_once_saved(killed, state)
+    assert state.exists() and not result.exists()
+    saved = state.read_bytes()
+    step = _mark_state(state)
+
+    out = _finish(_sweep(tmp_path, "--only", "sac-*"))
+    curve = [tuple(e) for e in json.loads(result.read_text())["curve"]]
+    assert curve[0] == MARK, f"--only started over instead of resuming from step {step}:\n{out}"
+    assert not state.exists()  # finished: its resume state is gone
+
+    # the same killed state again, now under --cell: deleted, said so, and the run starts over
+    state.parent.mkdir(parents=True)
+    state.write_bytes(saved)
+    _mark_state(state)
+    out = _finish(_sweep(tmp_path, "--cell", CELL))
+    assert f"{CELL}: --cell deletes its resume state at step {step}" in out
+    assert f"--only {CELL} goes on from a resume state" in out
+    curve = [tuple(e) for e in json.loads(result.read_text())["curve"]]
+    assert curve and MARK not in curve
+
+    # a current result: --only runs nothing and keeps it
+    before = result.read_bytes()
+    out = _finish(_sweep(tmp_path, "--only", CELL))
+    assert "1 cells have a result, 0 to run" in out and result.read_bytes() == before
