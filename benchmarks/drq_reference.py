@@ -26,7 +26,10 @@ update against ours.
     python -m benchmarks.drq_reference --out reports/drq_reference --seed 1 --steps 5000 --k 2
 
 One result per seed, `<out>/drq-reference-k<K>-seed<S>.json` (the fields of a benchmarks.pixels
-cell, arm `drq-reference`); a seed with a result is skipped.
+cell, arm `drq-reference`); a seed with a result is skipped. Every `resume_every` steps of the
+preset's `drq` section (at the next episode end) the whole run (networks, optimisers, replay, RNGs,
+curves) is saved to `<out>/resume/<name>` (pipeline.agents.resume); the same command after a kill
+goes on from there and ends with the result an uninterrupted run gives.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,7 @@ from torch import nn
 from tqdm import tqdm
 
 from pipeline.agents.loop import episode_reset_seed
+from pipeline.agents.resume import Resume, fingerprint
 from pipeline.dataset.stacking import FrameStacker
 from pipeline.io import atomic_write_json
 
@@ -236,6 +241,30 @@ class RefDrQAgent:
             metrics |= {"alpha": float(alpha.detach()), "entropy": float(-log_prob.detach().mean())}
         return metrics
 
+    def training_state(self) -> dict[str, Any]:
+        """What the next update depends on: networks, optimisers, alpha and the update count."""
+        return {
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "actor": self.actor.state_dict(),  # its convs are the critic's (tied)
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(),
+            "step": self.step,
+        }
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        self.actor.load_state_dict(state["actor"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        self.step = state["step"]
+
 
 class RefReplay:
     """replay_buffer.py: every obs and next_obs stored stacked, (N, 9, H, W) uint8 twice."""
@@ -266,13 +295,28 @@ class RefReplay:
             torch.as_tensor(self.not_dones_no_max[idxs]),
         )  # fmt: skip
 
+    ARRAYS = ("obses", "next_obses", "actions", "rewards", "not_dones_no_max")
+
+    def state(self) -> dict[str, Any]:
+        """The filled part, for a resume state."""
+        n = len(self)
+        return {"idx": self.idx, "full": self.full} | {a: getattr(self, a)[:n] for a in self.ARRAYS}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        for name in self.ARRAYS:
+            getattr(self, name)[: len(state[name])] = state[name]
+        self.idx, self.full = state["idx"], state["full"]
+
 
 # ---- the training run (train.py) -------------------------------------------------------------
 
 
-def train_reference(params_path: Path, seed: int, steps: int, k: int) -> dict[str, Any]:
+def train_reference(
+    params_path: Path, seed: int, steps: int, k: int, resume_dir: Path | None = None
+) -> dict[str, Any]:
     """One run on the merged preset at `params_path` (the `drq` section's sizes); returns a
-    benchmarks.pixels cell result."""
+    benchmarks.pixels cell result. With `resume_dir` and the section's `resume_every`, a killed
+    run goes on from its last resume state (removed once the run ends)."""
     from benchmarks.pixels import ENV, EVAL_SEED
     from pipeline.config import load_params
     from pipeline.envs import make_env
@@ -297,10 +341,29 @@ def train_reference(params_path: Path, seed: int, steps: int, k: int) -> dict[st
     replay = RefReplay(shape, action_dim, min(steps, hp.replay_capacity))
     stacker = FrameStacker(net.frame_stack, "pixels")
     episode, episode_return, rows, curve, window = 0, 0.0, [], [], []
+    first, before = 0, 0.0  # where this process starts, and the seconds of the runs before it
+    resume = None
+    if resume_dir is not None and hp.resume_every:
+        material = {"params": params_path.read_text(), "seed": seed, "steps": steps, "k": k}
+        resume = Resume(resume_dir, fingerprint(material), hp.resume_every)
+    state = resume.load() if resume is not None else None
+    if state is not None:  # at the start of an episode, as pipeline.agents.loop resumes
+        agent.load_training_state(state["agent"])
+        replay.load_state(state["replay"])
+        rng.bit_generator.state = state["rng"]
+        env.action_space.np_random.bit_generator.state = state["action_space_rng"]
+        torch.set_rng_state(state["torch_rng"])
+        episode, first, before = state["episode"], state["step"], state["seconds"]
+        rows, curve, window = state["rows"], state["curve"], state["window"]
+        print(f"resuming {resume_dir} from step {first}", flush=True)
+    last_saved = first
     obs, _ = env.reset(seed=episode_reset_seed(seed, episode))
     x = stacker.reset(obs["pixels"])
-    start = time.perf_counter()
-    bar = tqdm(range(steps), desc=f"drq-reference k={k} seed {seed}", unit="step")
+    start = time.perf_counter() - before
+    bar = tqdm(
+        range(first, steps), desc=f"drq-reference k={k} seed {seed}", unit="step",
+        initial=first, total=steps,
+    )  # fmt: skip
     for step in bar:
         action = env.action_space.sample() if step < hp.start_steps else agent.act(x)
         obs, reward, terminated, truncated, _ = env.step(action)
@@ -321,6 +384,28 @@ def train_reference(params_path: Path, seed: int, steps: int, k: int) -> dict[st
             evaluation = play_episodes(eval_env, deployed(agent), hp.eval_episodes, TRAIN_EVAL_SEED)
             rows.append({"step": step + 1, **row, "eval_return": evaluation.return_mean})
             window = []
+        if (
+            resume is not None
+            and (terminated or truncated)
+            and step + 1 - last_saved >= resume.every
+            and step + 1 < steps
+        ):
+            last_saved = step + 1
+            resume.save(
+                {
+                    "step": step + 1,
+                    "episode": episode,
+                    "agent": agent.training_state(),
+                    "replay": replay.state(),
+                    "rng": rng.bit_generator.state,
+                    "action_space_rng": env.action_space.np_random.bit_generator.state,
+                    "torch_rng": torch.get_rng_state(),
+                    "rows": rows,
+                    "curve": curve,
+                    "window": window,
+                    "seconds": time.perf_counter() - start,
+                }
+            )
     seconds = time.perf_counter() - start
     env.close()
     eval_env.close()
@@ -369,9 +454,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     params_path = args.out / f"params-seed{args.seed}.yaml"
     write_params(merged_params(args.params, preset), params_path)
-    result = train_reference(params_path, args.seed, steps, args.k)
+    resume_dir = args.out / "resume" / result_path.stem
+    result = train_reference(params_path, args.seed, steps, args.k, resume_dir)
     result["preset"] = yaml.safe_load(Path(args.preset).read_text())
     atomic_write_json(result_path, result)
+    shutil.rmtree(resume_dir, ignore_errors=True)  # the result is written: nothing to resume
     print(f"{result['name']}: final return {result['final_return']:.1f} "
           f"({result['train_seconds']:.0f} s)")  # fmt: skip
     return 0

@@ -69,21 +69,26 @@ def test_act_is_the_mean_when_deterministic_and_in_range():
     np.testing.assert_allclose(a, mean)
 
 
-def test_a_reference_run_trains_and_evaluates_on_the_preset(tmp_path, monkeypatch):
-    """Tiny budgets over the CPU preset: the run logs a row with a periodic evaluation every
-    `log_every` steps, updates after the seed steps, and its result is a pixels cell's; a rerun
-    finds the result and trains nothing."""
-    monkeypatch.setenv("MUJOCO_GL", "egl")
+def _tiny_run(tmp_path, out: str, resume_every: int = 0, start_steps: int = 16) -> list[str]:
+    """`main`'s arguments for a run of tiny budgets over the CPU preset: 40 agent steps in
+    episodes of 6 (48 env steps at repeat 8), updates from `start_steps`, an evaluation every 16."""
     raw = yaml.safe_load((REPO / "benchmarks/params/pixels_cpu.yaml").read_text())
     raw["steps"] = 40
     raw["env"]["cartpole-swingup"].update(image_size=SIZE, max_episode_steps=48)
-    raw["drq"] = {**raw["drq"], "start_steps": 16, "batch_size": 8, "log_every": 16,
-                  "eval_episodes": 1}  # fmt: skip
+    raw["drq"] = {**raw["drq"], "start_steps": start_steps, "batch_size": 8, "log_every": 16,
+                  "eval_episodes": 1, "resume_every": resume_every}  # fmt: skip
     raw["drq"]["network"] = {**raw["drq"]["network"], "hidden_dim": 32}
-    preset = tmp_path / "preset.yaml"
+    preset = tmp_path / f"preset-{out}.yaml"
     preset.write_text(yaml.safe_dump(raw))
-    argv = ["--params", str(REPO / "params.yaml"), "--preset", str(preset), "--out",
-            str(tmp_path / "out"), "--seed", "3"]  # fmt: skip
+    return ["--params", str(REPO / "params.yaml"), "--preset", str(preset), "--out",
+            str(tmp_path / out), "--seed", "3"]  # fmt: skip
+
+
+def test_a_reference_run_trains_and_evaluates_on_the_preset(tmp_path, monkeypatch):
+    """The run logs a row with a periodic evaluation every `log_every` steps, updates after the
+    seed steps, and its result is a pixels cell's; a rerun finds the result and trains nothing."""
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    argv = _tiny_run(tmp_path, "out")
     assert main(argv) == 0
     path = tmp_path / "out" / "drq-reference-k1-seed3.json"
     result = json.loads(path.read_text())
@@ -94,6 +99,44 @@ def test_a_reference_run_trains_and_evaluates_on_the_preset(tmp_path, monkeypatc
     assert result["curve"] and result["curve"][0][0] == 6  # 48 env steps at repeat 8
     mtime = path.stat().st_mtime_ns
     assert main(argv) == 0 and path.stat().st_mtime_ns == mtime
+
+
+def test_an_interrupted_reference_run_resumes_to_the_uninterrupted_result(
+    tmp_path, monkeypatch, capsys
+):
+    """Updates from step 8, its first resume state at the episode end at step 12, interrupted in
+    the update of step 20: the same command goes on from step 12 (networks, optimisers, replay
+    and RNGs as they were) and ends with the uninterrupted run's curves, evaluations and final
+    returns; the resume state is gone once the result is written."""
+    import pytest
+
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    assert main(_tiny_run(tmp_path, "whole", resume_every=8, start_steps=8)) == 0
+    update, calls = RefDrQAgent.update, [0]
+
+    def failing(self, *batch):
+        calls[0] += 1
+        if calls[0] == 13:  # step 20
+            raise KeyboardInterrupt
+        return update(self, *batch)
+
+    argv = _tiny_run(tmp_path, "killed", resume_every=8, start_steps=8)
+    monkeypatch.setattr(RefDrQAgent, "update", failing)
+    with pytest.raises(KeyboardInterrupt):
+        main(argv)
+    state = tmp_path / "killed" / "resume" / "drq-reference-k1-seed3" / "state.pt"
+    assert state.exists()
+    monkeypatch.setattr(RefDrQAgent, "update", update)
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert f"resuming {state.parent} from step 12" in capsys.readouterr().out
+    assert not state.parent.exists()
+    name = "drq-reference-k1-seed3.json"
+    whole = json.loads((tmp_path / "whole" / name).read_text())
+    resumed = json.loads((tmp_path / "killed" / name).read_text())
+    for key in ("curve", "eval", "logs", "final_returns"):
+        assert resumed[key] == whole[key], key
+    assert len(whole["curve"]) == 6
 
 
 def test_pixel_report_takes_reference_results_at_its_budget_only(tmp_path):
