@@ -23,7 +23,8 @@ steps to 500 (first periodic evaluation >= 500, median over seeds), the publishe
 
     python -m benchmarks.pixels --seeds 3 --workers 2 --out reports/pixels
     python -m benchmarks.pixels --arms drq sac --seeds 1 --out reports/pixels --time-budget 3600
-    python -m benchmarks.pixels --out reports/pixels --cell drq-seed0
+    python -m benchmarks.pixels --out reports/pixels --only 'drq-*'     # these cells, resumed
+    python -m benchmarks.pixels --out reports/pixels --cell drq-seed0   # that cell from scratch
 """
 
 from __future__ import annotations

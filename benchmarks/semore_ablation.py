@@ -6,7 +6,8 @@ A preset (`benchmarks/params/semore_cpu.yaml`, `semore_paper.yaml`) is merged ov
 `semore` section and sets the budget. The cells run through benchmarks.sweep.run_cells: each
 writes `runs/<variant>-seed<k>.json` when done and keeps a resume state in `resume/<run>/` while
 it trains, so a killed benchmark goes on where it stopped (finished runs skipped, the unfinished
-one resumed, bit for bit); `--cell NAME` reruns one (`--list-cells` names them). Prints the table:
+one resumed, bit for bit); `--cell NAME` reruns one from scratch, `--only NAME` runs it alone and
+resumes it (`--list-cells` names them). Prints the table:
 final deterministic evaluation return of the deployed agent (mean +- std over seeds), the first
 step whose eval return reaches `--threshold` (median), beside the paper's ordering (M1 < M2 < M3 <
 M4, Semore > SAC), and a uniformly random policy on the same evaluation episodes (what "learned
