@@ -15,13 +15,14 @@ from the current `data/rollouts/<env>`); the constant teacher's labels of those 
 masks and dataset are made by the label, masks and dataset stages' functions; one C_V per dataset
 by pretrain_critic. Nothing under models/ is read.
 
-Every (env, method, seed) cell trains with pipeline.training.train_run in a spawned
-single-thread worker (benchmarks.sweep.run_cells) and is evaluated as deployed (load_agent +
-deployed: deterministic, teacher detached) on `--eval-episodes` episodes from seed 10,000. Each
-cell's result goes to `<out>/cells/<cell>.json` when its run ends and a rerun skips the cells that
-have one; `<out>/results.json` gathers them. `--cell NAME` reruns one cell from scratch, `--only
-NAME` runs it alone and resumes a killed run (`--list-cells` names them). Prints one table (final eval return mean +- std over seeds, steps to the THRESHOLDS below,
-MCC deployment success) and writes aggregated learning curves and ERPv's Q_f / alpha per env (PNG).
+Every (env, method, seed) cell trains with pipeline.training.train_run in a spawned single-thread
+worker (benchmarks.sweep.run_cells) and is evaluated as deployed (load_agent + deployed:
+deterministic, teacher detached) on `--eval-episodes` episodes from seed 10,000. Each cell's result
+goes to `<out>/cells/<cell>.json` when its run ends and a rerun skips the cells that have one;
+`<out>/results.json` gathers them. `--cell NAME` reruns one cell from scratch, `--only NAME` runs it
+alone and resumes a killed run (`--list-cells` names them). Prints one table (final eval return mean
++- std over seeds, steps to the THRESHOLDS below, MCC deployment success) and writes aggregated
+learning curves and ERPv's Q_f / alpha per env (PNG).
 
     python -m benchmarks.erpv_vs_sac --steps 10000 --seeds 3 --workers 2 --out reports/erpv_vs_sac
     python -m benchmarks.erpv_vs_sac --steps 10000 --seeds 3 --out reports/erpv_vs_sac \\

@@ -20,9 +20,9 @@ teacher and shaping detached): success, length, and the steps spent right of x =
 that never reach the flag (the hovering that eq. 1 as printed pays for). Prints the table with
 95 % bootstrap intervals of the medians, writes figures 3 (per seed) and 4 (aggregated), and
 results.json. Each cell's result is saved to `<out>/cells/<cell>.json` when its run ends; a rerun
-with the same --out skips finished cells, `--cell NAME` reruns one from scratch, `--only NAME`
-runs it alone and resumes a killed run (`--list-cells` names them), and `--time-budget` stops starting runs after that many seconds (for machines whose commands are
-cut off).
+with the same --out skips finished cells, `--cell NAME` reruns one from scratch, `--only NAME` runs
+it alone and resumes a killed run (`--list-cells` names them), and `--time-budget` stops starting
+runs after that many seconds (for machines whose commands are cut off).
 
     python -m benchmarks.hybrid_vs_ppo --prepare-only --out reports/hybrid_vs_ppo
     python -m benchmarks.hybrid_vs_ppo --seeds 10 --steps 300000 --workers 16 --out reports/hybrid_vs_ppo

@@ -546,8 +546,9 @@ def run_cells(
 ) -> Sweep | None:
     """Run the cells of a table that have no current result (all, or those `--cell` and `--only`
     name; `--cell` deletes what its cells had first), in a pool of `--workers` spawned processes;
-    each result is written to `<out>/<results_dir>/<cell>.json` as soon as its run ends. `prepare(data key)` gives a cell's
-    inputs (called in this process, once per key). Returns None with `--list-cells`."""
+    each result is written to `<out>/<results_dir>/<cell>.json` as soon as its run ends.
+    `prepare(data key)` gives a cell's inputs (called in this process, once per key). Returns None
+    with `--list-cells`."""
     started = time.monotonic()
     names = [c.name for c in cells]
     if len(set(names)) != len(names):
