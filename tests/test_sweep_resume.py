@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import torch
 import yaml
@@ -85,6 +86,7 @@ def test_only_resumes_a_killed_cell_and_cell_starts_it_over(tmp_path):
 
     killed = _sweep(tmp_path, "--only", CELL)
     sigkill_once_saved(killed, state)
+    time.sleep(1)  # the worker gets SIGTERM as its sweep dies: no later state may replace this one
     assert state.exists() and not result.exists()
     saved = state.read_bytes()
     step = _mark_state(state)
