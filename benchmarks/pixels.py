@@ -25,6 +25,13 @@ steps to 500 (first periodic evaluation >= 500, median over seeds), the publishe
     python -m benchmarks.pixels --arms drq sac --seeds 1 --out reports/pixels --time-budget 3600
     python -m benchmarks.pixels --out reports/pixels --only 'drq-*'     # these cells, resumed
     python -m benchmarks.pixels --out reports/pixels --cell drq-seed0   # that cell from scratch
+    python -m benchmarks.pixels --out reports/pixels --arms erpv sac --reevaluate 30
+
+`--reevaluate N` trains nothing: it plays every finished cell's stored agent again on N episodes
+(seeds 10,000 on, so the first are the result's own, checked to be equal) and reports each arm's
+final return over N episodes per seed beside the result's own (`<out>/reevaluated.txt`). A final
+return of 5 episodes spans 100-150 points within one seed at DrQ's sizes, as wide as the gap
+between the arms; the result files and their specs are left as they are.
 """
 
 from __future__ import annotations
@@ -39,7 +46,15 @@ from typing import Any
 import numpy as np
 import yaml
 
-from benchmarks.sweep import Cell, Trained, add_sweep_arguments, prepare_data, run_cells, steps_to
+from benchmarks.sweep import (
+    Cell,
+    Trained,
+    add_sweep_arguments,
+    prepare_data,
+    run_cells,
+    steps_to,
+    worker_pool,
+)
 from pipeline.config import Params, parse_params
 from pipeline.io import atomic_write_bytes, atomic_write_json
 
@@ -172,6 +187,114 @@ def finish(cell: Cell, params: Params, agent_dir: Path, trained: Trained) -> dic
     }
 
 
+def _replay_final(
+    name: str, params_path: str, agent_dir: str, episodes: int, threads: int
+) -> list[float]:
+    """`finish`'s evaluation of one stored agent on `episodes` episodes (in a worker)."""
+    import torch
+
+    from pipeline.config import load_params
+    from pipeline.evaluation import deployed, evaluate_policy
+    from pipeline.methods.table import load_agent
+
+    torch.set_num_threads(threads)
+    params = load_params(params_path)
+    policy = deployed(load_agent(agent_dir))
+    return evaluate_policy(policy, ENV, params.env[ENV], episodes, seed=EVAL_SEED).returns
+
+
+def reevaluate(
+    cells: list[Cell], out: Path, episodes: int, *, workers: int = 1, threads: int = 1
+) -> list[dict[str, Any]]:
+    """Each cell with a result in `<out>/runs` and its agent in `<out>/agents`, evaluated again as
+    `finish` does on `episodes` episodes (seeds EVAL_SEED, EVAL_SEED + 1, ...). The first episodes
+    are the result's own: they must come out equal, or the agent and the result are not of one run
+    (or evaluation is not deterministic here) and this stops naming the cell. One file per cell,
+    `<out>/reevaluated/<cell>-n<episodes>.json`, kept: a rerun plays only what is missing."""
+    directory = out / "reevaluated"
+    rows, todo = [], []
+    for cell in cells:
+        result_path = out / "runs" / f"{cell.name}.json"
+        agent = out / "agents" / cell.name
+        if not result_path.exists():
+            continue
+        if not (agent / "agent.json").exists():
+            print(f"{cell.name}: its result has no agent in {agent}; not re-evaluated")
+            continue
+        result = json.loads(result_path.read_text())
+        path = directory / f"{cell.name}-n{episodes}.json"
+        if path.exists():
+            row = json.loads(path.read_text())
+            if row["result_final_returns"] == result["final_returns"]:
+                rows.append(row)
+                continue
+        todo.append((cell, result, path, agent))
+    print(f"{len(rows)} cells re-evaluated before, {len(todo)} to play", flush=True)
+    with worker_pool(workers) as pool:
+        jobs = {
+            cell.name: pool.submit(
+                _replay_final, cell.name, str(out / "params.yaml"), str(agent), episodes, threads
+            )
+            for cell, _, _, agent in todo
+        }
+        for cell, result, path, _ in todo:
+            returns = jobs[cell.name].result()
+            own = result["final_returns"][:episodes]
+            if not np.allclose(returns[: len(own)], own, rtol=0.0, atol=1e-6):
+                raise SystemExit(
+                    f"{cell.name}: its agent's first {len(own)} evaluation episodes return "
+                    f"{np.round(returns[: len(own)], 1).tolist()}, its result says "
+                    f"{np.round(own, 1).tolist()}: the agent in {out / 'agents' / cell.name} is "
+                    f"not the one that result was made with (run it again: --cell {cell.name})"
+                )
+            row = {
+                "name": cell.name,
+                "arm": result["arm"],
+                "seed": result["seed"],
+                "episodes": episodes,
+                "returns": returns,
+                "final_return": float(np.mean(returns)),
+                "result_final_returns": result["final_returns"],
+            }
+            atomic_write_json(path, row)
+            print(
+                f"{cell.name}: {row['final_return']:.1f} over {episodes} episodes "
+                f"(its result: {result['final_return']:.1f} over {len(own)})",
+                flush=True,
+            )
+            rows.append(row)
+    order = {c.name: i for i, c in enumerate(cells)}
+    return sorted(rows, key=lambda r: order[r["name"]])
+
+
+def reevaluation_table(rows: list[dict[str, Any]], arms: list[str]) -> str:
+    """Final return over the re-evaluation's episodes beside the result's own, per arm: mean +-
+    std over seeds of each seed's mean, the seeds' values, and the spread of one seed's episodes
+    (their std, mean over seeds) that a final return of n episodes averages down by sqrt(n)."""
+    episodes = rows[0]["episodes"]
+    first = len(rows[0]["result_final_returns"])
+    lines = [
+        f"{ENV} from pixels: final return of each seed's agent over {episodes} deterministic "
+        f"episodes (seeds {EVAL_SEED:,} on) beside its result's {first}; mean +- std over seeds",
+        "",
+        f"{'arm':15}{'seeds':>6}{f'{episodes} episodes':>18}{f'{first} episodes':>18}"
+        f"{'episode std':>13}   per seed ({episodes} episodes)",
+    ]
+    for arm in arms:
+        rs = [r for r in rows if r["arm"] == arm]
+        if not rs:
+            continue
+        many = np.array([r["final_return"] for r in rs])
+        few = np.array([np.mean(r["result_final_returns"]) for r in rs])
+        spread = np.mean([np.std(r["returns"]) for r in rs])
+        lines.append(
+            f"{arm:15}{len(rs):>6}{f'{many.mean():.1f} +- {many.std():.1f}':>18}"
+            f"{f'{few.mean():.1f} +- {few.std():.1f}':>18}{spread:>13.1f}   "
+            + ", ".join(f"{v:.1f}" for v in many)
+        )
+    return "\n".join(lines)
+
+
 def read_extra(paths: list[Path], steps: int) -> list[dict[str, Any]]:
     """Results of runs made elsewhere, checked to be at this table's budget."""
     extra = []
@@ -267,10 +390,20 @@ def main(argv: list[str] | None = None) -> int:
         help="result files of runs made elsewhere (benchmarks.drq_reference) to report beside "
         "the cells: their arms are added to the table and the figure",
     )
+    parser.add_argument(
+        "--reevaluate",
+        type=int,
+        default=None,
+        metavar="N",
+        help="train nothing: evaluate every finished cell's agent again on N episodes and report "
+        "them beside the results' own (<out>/reevaluated.txt)",
+    )
     add_sweep_arguments(parser, workers=1)
     args = parser.parse_args(argv)
     preset, steps = read_preset(args.preset)
     steps = args.steps if args.steps is not None else steps
+    if args.reevaluate is not None:  # with the params the agents were trained with
+        return report_reevaluation(table_cells(args, steps), args)
     extra = read_extra(args.extra, steps)  # before any run: a bad file is named at once
     args.out.mkdir(parents=True, exist_ok=True)
     params_path = args.out / "params.yaml"
@@ -299,6 +432,24 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_json(args.out / "results.json", {r["name"]: r for r in results})
     plot(results, arms, args.out / "curves.png")
     return 0 if not sweep.failures else 1
+
+
+def report_reevaluation(cells: list[Cell], args: argparse.Namespace) -> int:
+    if args.reevaluate < 1:
+        raise SystemExit(f"--reevaluate {args.reevaluate}: the number of episodes is at least 1")
+    if not (args.out / "params.yaml").exists():
+        raise SystemExit(f"--reevaluate: {args.out} has no params.yaml; no cell has run there")
+    rows = reevaluate(
+        cells, args.out, args.reevaluate, workers=args.workers, threads=args.threads
+    )  # fmt: skip
+    if not rows:
+        print("no finished runs with an agent to re-evaluate")
+        return 1
+    text = reevaluation_table(rows, args.arms)
+    print(text)
+    atomic_write_bytes(args.out / "reevaluated.txt", (text + "\n").encode())
+    atomic_write_json(args.out / "reevaluated.json", {r["name"]: r for r in rows})
+    return 0
 
 
 if __name__ == "__main__":

@@ -236,3 +236,57 @@ def test_one_pixel_run_beside_a_state_run_of_the_same_method(pixel_pipeline, tmp
         assert meta["obs"] == obs and meta["config"]["network"]["obs"] == obs, name
         # the rest of the network is the section's, merged key by key
         assert meta["config"]["network"]["encoder_stride"] == 2
+
+
+def test_reevaluation_replays_each_cells_agent_and_checks_it_against_its_result(
+    pixel_pipeline, tmp_path, capsys
+):
+    """`benchmarks.pixels --reevaluate N` on a sweep's layout (`<out>/runs/<cell>.json`,
+    `<out>/agents/<cell>`): the agent's first episodes are its result's own, the rest extend them;
+    a rerun plays nothing; an agent that is not its result's stops with the cell named."""
+    import json
+
+    import torch
+
+    from benchmarks.pixels import _replay_final, reevaluate, reevaluation_table
+    from benchmarks.sweep import Cell
+    from stages import train
+
+    d, out = pixel_pipeline, tmp_path / "sweep"
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(_params_for(d, "sac")))
+    assert train.main(_train_argv(d, params, "sac", tmp_path / "run")) == 0
+    (out / "runs").mkdir(parents=True)
+    (out / "agents").mkdir()
+    (tmp_path / "run" / "model").rename(out / "agents" / "sac-seed0")
+    (out / "params.yaml").write_bytes(params.read_bytes())
+    threads = torch.get_num_threads()
+    try:  # the result's own evaluation, as `finish` makes it in a one-thread worker
+        own = _replay_final("sac-seed0", str(params), str(out / "agents" / "sac-seed0"), 2, 1)
+    finally:
+        torch.set_num_threads(threads)
+    result = {"name": "sac-seed0", "arm": "sac", "seed": 0, "final_returns": own,
+              "final_return": sum(own) / 2}  # fmt: skip
+    (out / "runs" / "sac-seed0.json").write_text(json.dumps(result))
+    (out / "runs" / "sac-seed1.json").write_text(json.dumps({**result, "seed": 1}))  # no agent
+    cells = [
+        Cell(name=f"sac-seed{s}", run={"env": ENV, "method": "sac", "steps": STEPS, "seed": s})
+        for s in (0, 1, 2)  # seed 2: no result
+    ]
+
+    rows = reevaluate(cells, out, 3)
+    assert [r["name"] for r in rows] == ["sac-seed0"]
+    assert len(rows[0]["returns"]) == 3 and rows[0]["returns"][:2] == own
+    assert "sac-seed1: its result has no agent" in capsys.readouterr().out
+    kept = out / "reevaluated" / "sac-seed0-n3.json"
+    assert json.loads(kept.read_text()) == rows[0]
+    text = reevaluation_table(rows, ["sac"])
+    assert f"{rows[0]['final_return']:.1f} +- 0.0" in text and f"{sum(own) / 2:.1f}" in text
+
+    assert reevaluate(cells, out, 3) == rows
+    assert "1 cells re-evaluated before, 0 to play" in capsys.readouterr().out
+
+    result["final_returns"] = [own[0] + 1.0, own[1]]  # another run's result beside this agent
+    (out / "runs" / "sac-seed0.json").write_text(json.dumps(result))
+    with pytest.raises(SystemExit, match="sac-seed0: its agent's first 2 evaluation episodes"):
+        reevaluate(cells, out, 3)
