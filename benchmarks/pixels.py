@@ -40,6 +40,7 @@ import argparse
 import copy
 import json
 import sys
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
@@ -209,8 +210,9 @@ def reevaluate(
     """Each cell with a result in `<out>/runs` and its agent in `<out>/agents`, evaluated again as
     `finish` does on `episodes` episodes (seeds EVAL_SEED, EVAL_SEED + 1, ...). The first episodes
     are the result's own: they must come out equal, or the agent and the result are not of one run
-    (or evaluation is not deterministic here) and this stops naming the cell. One file per cell,
-    `<out>/reevaluated/<cell>-n<episodes>.json`, kept: a rerun plays only what is missing."""
+    (or evaluation is not deterministic here). One file per cell,
+    `<out>/reevaluated/<cell>-n<episodes>.json`, kept as soon as it is played: a rerun plays only
+    what is missing. Cells that fail either way are named together at the end (SystemExit)."""
     directory = out / "reevaluated"
     rows, todo = [], []
     for cell in cells:
@@ -230,23 +232,30 @@ def reevaluate(
                 continue
         todo.append((cell, result, path, agent))
     print(f"{len(rows)} cells re-evaluated before, {len(todo)} to play", flush=True)
+    failed = []
     with worker_pool(workers) as pool:
         jobs = {
-            cell.name: pool.submit(
+            pool.submit(
                 _replay_final, cell.name, str(out / "params.yaml"), str(agent), episodes, threads
-            )
-            for cell, _, _, agent in todo
+            ): (cell, result, path)
+            for cell, result, path, agent in todo
         }
-        for cell, result, path, _ in todo:
-            returns = jobs[cell.name].result()
+        for job in as_completed(jobs):  # each kept as it ends: a failed cell loses no other
+            cell, result, path = jobs[job]
+            try:
+                returns = job.result()
+            except Exception as exc:  # reported with its cell once the others have ended
+                failed.append(f"{cell.name}: its agent could not be evaluated ({exc!r})")
+                continue
             own = result["final_returns"][:episodes]
             if not np.allclose(returns[: len(own)], own, rtol=0.0, atol=1e-6):
-                raise SystemExit(
+                failed.append(
                     f"{cell.name}: its agent's first {len(own)} evaluation episodes return "
                     f"{np.round(returns[: len(own)], 1).tolist()}, its result says "
                     f"{np.round(own, 1).tolist()}: the agent in {out / 'agents' / cell.name} is "
                     f"not the one that result was made with (run it again: --cell {cell.name})"
                 )
+                continue
             row = {
                 "name": cell.name,
                 "arm": result["arm"],
@@ -263,6 +272,8 @@ def reevaluate(
                 flush=True,
             )
             rows.append(row)
+    if failed:
+        raise SystemExit("\n".join(failed))
     order = {c.name: i for i, c in enumerate(cells)}
     return sorted(rows, key=lambda r: order[r["name"]])
 

@@ -245,6 +245,7 @@ def test_reevaluation_replays_each_cells_agent_and_checks_it_against_its_result(
     `<out>/agents/<cell>`): the agent's first episodes are its result's own, the rest extend them;
     a rerun plays nothing; an agent that is not its result's stops with the cell named."""
     import json
+    import shutil
 
     import torch
 
@@ -269,22 +270,28 @@ def test_reevaluation_replays_each_cells_agent_and_checks_it_against_its_result(
               "final_return": sum(own) / 2}  # fmt: skip
     (out / "runs" / "sac-seed0.json").write_text(json.dumps(result))
     (out / "runs" / "sac-seed1.json").write_text(json.dumps({**result, "seed": 1}))  # no agent
+    (out / "runs" / "sac-seed2.json").write_text(json.dumps({**result, "seed": 2}))
+    shutil.copytree(out / "agents" / "sac-seed0", out / "agents" / "sac-seed2")
+    (out / "agents" / "sac-seed2" / "agent.safetensors").write_bytes(b"torn")
     cells = [
         Cell(name=f"sac-seed{s}", run={"env": ENV, "method": "sac", "steps": STEPS, "seed": s})
-        for s in (0, 1, 2)  # seed 2: no result
+        for s in (0, 1, 2, 3)  # seed 3: no result
     ]
 
-    rows = reevaluate(cells, out, 3)
-    assert [r["name"] for r in rows] == ["sac-seed0"]
-    assert len(rows[0]["returns"]) == 3 and rows[0]["returns"][:2] == own
+    with pytest.raises(SystemExit, match="sac-seed2: its agent could not be evaluated"):
+        reevaluate(cells, out, 3, workers=2)
     assert "sac-seed1: its result has no agent" in capsys.readouterr().out
-    kept = out / "reevaluated" / "sac-seed0-n3.json"
-    assert json.loads(kept.read_text()) == rows[0]
-    text = reevaluation_table(rows, ["sac"])
-    assert f"{rows[0]['final_return']:.1f} +- 0.0" in text and f"{sum(own) / 2:.1f}" in text
+    kept = out / "reevaluated" / "sac-seed0-n3.json"  # the good cell's replay is not lost
+    row = json.loads(kept.read_text())
+    assert len(row["returns"]) == 3 and row["returns"][:2] == own
+    assert row["final_return"] == pytest.approx(sum(row["returns"]) / 3)
 
-    assert reevaluate(cells, out, 3) == rows
+    shutil.rmtree(out / "agents" / "sac-seed2")
+    rows = reevaluate(cells, out, 3)
+    assert rows == [row]
     assert "1 cells re-evaluated before, 0 to play" in capsys.readouterr().out
+    text = reevaluation_table(rows, ["sac"])
+    assert f"{row['final_return']:.1f} +- 0.0" in text and f"{sum(own) / 2:.1f}" in text
 
     result["final_returns"] = [own[0] + 1.0, own[1]]  # another run's result beside this agent
     (out / "runs" / "sac-seed0.json").write_text(json.dumps(result))
