@@ -188,9 +188,7 @@ def finish(cell: Cell, params: Params, agent_dir: Path, trained: Trained) -> dic
     }
 
 
-def _replay_final(
-    name: str, params_path: str, agent_dir: str, episodes: int, threads: int
-) -> list[float]:
+def _replay_final(params_path: str, agent_dir: str, episodes: int, threads: int) -> list[float]:
     """`finish`'s evaluation of one stored agent on `episodes` episodes (in a worker)."""
     import torch
 
@@ -223,21 +221,28 @@ def reevaluate(
         if not (agent / "agent.json").exists():
             print(f"{cell.name}: its result has no agent in {agent}; not re-evaluated")
             continue
-        result = json.loads(result_path.read_text())
+        try:
+            result = json.loads(result_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"{result_path}: not a readable result ({exc})") from exc
         path = directory / f"{cell.name}-n{episodes}.json"
-        if path.exists():
+        try:  # kept from an earlier run, for this very result
             row = json.loads(path.read_text())
             if row["result_final_returns"] == result["final_returns"]:
                 rows.append(row)
                 continue
+        except (OSError, json.JSONDecodeError, KeyError):
+            pass  # none, unreadable or of another shape: played again and replaced
         todo.append((cell, result, path, agent))
     print(f"{len(rows)} cells re-evaluated before, {len(todo)} to play", flush=True)
     failed = []
     with worker_pool(workers) as pool:
         jobs = {
-            pool.submit(
-                _replay_final, cell.name, str(out / "params.yaml"), str(agent), episodes, threads
-            ): (cell, result, path)
+            pool.submit(_replay_final, str(out / "params.yaml"), str(agent), episodes, threads): (
+                cell,
+                result,
+                path,
+            )
             for cell, result, path, agent in todo
         }
         for job in as_completed(jobs):  # each kept as it ends: a failed cell loses no other

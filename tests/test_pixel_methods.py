@@ -263,7 +263,7 @@ def test_reevaluation_replays_each_cells_agent_and_checks_it_against_its_result(
     (out / "params.yaml").write_bytes(params.read_bytes())
     threads = torch.get_num_threads()
     try:  # the result's own evaluation, as `finish` makes it in a one-thread worker
-        own = _replay_final("sac-seed0", str(params), str(out / "agents" / "sac-seed0"), 2, 1)
+        own = _replay_final(str(params), str(out / "agents" / "sac-seed0"), 2, 1)
     finally:
         torch.set_num_threads(threads)
     result = {"name": "sac-seed0", "arm": "sac", "seed": 0, "final_returns": own,
@@ -290,6 +290,9 @@ def test_reevaluation_replays_each_cells_agent_and_checks_it_against_its_result(
     rows = reevaluate(cells, out, 3)
     assert rows == [row]
     assert "1 cells re-evaluated before, 0 to play" in capsys.readouterr().out
+    kept.write_text('{"name": "sac-seed0", "retu')  # torn: played again, to the same row
+    assert reevaluate(cells, out, 3) == [row]
+    assert "0 cells re-evaluated before, 1 to play" in capsys.readouterr().out
     text = reevaluation_table(rows, ["sac"])
     assert f"{row['final_return']:.1f} +- 0.0" in text and f"{sum(own) / 2:.1f}" in text
 
