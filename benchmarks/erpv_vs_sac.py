@@ -158,6 +158,9 @@ def finish(cell: Cell, params: Params, agent_dir: Path, trained: Trained) -> dic
     start_steps = get_method(cell.method).params(params).start_steps
     steps, train_s = cell.run["steps"], trained.seconds
     updates = max(0, steps - start_steps + 1)
+    # a resumed run was timed from its resume state: rates are of the steps after it
+    timed = steps - trained.resumed_from
+    timed_updates = max(0, steps - max(start_steps - 1, trained.resumed_from))
     return {
         "name": cell.name,
         **cell.info,
@@ -172,10 +175,11 @@ def finish(cell: Cell, params: Params, agent_dir: Path, trained: Trained) -> dic
         "eval_length_mean": result.length_mean,
         "success_rate": result.success_rate,
         "train_s": train_s,
+        "resumed_from": trained.resumed_from,
         "eval_s": eval_s,
         "updates": updates,
-        "updates_per_s": updates / train_s if train_s > 0 else None,
-        "env_steps_per_s": steps / train_s if train_s > 0 else None,
+        "updates_per_s": timed_updates / train_s if train_s > 0 else None,
+        "env_steps_per_s": timed / train_s if train_s > 0 else None,
     }
 
 

@@ -173,7 +173,8 @@ def finish(cell: Cell, params: Params, agent_dir: Path, trained: Trained) -> dic
         deployed(load_agent(agent_dir)), ENV, params.env[ENV], cell.info["eval_episodes"],
         seed=EVAL_SEED,
     )  # fmt: skip
-    updates = max(0, cell.run["steps"] - hp.start_steps + 1)
+    # the updates timed: those after the resume state the run went on from, if any
+    updates = max(0, cell.run["steps"] - max(hp.start_steps - 1, trained.resumed_from))
     return {
         "name": cell.name,
         "arm": cell.info["arm"],
@@ -184,6 +185,7 @@ def finish(cell: Cell, params: Params, agent_dir: Path, trained: Trained) -> dic
         "final_return": final.return_mean,
         "final_returns": final.returns,
         "train_seconds": trained.seconds,
+        "resumed_from": trained.resumed_from,
         "updates_per_s": updates / trained.seconds if trained.seconds > 0 else None,
     }
 

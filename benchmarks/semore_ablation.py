@@ -87,6 +87,7 @@ def finish(cell: Cell, params: Any, agent_dir: Path, trained: Trained) -> dict[s
         ],
         "final_return": final.return_mean,
         "train_seconds": trained.seconds,
+        "resumed_from": trained.resumed_from,
     }
 
 

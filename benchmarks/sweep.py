@@ -331,11 +331,14 @@ def cell_spec(cell: Cell, params: Params, data: dict[str, str]) -> dict[str, Any
 @dataclass
 class Trained:
     """What training left for `finish`: the curve (step, native return of each episode), the
-    metric rows (each with a `step`) and the seconds it took."""
+    metric rows (each with a `step`) and the seconds it took. A run that went on from a resume
+    state was timed from there: `resumed_from` is that state's step (0: from the start), so
+    rates are of the steps after it."""
 
     curve: list[tuple[int, float]]
     logs: list[dict[str, float]]
     seconds: float
+    resumed_from: int = 0
 
 
 Finish = Callable[[Cell, Params, Path, Trained], dict[str, Any]]
@@ -406,6 +409,7 @@ def _run_cell(job: _Job) -> dict[str, Any]:
     cell, out = job.cell, Path(job.out)
     params = cell_params(job.params, cell)
     live = out / "live" / cell.name
+    state = peek(out / "resume" / cell.name)  # where train_run goes on from, if anywhere
     started = time.perf_counter()
     curve = train_run(
         cell.name,
@@ -418,7 +422,12 @@ def _run_cell(job: _Job) -> dict[str, Any]:
         progress=False,
     )
     seconds = time.perf_counter() - started
-    trained = Trained([(int(s), float(r)) for s, r in curve], read_logs(live), seconds)
+    trained = Trained(
+        [(int(s), float(r)) for s, r in curve],
+        read_logs(live),
+        seconds,
+        resumed_from=state["step"] if state else 0,
+    )
     result = job.finish(cell, params, out / "agents" / cell.name, trained)
     return {**result, "spec": job.spec}
 

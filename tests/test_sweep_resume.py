@@ -28,7 +28,7 @@ from benchmarks.sweep import Cell, add_sweep_arguments, run_cells
 from pipeline.methods.base import TrainInputs
 
 def finish(cell, params, agent_dir, trained):
-    return {"name": cell.name, "curve": trained.curve}
+    return {"name": cell.name, "curve": trained.curve, "resumed_from": trained.resumed_from}
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
@@ -94,6 +94,7 @@ def test_only_resumes_a_killed_cell_and_cell_starts_it_over(tmp_path):
     out = _finish(_sweep(tmp_path, "--only", "sac-*"))
     curve = [tuple(e) for e in json.loads(result.read_text())["curve"]]
     assert curve[0] == MARK, f"--only started over instead of resuming from step {step}:\n{out}"
+    assert json.loads(result.read_text())["resumed_from"] == step  # timed from there on
     assert not state.exists()  # finished: its resume state is gone
 
     # the same killed state again, now under --cell: deleted, said so, and the run starts over
@@ -105,6 +106,7 @@ def test_only_resumes_a_killed_cell_and_cell_starts_it_over(tmp_path):
     assert f"--only {CELL} goes on from a resume state" in out
     curve = [tuple(e) for e in json.loads(result.read_text())["curve"]]
     assert curve and MARK not in curve
+    assert json.loads(result.read_text())["resumed_from"] == 0
 
     # a current result: --only runs nothing and keeps it
     before = result.read_bytes()
