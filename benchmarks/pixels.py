@@ -453,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_reevaluation(cells: list[Cell], args: argparse.Namespace) -> int:
+    """`--reevaluate N`: `reevaluate` on `--out`, its table printed and written beside."""
     if args.reevaluate < 1:
         raise SystemExit(f"--reevaluate {args.reevaluate}: the number of episodes is at least 1")
     if not (args.out / "params.yaml").exists():

@@ -300,3 +300,13 @@ def test_reevaluation_replays_each_cells_agent_and_checks_it_against_its_result(
     (out / "runs" / "sac-seed0.json").write_text(json.dumps(result))
     with pytest.raises(SystemExit, match="sac-seed0: its agent's first 2 evaluation episodes"):
         reevaluate(cells, out, 3)
+
+
+def test_reevaluate_names_a_bad_count_and_an_out_with_no_runs(tmp_path):
+    from benchmarks.pixels import main
+
+    with pytest.raises(SystemExit, match="--reevaluate 0: the number of episodes is at least 1"):
+        main(["--out", str(tmp_path), "--reevaluate", "0"])
+    with pytest.raises(SystemExit, match=f"{tmp_path} has no params.yaml"):
+        main(["--out", str(tmp_path), "--reevaluate", "30"])
+    assert not list(tmp_path.iterdir())  # it trained and wrote nothing
