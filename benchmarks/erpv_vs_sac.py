@@ -158,9 +158,7 @@ def finish(cell: Cell, params: Params, agent_dir: Path, trained: Trained) -> dic
     start_steps = get_method(cell.method).params(params).start_steps
     steps, train_s = cell.run["steps"], trained.seconds
     updates = max(0, steps - start_steps + 1)
-    # a resumed run was timed from its resume state: rates are of the steps after it
-    timed = steps - trained.resumed_from
-    timed_updates = max(0, steps - max(start_steps - 1, trained.resumed_from))
+    timed, timed_updates = trained.steps_timed(steps), trained.updates_timed(steps, start_steps)
     return {
         "name": cell.name,
         **cell.info,

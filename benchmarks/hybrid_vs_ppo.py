@@ -177,7 +177,7 @@ def finish(cell: Cell, params: Any, agent_dir: Path, trained: Trained) -> dict[s
         "curve": trained.curve,
         "train_seconds": trained.seconds,
         "resumed_from": trained.resumed_from,
-        "env_steps_per_s": (cell.run["steps"] - trained.resumed_from) / trained.seconds,
+        "env_steps_per_s": trained.steps_timed(cell.run["steps"]) / trained.seconds,
         "deploy_success": result.success_rate,
         "deploy_length": result.length_mean,
         "hover_steps": float(np.mean(hover)) if hover else 0.0,

@@ -173,8 +173,7 @@ def finish(cell: Cell, params: Params, agent_dir: Path, trained: Trained) -> dic
         deployed(load_agent(agent_dir)), ENV, params.env[ENV], cell.info["eval_episodes"],
         seed=EVAL_SEED,
     )  # fmt: skip
-    # the updates timed: those after the resume state the run went on from, if any
-    updates = max(0, cell.run["steps"] - max(hp.start_steps - 1, trained.resumed_from))
+    updates = trained.updates_timed(cell.run["steps"], hp.start_steps)
     return {
         "name": cell.name,
         "arm": cell.info["arm"],
@@ -458,9 +457,7 @@ def report_reevaluation(cells: list[Cell], args: argparse.Namespace) -> int:
         raise SystemExit(f"--reevaluate {args.reevaluate}: the number of episodes is at least 1")
     if not (args.out / "params.yaml").exists():
         raise SystemExit(f"--reevaluate: {args.out} has no params.yaml; no cell has run there")
-    rows = reevaluate(
-        cells, args.out, args.reevaluate, workers=args.workers, threads=args.threads
-    )  # fmt: skip
+    rows = reevaluate(cells, args.out, args.reevaluate, workers=args.workers, threads=args.threads)
     if not rows:
         print("no finished runs with an agent to re-evaluate")
         return 1

@@ -340,6 +340,14 @@ class Trained:
     seconds: float
     resumed_from: int = 0
 
+    def steps_timed(self, steps: int) -> int:
+        """The agent steps of a `steps`-step run that `seconds` covers."""
+        return steps - self.resumed_from
+
+    def updates_timed(self, steps: int, start_steps: int) -> int:
+        """The updates `seconds` covers: one per step from `start_steps` on, after the resume."""
+        return max(0, steps - max(start_steps - 1, self.resumed_from))
+
 
 Finish = Callable[[Cell, Params, Path, Trained], dict[str, Any]]
 

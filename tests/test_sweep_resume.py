@@ -112,3 +112,13 @@ def test_only_resumes_a_killed_cell_and_cell_starts_it_over(tmp_path):
     before = result.read_bytes()
     out = _finish(_sweep(tmp_path, "--only", CELL))
     assert "1 cells have a result, 0 to run" in out and result.read_bytes() == before
+
+
+def test_a_resumed_runs_rates_count_the_steps_after_its_resume_state():
+    from benchmarks.sweep import Trained
+
+    whole, resumed = Trained([], [], 10.0), Trained([], [], 10.0, resumed_from=3000)
+    assert (whole.steps_timed(10_000), whole.updates_timed(10_000, 1000)) == (10_000, 9001)
+    assert (resumed.steps_timed(10_000), resumed.updates_timed(10_000, 1000)) == (7000, 7000)
+    # resumed within the random warm-up: every update is still in the timed part
+    assert Trained([], [], 1.0, resumed_from=500).updates_timed(10_000, 1000) == 9001
