@@ -178,12 +178,14 @@ class RefDrQAgent:
     obs_kind = "pixels"
 
     def __init__(self, shape: tuple[int, int, int], action_dim: int, *, stride: int,
-                 hidden: int, k: int, pad: int = 4, lr: float = 1e-3) -> None:  # fmt: skip
-        self.critic = RefCritic(shape, 50, hidden, stride, action_dim)
+                 hidden: int, k: int, pad: int = 4, lr: float = 1e-3,
+                 device: torch.device | str = "cpu") -> None:  # fmt: skip
+        self.device = torch.device(device)
+        self.critic = RefCritic(shape, 50, hidden, stride, action_dim).to(self.device)
         self.critic_target = copy.deepcopy(self.critic)
-        self.actor = RefActor(shape, 50, hidden, stride, action_dim)
+        self.actor = RefActor(shape, 50, hidden, stride, action_dim).to(self.device)
         self.actor.encoder.copy_conv_weights_from(self.critic.encoder)
-        self.log_alpha = torch.tensor(math.log(0.1), requires_grad=True)
+        self.log_alpha = torch.tensor(math.log(0.1), requires_grad=True, device=self.device)
         self.target_entropy = -float(action_dim)
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=lr)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=lr)
@@ -193,9 +195,9 @@ class RefDrQAgent:
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
-        x = torch.as_tensor(np.asarray(obs)).float().unsqueeze(0)
+        x = torch.as_tensor(np.asarray(obs), device=self.device).float().unsqueeze(0)
         action = self.actor.mean(x) if deterministic else self.actor(x)[0]
-        return action.clamp(-1.0, 1.0)[0].numpy()
+        return action.clamp(-1.0, 1.0)[0].cpu().numpy()
 
     def update(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
                next_obs: torch.Tensor, not_done: torch.Tensor) -> dict[str, float]:  # fmt: skip

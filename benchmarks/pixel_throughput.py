@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -59,8 +59,10 @@ class RefDrQ:
     """The reference agent's update with replay_buffer.py's sampling, K = M = `k`."""
 
     def __init__(self, frames: np.ndarray, starts: np.ndarray, size: int, stride: int,
-                 hidden: int, batch: int, k: int) -> None:  # fmt: skip
-        self.agent = RefDrQAgent((9, size, size), 1, stride=stride, hidden=hidden, k=k)
+                 hidden: int, batch: int, k: int, device: str = "cpu") -> None:  # fmt: skip
+        self.agent = RefDrQAgent(
+            (9, size, size), 1, stride=stride, hidden=hidden, k=k, device=device
+        )
         self.batch = batch
         # replay_buffer.py stores every obs and next_obs stacked: (N, 9, H, W) uint8 twice
         idx = np.arange(len(frames) - 1)
@@ -79,7 +81,9 @@ class RefDrQ:
         self.rng = np.random.default_rng(0)
 
     def update(self) -> None:
-        self.agent.update(*self.replay.sample(self.batch, self.rng))
+        # replay_buffer.py samples on the host and moves the batch to the training device
+        device = self.agent.device
+        self.agent.update(*(t.to(device) for t in self.replay.sample(self.batch, self.rng)))
 
 
 # ---- ours ----------------------------------------------------------------------------------------
@@ -145,12 +149,22 @@ def network(size_stride_hidden: tuple[int, int, int]) -> NetworkParams:
     )  # fmt: skip
 
 
-def rows_for(config: tuple[int, int, int], batch: int, ks: list[int], n_frames: int):
+def compiled(agent, mode: str):
+    """`agent` with every network compiled in place (`torch.compile`, `mode`: Inductor's
+    `default`, or `reduce-overhead`, which adds CUDA graphs): forward and backward fused, the
+    optimisers' steps and the update's Python left as they are."""
+    for module in agent._modules().values():
+        module.compile(mode=mode)
+    return agent
+
+
+def rows_for(config: tuple[int, int, int], batch: int, ks: list[int], n_frames: int,
+             device: str = "cpu", compile_modes: Sequence[str] = ()):  # fmt: skip
     size, stride, hidden = config
     frames, starts = random_frames(n_frames, size, seed=0)
     offline = labelled_offline(frames, starts)
     net = network(config)
-    common = {"network": net, "batch_size": batch, "device": "cpu"}
+    common = {"network": net, "batch_size": batch, "device": device}
     shape = (size, size, 3)
     drq = DrQAgent(shape, SPACE, DrQParams(**common, aux_weight=0.0, image_pad=4))
     sac = DrQAgent(
@@ -169,13 +183,48 @@ def rows_for(config: tuple[int, int, int], batch: int, ks: list[int], n_frames: 
         ssim_window=5 if stride == 2 else 11))  # fmt: skip
     rows: dict[str, Callable[[], None]] = {}
     for k in ks:
-        ref = RefDrQ(frames, starts, size, stride, hidden, batch, k)
+        ref = RefDrQ(frames, starts, size, stride, hidden, batch, k, device)
         rows[f"reference DrQ (K=M={k})"] = ref.update
     rows["ours: drq"] = ours(drq, frames, starts, None, 0.0)
+    for mode in compile_modes:
+        agent = compiled(
+            DrQAgent(shape, SPACE, DrQParams(**common, aux_weight=0.0, image_pad=4)), mode
+        )
+        rows[f"ours: drq, compiled ({mode})"] = ours(agent, frames, starts, None, 0.0)
     rows["ours: sac + DeepMDP"] = ours(sac, frames, starts, None, 0.0)
     rows["ours: erpv (VPG + VER)"] = ours(erpv, frames, starts, offline, 0.5)
     rows["ours: semore m4"] = ours(semore, frames, starts, offline, 0.5)
     return rows
+
+
+# dense peaks in TFLOP/s (fp32 without tensor cores, bf16 tensor cores), NVIDIA's data sheets
+PEAKS = {"H100": (67.0, 989.0), "H200": (67.0, 989.0), "A100": (19.5, 312.0)}
+
+
+def flops_per_update(run: Callable[[], None]) -> float:
+    """FLOPs of an update as torch's FlopCounterMode counts them (matmuls and convolutions,
+    forward and backward), the mean of two: the actor trains every second update."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        run()
+        run()
+    return counter.get_total_flops() / 2
+
+
+def warm_up(rows: dict[str, Callable[[], None]], calls: int) -> dict[str, str]:
+    """Each row run `calls` times (allocator, lazy init, compilation, CUDA graph capture). A row
+    that raises is taken out and its error returned by name, for the report."""
+    failed = {}
+    for name, run in list(rows.items()):
+        try:
+            for _ in range(calls):
+                run()
+        except Exception as exc:  # a row that cannot run is reported, not timed
+            failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            del rows[name]
+    return failed
 
 
 def main() -> None:
@@ -193,32 +242,69 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="passes per row (best kept)")
     parser.add_argument("--frames", type=int, default=2000, help="random frames in the replay")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument("--device", default="cpu", help="torch device of every row (cpu, cuda)")
+    parser.add_argument(
+        "--compile", nargs="*", default=[], metavar="MODE",
+        choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+        help="also `ours: drq` with its networks torch.compile'd in these modes "
+        "(reduce-overhead: with CUDA graphs)",
+    )  # fmt: skip
+    parser.add_argument("--warmup", type=int, default=3, help="untimed updates per row first")
+    parser.add_argument(
+        "--flops", action="store_true", help="count each row's FLOPs per update and report "
+        "the rate they reach (and its share of the GPU's peak, where known)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: torch sees no CUDA device here")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     torch.manual_seed(0)
     for text in args.configs:
-        config = tuple(int(v) for v in text.split(":"))
-        rows = rows_for(config, args.batch, args.k, args.frames)  # type: ignore[arg-type]
-        for run in rows.values():
-            for _ in range(3):  # warm up (allocator, lazy init)
-                run()
+        size, stride, hidden = (int(v) for v in text.split(":"))
+        config = (size, stride, hidden)
+        rows = rows_for(config, args.batch, args.k, args.frames, args.device, args.compile)
+        flops = {}
+        if args.flops:  # counted eagerly; a compiled row does the same arithmetic as `ours: drq`
+            flops = {n: flops_per_update(run) for n, run in rows.items() if "compiled" not in n}
+            flops |= {n: flops["ours: drq"] for n in rows if "compiled" in n}
+        failed = warm_up(rows, args.warmup)
         best = dict.fromkeys(rows, 0.0)
         for _ in range(args.repeats):
             for name, run in rows.items():
+                sync()
                 start = time.perf_counter()
                 for _ in range(args.updates):
                     run()
+                sync()
                 best[name] = max(best[name], args.updates / (time.perf_counter() - start))
-        size, stride, hidden = config
+        where = (
+            torch.cuda.get_device_name(device) if device.type == "cuda"
+            else f"{torch.get_num_threads()} threads"
+        )  # fmt: skip
         print(
             f"\n{size}x{size} frames x 3 stacked, encoder 4 convs x 32 filters (later stride "
             f"{stride}), hidden {hidden}, batch {args.batch}; torch {torch.__version__}, "
-            f"{torch.get_num_threads()} threads; best of {args.repeats} x {args.updates} updates"
+            f"{where}; best of {args.repeats} x {args.updates} updates"
         )
-        base = best[f"reference DrQ (K=M={args.k[0]})"]
+        base = best.get(f"reference DrQ (K=M={args.k[0]})")
+        peaks = next((v for k, v in PEAKS.items() if k in where), None)
         for name, rate in best.items():
-            print(f"  {name:<28} {rate:8.2f} updates/s  {rate / base:5.2f}x")
+            line = f"  {name:<40} {rate:8.2f} updates/s"
+            line += f"  {rate / base:5.2f}x" if base else ""
+            if name in flops:
+                tflops = flops[name] * rate / 1e12
+                line += f"  {flops[name] / 1e9:7.1f} GFLOP/update  {tflops:7.3f} TFLOP/s"
+                if peaks:
+                    line += (
+                        f"  ({100 * tflops / peaks[0]:.2f}% of fp32 peak, "
+                        f"{100 * tflops / peaks[1]:.3f}% of bf16's)"
+                    )
+            print(line)
+        for name, error in failed.items():
+            print(f"  {name:<40} failed: {error}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Issue 25's GPU checks on a lent device machine (the `device` tool: torch there, no mujoco,
+# dm_control, gymnasium or polars; no network; 30 s idle release; 10 minutes a command).
+#
+# Carry (one call, 64 MiB with the working tree):
+#   .site/site.tar.xz  the missing distributions installed for the device's Python 3.12 and
+#                      xz-compressed (55.7 MB; as wheels they need two calls: device_wheels.py)
+#   .gl/*.deb          EGL / GL loaders (libglvnd), for MUJOCO_GL=egl
+#
+#   bash benchmarks/device_pixels.sh throughput  # updates/s on the GPU: eager, compiled, graphs
+#   bash benchmarks/device_pixels.sh launch      # the paper-scale table in the background
+#   bash benchmarks/device_pixels.sh collect S   # wait up to S seconds for it; copy what it has
+#
+# A background run outlives its call (setsid) while the machine is held: `collect` in the next
+# call, within the idle release, picks it up. Everything that comes back is under $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+RUN=/tmp/pxp
+mkdir -p "$OUT"
+
+setup() {
+    if [ ! -d /tmp/site ]; then
+        for f in .gl/*.deb; do dpkg -x "$f" /; done
+        ldconfig
+        mkdir -p /tmp/site.partial && xz -dc .site/site.tar.xz | tar -x -C /tmp/site.partial || exit 1
+        # this project's own metadata: the dataset card records its version (importlib.metadata)
+        version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
+        info=/tmp/site.partial/vlmrl_pipeline-$version.dist-info
+        mkdir -p "$info"
+        printf 'Metadata-Version: 2.1\nName: vlmrl-pipeline\nVersion: %s\n' "$version" >"$info/METADATA"
+        mv /tmp/site.partial /tmp/site
+    fi
+    export PYTHONPATH=/tmp/site:$PWD MUJOCO_GL=egl PYTHONUNBUFFERED=1
+}
+
+case ${1:-} in
+throughput)
+    setup
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+    python -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/gpu.txt"
+    # DrQ's 84x84 network, eager against torch.compile (Inductor) and CUDA graphs
+    timeout 200 python -m benchmarks.pixel_throughput --device cuda --configs 84:1:1024 \
+        --compile default reduce-overhead --flops --updates 50 --repeats 3 --warmup 10 \
+        --threads 4 2>&1 | grep -v Warning | tee "$OUT/throughput_gpu.txt"
+    # the CPU preset's network at 64x64, and DrQ's own batch of 512
+    timeout 60 python -m benchmarks.pixel_throughput --device cuda --configs 64:1:1024 \
+        --flops --updates 50 --repeats 3 --threads 4 2>&1 | tee -a "$OUT/throughput_gpu.txt"
+    timeout 60 python -m benchmarks.pixel_throughput --device cuda --configs 84:1:1024 \
+        --batch 512 --flops --updates 30 --repeats 3 --threads 4 2>&1 |
+        tee -a "$OUT/throughput_gpu.txt"
+    ;;
+launch)
+    setup
+    setsid nohup python -m benchmarks.pixels --preset benchmarks/params/pixels_paper.yaml \
+        --arms drq sac --seeds 3 --workers 6 --threads 2 --out "$RUN" \
+        >/tmp/pxp.log 2>&1 </dev/null &
+    echo "launched: pid $!"
+    ;;
+collect)
+    deadline=$((SECONDS + ${2:-60}))
+    while [ $SECONDS -lt $deadline ] && pgrep -f "benchmarks.pixels" >/dev/null; do
+        sleep 10
+    done
+    cp /tmp/pxp.log "$OUT/pxp.log"
+    for f in table.txt results.json curves.png; do
+        [ -f "$RUN/$f" ] && cp "$RUN/$f" "$OUT/"
+    done
+    # every cell's periodic evaluations so far (finished or not): live/ and runs/, small files
+    tar -czf "$OUT/pxp_curves.tgz" -C "$RUN" live runs params.yaml 2>/dev/null
+    pgrep -f "benchmarks.pixels" >/dev/null && echo "still running" || echo "finished"
+    tail -20 /tmp/pxp.log
+    ;;
+*)
+    echo "usage: $0 throughput | launch | collect SECONDS" >&2
+    exit 2
+    ;;
+esac
