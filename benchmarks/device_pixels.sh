@@ -2,10 +2,16 @@
 # Issue 25's GPU checks on a lent device machine (the `device` tool: torch there, no mujoco,
 # dm_control, gymnasium or polars; no network; 30 s idle release; 10 minutes a command).
 #
-# Carry (one call, 64 MiB with the working tree):
+# Carry (one call, 64 MiB with the working tree; both folders in .git/info/exclude):
 #   .site/site.tar.xz  the missing distributions installed for the device's Python 3.12 and
-#                      xz-compressed (55.7 MB; as wheels they need two calls: device_wheels.py)
-#   .gl/*.deb          EGL / GL loaders (libglvnd), for MUJOCO_GL=egl
+#                      xz-compressed (55.7 MB; as wheels they need two calls), made here by
+#                        python -m benchmarks.device_wheels --device-freeze FREEZE \
+#                          --python-version 3.12 --out wheelhouse --site-archive
+#                        mkdir -p .site && cp wheelhouse/site.tar.xz .site/
+#                      (FREEZE: the device's `pip freeze`, or the package list of
+#                      /work/.library/device/KINDS.md, one name a line)
+#   .gl/*.deb          EGL / GL loaders (libglvnd), for MUJOCO_GL=egl: apt-get download
+#                      libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2
 #
 #   bash benchmarks/device_pixels.sh throughput  # updates/s on the GPU: eager, compiled, graphs
 #   bash benchmarks/device_pixels.sh launch      # the paper-scale table in the background
@@ -57,6 +63,7 @@ launch)
     echo "launched: pid $!"
     ;;
 collect)
+    setup
     deadline=$((SECONDS + ${2:-60}))
     while [ $SECONDS -lt $deadline ] && pgrep -f "benchmarks.pixels" >/dev/null; do
         sleep 10
@@ -65,8 +72,13 @@ collect)
     for f in table.txt results.json curves.png; do
         [ -f "$RUN/$f" ] && cp "$RUN/$f" "$OUT/"
     done
-    # every cell's periodic evaluations so far (finished or not): live/ and runs/, small files
-    tar -czf "$OUT/pxp_curves.tgz" -C "$RUN" live runs params.yaml 2>/dev/null
+    # how far each cell got: its resume state's step and last evaluation (a cell's live/ curve
+    # is written when it ends)
+    python -c "import pathlib, sys; from benchmarks.sweep import peek
+for d in sorted(pathlib.Path(sys.argv[1]).glob('*')): print(d.name, peek(d))" "$RUN/resume" |
+        tee "$OUT/progress.txt"
+    kept=$(cd "$RUN" && ls -d live runs params.yaml 2>/dev/null)
+    [ -n "$kept" ] && tar -czf "$OUT/pxp_curves.tgz" -C "$RUN" $kept
     pgrep -f "benchmarks.pixels" >/dev/null && echo "still running" || echo "finished"
     tail -20 /tmp/pxp.log
     ;;

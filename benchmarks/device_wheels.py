@@ -18,6 +18,12 @@ installed packages are gone):
     # 4. then
     pip install --no-deps --no-build-isolation -e . && MUJOCO_GL=egl python -m benchmarks.pixels ...
 
+Where the batches need more than one call, `--site-archive` also installs every wheel here for
+the device's Python (`pip install --target`, its tags checked), drops what the runs never read
+(SITE_UNUSED) and writes `<out>/site.tar.xz`: 55.7 MB for the pixel benchmark's 35
+distributions, whose wheels take 102 MiB. One call carries it; the device unpacks it into a
+folder on PYTHONPATH (benchmarks/device_pixels.sh does).
+
 Which distributions a run imports is read from `python -X importtime` of a command (by default
 the test that trains every pixel method a few steps from a pipeline-built dataset), not listed by
 hand; imports that only another code path makes are not seen (pass that path's command).
@@ -34,12 +40,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name as normalize  # PEP 503: the name pip compares
+from packaging.utils import parse_wheel_filename
 
 MIB = 1024 * 1024
 CARRY_BYTES = 64 * MIB  # the device tool's carry, working tree included
@@ -53,6 +61,15 @@ DM_CONTROL_UNUSED = (
     "dm_control/manipulation/",
     "dm_control/blender/",
 )
+# parts of installed distributions that no pixel run imports or reads: mujoco's bundled studio
+# app, test data, C headers and USD exporter (41 of its 72 MB), and every package's own tests
+SITE_UNUSED = (
+    "mujoco/experimental/",
+    "mujoco/testdata/",
+    "mujoco/include/",
+    "mujoco/usd/",
+)
+SITE_UNUSED_SUFFIXES = ("_test.py",)
 _IMPORT_LINE = re.compile(r"import time:\s+\d+ \|\s+\d+ \|\s*(\S+)")
 
 
@@ -141,6 +158,41 @@ def working_tree_bytes(repo: Path) -> int:
     )
 
 
+def python_specific(wheel_name: str) -> bool:
+    """Whether a wheel is built for particular Pythons: any ABI tag but `none`, or an interpreter
+    tag naming a version (multiprocess ships `-py311-none-any` for 3.11 alone)."""
+    _, _, _, tags = parse_wheel_filename(wheel_name)
+    return any(t.abi != "none" or t.interpreter not in ("py3", "py2") for t in tags)
+
+
+def site_archive(wheels: list[Path], out: Path, python_version: str) -> Path:
+    """`wheels` installed for CPython `python_version` on x86-64 Linux into `<out>/site`
+    (`pip install --target`, which checks each wheel's tags), SITE_UNUSED removed, and packed as
+    `<out>/site.tar.xz` (xz preset 9: the binaries of polars and mujoco shrink to ~55%)."""
+    site = out / "site"
+    if site.exists():
+        shutil.rmtree(site)
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+           "--no-compile", "--only-binary=:all:", "--target", str(site), "--implementation", "cp",
+           "--python-version", python_version]  # fmt: skip
+    for tag in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+                "manylinux2014_x86_64"):  # fmt: skip
+        cmd += ["--platform", tag]
+    subprocess.run([*cmd, *map(str, wheels)], check=True)
+    for folder in SITE_UNUSED:
+        if (site / folder).is_dir():
+            shutil.rmtree(site / folder)
+    for path in [p for p in site.rglob("*") if p.name.endswith(SITE_UNUSED_SUFFIXES)]:
+        path.unlink()
+    archive = out / "site.tar.xz"
+    partial = archive.with_suffix(".xz.partial")
+    with tarfile.open(partial, "w:xz", preset=9) as tar:
+        for path in sorted(site.iterdir()):
+            tar.add(path, arcname=path.name)
+    partial.replace(archive)
+    return archive
+
+
 def collect_wheels(pins: list[str], dest: Path, python_version: str | None) -> list[Path]:
     """Wheels of `pins` in `dest`: `pip wheel` takes binary wheels where they exist and builds
     the rest from their sdists (e.g. antlr4-python3-runtime 4.9.3 has no wheel). For another
@@ -151,8 +203,8 @@ def collect_wheels(pins: list[str], dest: Path, python_version: str | None) -> l
     if python_version and python_version != this:
         versions = {normalize(p.split("==")[0]): p for p in pins}
         for wheel in list(dest.glob("*.whl")):
-            if wheel.name.endswith("-none-any.whl"):
-                continue  # pure Python: any version
+            if not python_specific(wheel.name):
+                continue
             wheel.unlink()
             cmd = [*pip, "download", "--no-deps", "--only-binary=:all:", "-d", str(dest),
                    "--python-version", python_version, "--implementation", "cp"]  # fmt: skip
@@ -171,6 +223,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--python-version", help="the device's, e.g. 3.12, when it is not this one's")
     ap.add_argument("--trace", nargs="+", default=TRACE_COMMAND, help="python args to trace")
     ap.add_argument("--margin-mib", type=float, default=1.0, help="left free in every call")
+    ap.add_argument(
+        "--site-archive", action="store_true",
+        help="also install the wheels for the device's Python and pack them as one "
+        "<out>/site.tar.xz (one call where the batches need several)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
 
     repo = Path(__file__).resolve().parents[1]
@@ -215,6 +272,14 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "batches.json").write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"carry limit per call after the working tree: {limit / MIB:.1f} MiB; "
           f"install each with `pip install --no-index --no-deps <batch>/*.whl`")  # fmt: skip
+    if args.site_archive:
+        version = args.python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+        archive = site_archive(wheels, args.out, version)
+        size = archive.stat().st_size
+        fits = "fits one call" if size <= limit else "does NOT fit one call"
+        print(f"{archive}: {size / MIB:.1f} MiB, {fits} (carry it; on the device: "
+              f"mkdir -p /tmp/site && xz -dc site.tar.xz | tar -x -C /tmp/site, "
+              f"PYTHONPATH=/tmp/site)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -7,15 +7,19 @@ import base64
 import hashlib
 import subprocess
 import sys
+import tarfile
 import zipfile
 
 import pytest
 
 from benchmarks.device_wheels import (
     DM_CONTROL_UNUSED,
+    SITE_UNUSED,
     freeze_names,
     imported_distributions,
     pack,
+    python_specific,
+    site_archive,
     strip_wheel,
 )
 
@@ -107,3 +111,61 @@ def test_freeze_and_importtime_parsing():
         "import time:        50 |         50 | not_a_distribution_module\n"
     )
     assert imported_distributions(log) == {"numpy"}
+
+
+def test_a_version_tagged_pure_wheel_is_fetched_again_for_another_python():
+    assert python_specific("multiprocess-0.70.19-py311-none-any.whl")
+    assert python_specific("mujoco-3.17.0-cp311-cp311-manylinux_2_28_x86_64.whl")
+    assert python_specific("polars_runtime_32-2.1.0-cp311-abi3-manylinux2014_x86_64.whl")
+    assert not python_specific("dm_control-1.0.50-py3-none-any.whl")
+    assert not python_specific("braceexpand-0.1.7-py2.py3-none-any.whl")
+
+
+def test_site_archive_installs_for_the_device_python_without_the_unused_parts(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    mujoco = _dist_wheel(
+        wheels / "mujoco-3.17.0-cp312-cp312-manylinux_2_28_x86_64.whl", "mujoco", "3.17.0",
+        "cp312-cp312-manylinux_2_28_x86_64",
+        {"mujoco/__init__.py": "", "mujoco/libmujoco.so": b"\1" * 64,
+         "mujoco/experimental/studio/app.so": b"\0" * 4096, "mujoco/testdata/m.xml": "<x/>",
+         "mujoco/include/mujoco.h": "", "mujoco/render_test.py": ""},
+    )  # fmt: skip
+    pure = _dist_wheel(
+        wheels / "braceexpand-0.1.7-py2.py3-none-any.whl", "braceexpand", "0.1.7",
+        "py2.py3-none-any", {"braceexpand.py": "X = 1\n"},
+    )  # fmt: skip
+    archive = site_archive([mujoco, pure], tmp_path / "out", "3.12")
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    assert {"mujoco/__init__.py", "mujoco/libmujoco.so", "braceexpand.py"} <= names
+    assert "mujoco-3.17.0.dist-info/RECORD" in names  # installed by pip, not unzipped
+    assert not [n for n in names if n.startswith(SITE_UNUSED) or n.endswith("_test.py")]
+    # a wheel for another Python is refused by pip's tag check, not packed
+    other = _dist_wheel(
+        wheels / "mujoco-3.17.0-cp311-cp311-manylinux_2_28_x86_64.whl", "mujoco", "3.17.0",
+        "cp311-cp311-manylinux_2_28_x86_64", {"mujoco/__init__.py": ""},
+    )  # fmt: skip
+    with pytest.raises(subprocess.CalledProcessError):
+        site_archive([other], tmp_path / "out2", "3.12")
+    assert not (tmp_path / "out2" / "site.tar.xz").exists()
+
+
+def _dist_wheel(path, name, version, tag, members):
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        for member, data in members.items():
+            z.writestr(member, data)
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        pure = "true" if tag.endswith("none-any") else "false"
+        tags = "".join(
+            f"Tag: {py}-{abi}-{plat}\n"
+            for py in tag.split("-")[0].split(".")
+            for abi in [tag.split("-")[1]]
+            for plat in [tag.split("-")[2]]
+        )
+        z.writestr(
+            f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: {pure}\n{tags}"
+        )
+        z.writestr(f"{info}/RECORD", "")
+    return path
