@@ -40,6 +40,8 @@ Command line (`add_sweep_arguments`, the same for every sweep):
                          runs or after a kill); run nothing
     --workers N          runs in parallel (processes, one torch thread each unless --threads)
     --time-budget S      start no run after S seconds (rerun the same command to go on)
+    --progress-every S   while cells run, print each one's resume step and last evaluation
+                         every S seconds (default 300) when it has moved on
 """
 
 from __future__ import annotations
@@ -463,6 +465,11 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, workers: int = 1) -> No
     parser.add_argument(
         "--time-budget", type=float, default=None, help="start no run after this many seconds"
     )
+    parser.add_argument(
+        "--progress-every", type=float, default=300.0, metavar="SECONDS",
+        help="print each running cell's resume step and last evaluation this often, when it "
+        "has moved on (a cell's curve is written only when it ends)",
+    )  # fmt: skip
 
 
 @dataclass
@@ -532,6 +539,24 @@ def _resume_state(out: Path, name: str) -> str | None:
     elif where["episode_return"] is not None:
         text += f", last episode {where['episode_return']:.1f}"
     return text
+
+
+class Progress:
+    """How far the running cells have got, printed from their resume states (`_resume_state`)
+    when one has moved on since the last report: a run's curve is written only when it ends, so
+    without this a sweep of hour-long runs says nothing for hours."""
+
+    def __init__(self, out: Path, started: float) -> None:
+        self.out, self.started = out, started
+        self.last: dict[str, str] = {}  # cell -> what was last printed
+
+    def report(self, names: Iterable[str]) -> None:
+        for name in names:
+            where = _resume_state(self.out, name)
+            if where is not None and where != self.last.get(name):
+                self.last[name] = where
+                elapsed = time.monotonic() - self.started
+                print(f"{name}: {where} [{elapsed:.0f} s elapsed]", flush=True)
 
 
 def forget_cell(out: Path, results_dir: str, name: str) -> None:
@@ -611,6 +636,8 @@ def run_cells(
     print(f"{len(results)} cells have a result, {len(todo)} to run", flush=True)
 
     failures = 0
+    every = getattr(args, "progress_every", None)
+    progress, next_report = Progress(out, started), time.monotonic() + (every or 0.0)
     with worker_pool(args.workers) as pool:
         pending: dict[Future, _Job] = {}
         queue = list(todo)
@@ -623,7 +650,11 @@ def run_cells(
                 pending[pool.submit(_run_cell, job)] = job
             if not pending:
                 break
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            timeout = None if every is None else max(0.0, next_report - time.monotonic())
+            done, _ = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+            if every is not None and time.monotonic() >= next_report:
+                progress.report(job.cell.name for job in pending.values())
+                next_report = time.monotonic() + every
             for future in done:
                 job = pending.pop(future)
                 try:

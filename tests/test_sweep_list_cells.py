@@ -1,5 +1,6 @@
 """`--list-cells` tells how far each cell has got: a result, the step and last evaluation of a
-running or killed run's resume state (benchmarks.sweep.peek), or nothing yet."""
+running or killed run's resume state (benchmarks.sweep.peek), or nothing yet; a running sweep
+prints the same of its running cells as they move on (Progress)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 
 import numpy as np
 
-from benchmarks.sweep import Cell, peek, run_cells
+from benchmarks.sweep import Cell, Progress, peek, run_cells
 from pipeline.agents.resume import Resume
 
 
@@ -61,3 +62,26 @@ def test_peek_without_a_state_is_none_and_reads_the_step(tmp_path):
     assert peek(tmp_path / "r") == {
         "step": 7, "eval_step": None, "eval_return": None, "episode_return": None
     }  # fmt: skip
+
+
+def test_progress_prints_a_running_cell_once_per_new_state(tmp_path, capsys):
+    out = tmp_path / "out"
+    progress = Progress(out, started=0.0)
+    progress.report(["a", "b"])  # no resume state yet: nothing to say
+    assert capsys.readouterr().out == ""
+    Resume(out / "resume" / "a", "f", every=1).save(
+        {"step": 500, "logs": [{"step": 500.0, "eval_return": 80.5}], "curve": []}
+    )
+    progress.report(["a", "b"])
+    progress.report(["a", "b"])  # unchanged: not again
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "a: resume state at step 500, eval 80.5 at step 500 ["
+    )
+    Resume(out / "resume" / "a", "f", every=1).save(
+        {"step": 1000, "logs": [{"step": 1000.0, "eval_return": 120.0}], "curve": []}
+    )
+    progress.report(["a"])
+    assert capsys.readouterr().out.startswith(
+        "a: resume state at step 1000, eval 120.0 at step 1000"
+    )

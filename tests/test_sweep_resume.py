@@ -91,9 +91,10 @@ def test_only_resumes_a_killed_cell_and_cell_starts_it_over(tmp_path):
     saved = state.read_bytes()
     step = _mark_state(state)
 
-    out = _finish(_sweep(tmp_path, "--only", "sac-*"))
+    out = _finish(_sweep(tmp_path, "--only", "sac-*", "--progress-every", "0.01"))
     curve = [tuple(e) for e in json.loads(result.read_text())["curve"]]
     assert curve[0] == MARK, f"--only started over instead of resuming from step {step}:\n{out}"
+    assert f"{CELL}: resume state at step " in out  # the running cell's progress, while it ran
     assert json.loads(result.read_text())["resumed_from"] == step  # timed from there on
     assert not state.exists()  # finished: its resume state is gone
 
