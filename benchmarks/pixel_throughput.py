@@ -227,7 +227,7 @@ def warm_up(rows: dict[str, Callable[[], None]], calls: int) -> dict[str, str]:
     return failed
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -254,7 +254,7 @@ def main() -> None:
         "--flops", action="store_true", help="count each row's FLOPs per update and report "
         "the rate they reach (and its share of the GPU's peak, where known)",
     )  # fmt: skip
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
