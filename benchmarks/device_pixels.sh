@@ -14,7 +14,9 @@
 #                      libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2
 #
 #   bash benchmarks/device_pixels.sh throughput  # updates/s on the GPU: eager, compiled, graphs
-#   bash benchmarks/device_pixels.sh launch      # the paper-scale table in the background
+#   bash benchmarks/device_pixels.sh launch [ARGS]  # the paper-scale table in the background;
+#                                                # ARGS go to benchmarks.pixels after the
+#                                                # defaults (--arms drq sac --seeds 3 --workers 2)
 #   bash benchmarks/device_pixels.sh collect S   # wait up to S seconds for it; copy what it has
 #
 # A background run outlives its call (setsid) while the machine is held: `collect` in the next
@@ -57,8 +59,12 @@ throughput)
     ;;
 launch)
     setup
+    shift
+    # six cells side by side made under 139 agent steps/s together (stop 40), about one update
+    # rate alone (116/s): one GPU time-slices processes; two workers keep it busy while one of
+    # them steps its env
     setsid nohup python -m benchmarks.pixels --preset benchmarks/params/pixels_paper.yaml \
-        --arms drq sac --seeds 3 --workers 6 --threads 2 --out "$RUN" \
+        --arms drq sac --seeds 3 --workers 2 --threads 4 --out "$RUN" --progress-every 60 "$@" \
         >/tmp/pxp.log 2>&1 </dev/null &
     echo "launched: pid $!"
     ;;
