@@ -22,6 +22,14 @@ augmentation).
 
     python -m benchmarks.pixel_throughput --threads 2
     python -m benchmarks.pixel_throughput --configs 84:1:1024 --k 1 2
+    python -m benchmarks.pixel_throughput --device cuda --configs 84:1:1024 --flops \
+        --compile default reduce-overhead     # on a GPU (benchmarks/device_pixels.sh)
+
+On a GPU every row runs on the device (the reference's replay stays on the host, as DrQ's does,
+and each batch moves); `--compile` adds `ours: drq` with its networks torch.compile'd per mode
+(`reduce-overhead` adds CUDA graphs, each update marked as one iteration), and `--flops` counts
+each row's FLOPs per update (FlopCounterMode) and the share of the GPU's data-sheet peak they
+reach. A row that fails its warm-up is reported with its error; the others are timed.
 """
 
 from __future__ import annotations
