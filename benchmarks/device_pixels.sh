@@ -86,7 +86,8 @@ for d in sorted(pathlib.Path(sys.argv[1]).glob('*')): print(d.name, peek(d))" "$
     kept=$(cd "$RUN" && ls -d live runs params.yaml 2>/dev/null)
     [ -n "$kept" ] && tar -czf "$OUT/pxp_curves.tgz" -C "$RUN" $kept
     pgrep -f "benchmarks.pixels" >/dev/null && echo "still running" || echo "finished"
-    tail -20 /tmp/pxp.log
+    # the log's last lines, without the progress bars' carriage-return updates
+    tr '\r' '\n' </tmp/pxp.log | grep -v -e '%|' -e '^\s*$' | tail -20
     ;;
 *)
     echo "usage: $0 throughput | launch | collect SECONDS" >&2
