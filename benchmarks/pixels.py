@@ -336,9 +336,10 @@ def table(results: list[dict[str, Any]], arms: list[str]) -> str:
         f"{ENV} from pixels, {results[0]['steps']:,} agent steps per run; final return: "
         f"deterministic evaluation of the deployed agent after training (mean +- std over seeds); "
         f"steps to {THRESHOLD:g}: first periodic evaluation reaching it (median over the seeds "
-        "that reached [how many])",
+        "that reached [how many]); train s: the mean of the runs made in one piece [how many, "
+        "where a run was resumed: it times its last piece only]",
         "",
-        f"{'arm':15}{'seeds':>6}{'final return':>20}{'steps to 500':>16}{'train s':>9}"
+        f"{'arm':15}{'seeds':>6}{'final return':>20}{'steps to 500':>16}{'train s':>13}"
         f"{'upd/s':>7}   published (84x84)",
     ]
     for arm in arms:
@@ -348,9 +349,12 @@ def table(results: list[dict[str, Any]], arms: list[str]) -> str:
         finals = np.array([r["final_return"] for r in rs])
         reached = [s for r in rs if (s := steps_to(r["eval"], THRESHOLD)) is not None]
         median = f"{int(np.median(reached)):,} [{len(reached)}/{len(rs)}]" if reached else "-"
+        whole = [r["train_seconds"] for r in rs if not r.get("resumed_from")]
+        seconds = f"{np.mean(whole):.0f}" if whole else "-"
+        seconds += f" [{len(whole)}/{len(rs)}]" if whole and len(whole) < len(rs) else ""
         lines.append(
             f"{arm:15}{len(rs):>6}{f'{finals.mean():.1f} +- {finals.std():.1f}':>20}{median:>16}"
-            f"{np.mean([r['train_seconds'] for r in rs]):>9.0f}"
+            f"{seconds:>13}"
             f"{np.mean([r['updates_per_s'] for r in rs]):>7.1f}   {PUBLISHED.get(arm, '')}"
         )
     return "\n".join(lines)

@@ -158,6 +158,13 @@ def test_pixel_report_takes_reference_results_at_its_budget_only(tmp_path):
     rows = {line.split()[0]: line.split() for line in text.splitlines()[3:]}
     assert rows["drq"][1:5] == ["2", "10.0", "+-", "0.0"] and rows["drq"][5] == "-"
     assert rows["drq-reference"][1:7] == ["1", "600.0", "+-", "0.0", "100", "[1/1]"]
+    # a resumed run times its last piece only: train s averages the runs made in one piece
+    resumed = {**result("drq", 2), "train_seconds": 0.25, "resumed_from": 50}
+    rows = {line.split()[0]: line.split() for line in table(
+        [result("drq", 0), result("drq", 1), resumed], ["drq"]).splitlines()[3:]}  # fmt: skip
+    assert rows["drq"][6:8] == ["1", "[2/3]"]
+    whole_only = table([resumed], ["drq"]).splitlines()[3].split()
+    assert whole_only[6] == "-"
     other = tmp_path / "other.json"
     other.write_text(json.dumps(result("drq-reference", 1, steps=50)))
     with pytest.raises(SystemExit, match=r"other\.json: a run of 50 steps"):
