@@ -30,12 +30,14 @@ setup() {
     if [ ! -d /tmp/site ]; then
         for f in .gl/*.deb; do dpkg -x "$f" /; done
         ldconfig
-        mkdir -p /tmp/site.partial && xz -dc .site/site.tar.xz | tar -x -C /tmp/site.partial || exit 1
+        mkdir -p /tmp/site.partial
+        xz -dc .site/site.tar.xz | tar -x -C /tmp/site.partial || exit 1
         # this project's own metadata: the dataset card records its version (importlib.metadata)
         version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
         info=/tmp/site.partial/vlmrl_pipeline-$version.dist-info
         mkdir -p "$info"
-        printf 'Metadata-Version: 2.1\nName: vlmrl-pipeline\nVersion: %s\n' "$version" >"$info/METADATA"
+        printf 'Metadata-Version: 2.1\nName: vlmrl-pipeline\nVersion: %s\n' "$version" \
+            >"$info/METADATA"
         mv /tmp/site.partial /tmp/site
     fi
     export PYTHONPATH=/tmp/site:$PWD MUJOCO_GL=egl PYTHONUNBUFFERED=1
