@@ -14,6 +14,7 @@
 #                      libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2
 #
 #   bash benchmarks/device_pixels.sh throughput  # updates/s on the GPU: eager, compiled, graphs
+#   bash benchmarks/device_pixels.sh graphs      # 84x84 only: eager against CUDA graphs (~1 min)
 #   bash benchmarks/device_pixels.sh launch [ARGS]  # the paper-scale table in the background;
 #                                                # ARGS go to benchmarks.pixels after the
 #                                                # defaults (--arms drq sac --seeds 3 --workers 2)
@@ -59,6 +60,13 @@ throughput)
         --batch 512 --flops --updates 30 --repeats 3 --threads 4 2>&1 |
         tee -a "$OUT/throughput_gpu.txt"
     ;;
+graphs)
+    setup
+    python -c "import torch; print('torch', torch.__version__)" | tee "$OUT/gpu.txt"
+    timeout 200 python -m benchmarks.pixel_throughput --device cuda --configs 84:1:1024 \
+        --compile reduce-overhead --flops --updates 50 --repeats 3 --warmup 10 \
+        --threads 4 2>&1 | grep -v Warning | tee "$OUT/throughput_gpu.txt"
+    ;;
 launch)
     setup
     shift
@@ -92,7 +100,7 @@ for d in sorted(pathlib.Path(sys.argv[1]).glob('*')): print(d.name, peek(d))" "$
     tr '\r' '\n' </tmp/pxp.log | grep -v -e '%|' -e '^\s*$' | tail -20
     ;;
 *)
-    echo "usage: $0 throughput | launch | collect SECONDS" >&2
+    echo "usage: $0 throughput | graphs | launch [ARGS] | collect SECONDS" >&2
     exit 2
     ;;
 esac
