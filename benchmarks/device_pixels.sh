@@ -17,7 +17,9 @@
 #   bash benchmarks/device_pixels.sh graphs      # 84x84 only: eager against CUDA graphs (~1 min)
 #   bash benchmarks/device_pixels.sh launch [ARGS]  # the paper-scale table in the background;
 #                                                # ARGS go to benchmarks.pixels after the
-#                                                # defaults (--arms drq sac --seeds 3 --workers 2)
+#                                                # defaults (--arms drq sac --seeds 3 --workers 2),
+#                                                # e.g. --arms sac --workers 3 --compile
+#                                                # reduce-overhead (CUDA graphs)
 #   bash benchmarks/device_pixels.sh collect S   # wait up to S seconds for it; copy what it has
 #
 # A background run outlives its call (setsid) while the machine is held: `collect` in the next
@@ -71,8 +73,8 @@ launch)
     setup
     shift
     # six cells side by side made under 139 agent steps/s together (stop 40), about one update
-    # rate alone (116/s): one GPU time-slices processes; two workers keep it busy while one of
-    # them steps its env
+    # rate alone (116/s): one GPU time-slices processes. Three drq seeds (--workers 3) made 97
+    # steps/s together and finished in 6.5 minutes after ~150 s of data (stop 41)
     setsid nohup python -m benchmarks.pixels --preset benchmarks/params/pixels_paper.yaml \
         --arms drq sac --seeds 3 --workers 2 --threads 4 --out "$RUN" --progress-every 60 "$@" \
         >/tmp/pxp.log 2>&1 </dev/null &

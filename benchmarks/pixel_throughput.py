@@ -26,8 +26,9 @@ augmentation).
         --compile default reduce-overhead     # on a GPU (benchmarks/device_pixels.sh)
 
 On a GPU every row runs on the device (the reference's replay stays on the host, as DrQ's does,
-and each batch moves); `--compile` adds `ours: drq` with its networks torch.compile'd per mode
-(`reduce-overhead` adds CUDA graphs, each update marked as one iteration), and `--flops` counts
+and each batch moves); `--compile` adds `ours: drq` with the agents' `compile` setting per mode
+(torch.compile of every network; `reduce-overhead` adds CUDA graphs, one iteration an update),
+and `--flops` counts
 each row's FLOPs per update (FlopCounterMode) and the share of the GPU's data-sheet peak they
 reach. A row that fails its warm-up is reported with its error; the others are timed.
 """
@@ -157,28 +158,6 @@ def network(size_stride_hidden: tuple[int, int, int]) -> NetworkParams:
     )  # fmt: skip
 
 
-def compiled(agent, mode: str):
-    """`agent` with every network compiled in place (`torch.compile`, `mode`: Inductor's
-    `default`, or `reduce-overhead`, which adds CUDA graphs): forward and backward fused, the
-    optimisers' steps and the update's Python left as they are."""
-    for module in agent._modules().values():
-        module.compile(mode=mode)
-    return agent
-
-
-def one_step(run: Callable[[], None]) -> Callable[[], None]:
-    """`run` as one CUDA-graph-trees iteration. Without the mark, the trees start an iteration at
-    any compiled call with no backward pending, and free the last one's outputs: the actor's step
-    (after the critic's backward) then finds the critic step's encoder features overwritten
-    ("accessing tensor output of CUDAGraphs that has been overwritten", H200, stop 40)."""
-
-    def step() -> None:
-        torch.compiler.cudagraph_mark_step_begin()
-        run()
-
-    return step
-
-
 def rows_for(config: tuple[int, int, int], batch: int, ks: list[int], n_frames: int,
              device: str = "cpu", compile_modes: Sequence[str] = ()):  # fmt: skip
     size, stride, hidden = config
@@ -207,12 +186,10 @@ def rows_for(config: tuple[int, int, int], batch: int, ks: list[int], n_frames: 
         ref = RefDrQ(frames, starts, size, stride, hidden, batch, k, device)
         rows[f"reference DrQ (K=M={k})"] = ref.update
     rows["ours: drq"] = ours(drq, frames, starts, None, 0.0)
-    for mode in compile_modes:
-        agent = compiled(
-            DrQAgent(shape, SPACE, DrQParams(**common, aux_weight=0.0, image_pad=4)), mode
-        )
-        run = ours(agent, frames, starts, None, 0.0)
-        rows[f"ours: drq, compiled ({mode})"] = one_step(run) if mode == "reduce-overhead" else run
+    for mode in compile_modes:  # the agents' `compile` setting, as training runs it
+        agent = DrQAgent(shape, SPACE, DrQParams(**common, aux_weight=0.0, image_pad=4,
+                                                 compile=mode))  # fmt: skip
+        rows[f"ours: drq, compiled ({mode})"] = ours(agent, frames, starts, None, 0.0)
     rows["ours: sac + DeepMDP"] = ours(sac, frames, starts, None, 0.0)
     rows["ours: erpv (VPG + VER)"] = ours(erpv, frames, starts, offline, 0.5)
     rows["ours: semore m4"] = ours(semore, frames, starts, offline, 0.5)

@@ -26,6 +26,8 @@ steps to 500 (first periodic evaluation >= 500, median over seeds), the publishe
     python -m benchmarks.pixels --out reports/pixels --only 'drq-*'     # these cells, resumed
     python -m benchmarks.pixels --out reports/pixels --cell drq-seed0   # that cell from scratch
     python -m benchmarks.pixels --out reports/pixels --arms erpv sac --reevaluate 30
+    python -m benchmarks.pixels --preset benchmarks/params/pixels_paper.yaml \
+        --compile reduce-overhead --out reports/pixels_paper     # on a GPU: CUDA graphs
 
 `--reevaluate N` trains nothing: it plays every finished cell's stored agent again on N episodes
 (seeds 10,000 on, so the first are the result's own, checked to be equal) and reports each arm's
@@ -40,6 +42,7 @@ import argparse
 import copy
 import json
 import sys
+import typing
 from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
@@ -56,6 +59,7 @@ from benchmarks.sweep import (
     steps_to,
     worker_pool,
 )
+from pipeline.agents.off_policy import SACParams
 from pipeline.config import Params, parse_params
 from pipeline.io import atomic_write_bytes, atomic_write_json
 
@@ -115,6 +119,22 @@ def merged_params(params_path: str | Path, preset: dict[str, Any]) -> dict[str, 
     raw["train"] = {}
     raw["rounds"] = {}  # params.yaml's labelling rounds follow its own runs
     return raw
+
+
+COMPILE_MODES = typing.get_args(SACParams.model_fields["compile"].annotation)
+
+
+def with_compile(raw: dict[str, Any], mode: str | None) -> dict[str, Any]:
+    """`raw` with every arm's method section set to `compile: mode` (None: as it is, so that
+    results made before the setting existed keep their specs)."""
+    if mode is None:
+        return raw
+    if mode not in COMPILE_MODES:
+        raise SystemExit(f"--compile {mode!r}: one of {', '.join(COMPILE_MODES)}")
+    out = dict(raw)
+    for method in dict.fromkeys(m for m, _, _ in ARMS.values()):
+        out[method] = {**(raw.get(method) or {}), "compile": mode}
+    return out
 
 
 def write_params(raw: dict[str, Any], path: Path) -> Params:
@@ -419,6 +439,13 @@ def main(argv: list[str] | None = None) -> int:
         help="train nothing: evaluate every finished cell's agent again on N episodes and report "
         "them beside the results' own (<out>/reevaluated.txt)",
     )
+    parser.add_argument(
+        "--compile",
+        default=None,
+        choices=COMPILE_MODES,
+        help="the agents' `compile` setting for every arm (on a GPU: reduce-overhead, CUDA "
+        "graphs); each cell's spec records it. Default: the preset's (eager)",
+    )
     add_sweep_arguments(parser, workers=1)
     args = parser.parse_args(argv)
     preset, steps = read_preset(args.preset)
@@ -428,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = read_extra(args.extra, steps)  # before any run: a bad file is named at once
     args.out.mkdir(parents=True, exist_ok=True)
     params_path = args.out / "params.yaml"
-    params = write_params(merged_params(args.params, preset), params_path)
+    raw = with_compile(merged_params(args.params, preset), args.compile)
+    params = write_params(raw, params_path)
     cells = table_cells(args, steps)
     sweep = run_cells(
         cells,

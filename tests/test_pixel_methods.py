@@ -205,6 +205,28 @@ def test_pixel_presets_parse_over_params_yaml(preset):
         assert get_method(method).params(params).network.obs == "pixels", method
 
 
+def test_compile_reaches_every_arms_agent_and_is_absent_unless_asked():
+    """`benchmarks.pixels --compile MODE` sets the agents' `compile` in every arm's section; left
+    out, the merged params carry no `compile` key, so results made before it keep their specs."""
+    from benchmarks.pixels import ARMS, with_compile
+    from pipeline.config import parse_params
+
+    raw_preset, steps = read_preset(REPO / "benchmarks" / "params" / "pixels_paper.yaml")
+    merged = merged_params(REPO / "params.yaml", raw_preset)
+    assert with_compile(merged, None) is merged
+    methods = {m for m, _, _ in ARMS.values()}
+    assert not any("compile" in merged[m] for m in methods)
+    raw = with_compile(merged, "reduce-overhead")
+    raw["train"] = {arm: {"env": ENV, "method": method, "steps": steps, "seed": 0,
+                          **({"overrides": ov} if ov else {})}
+                    for arm, (method, _, ov) in ARMS.items()}  # fmt: skip
+    params = parse_params(raw)
+    for method in methods:
+        assert get_method(method).params(params).compile == "reduce-overhead", method
+    with pytest.raises(SystemExit, match="--compile 'fast': one of off, default"):
+        with_compile(merged, "fast")
+
+
 def test_the_benchmarks_default_preset_is_a_checked_one(capsys):
     """benchmarks.pixels and its reference DrQ default to the same preset, one of those checked
     above (the reference is a control only at the table's sizes)."""

@@ -172,6 +172,15 @@ class SACParams(Section):
         description="Where the networks, the replay's frames, the batches and the augmentation "
         "live: `auto` (cuda when torch sees a GPU, else cpu), `cpu`, `cuda`, `cuda:1`, ...",
     )
+    compile: Literal["off", "default", "reduce-overhead", "max-autotune-no-cudagraphs"] = Field(
+        default="off",
+        description="torch.compile every network of the agent in this mode for training: "
+        "`default` (Inductor's fused kernels), `reduce-overhead` (plus CUDA graphs: each update "
+        "and each action is one graph iteration; on a CPU Inductor only), or off (eager). On an "
+        "H200 at 84x84, batch 128, DrQ's update ran 148 updates/s with CUDA graphs against 101 "
+        "eager, Inductor alone 0.95x of eager (benchmarks/results/pixels). An agent loaded for "
+        "acting runs eagerly.",
+    )
     threads: int = threads_field()
 
     @model_validator(mode="after")
@@ -190,6 +199,13 @@ class SACParams(Section):
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
+
+
+def _trained_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A saved config without how the networks ran (`compile`, which changes no weight): what a
+    checkpoint and the agent loading it must agree on. Checkpoints saved before `compile`
+    existed lack it."""
+    return {k: v for k, v in config.items() if k != "compile"}
 
 
 def encoder_input_shape(network: NetworkParams, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -315,6 +331,8 @@ class OffPolicyAgent(ABC):
         self.critic_target = copy.deepcopy(self.critic)
         for module in self._modules().values():
             module.to(self.device)
+            if cfg.compile != "off":  # in place: the state dict keeps its keys (no _orig_mod.)
+                module.compile(mode=cfg.compile)
         self.log_alpha = torch.tensor(
             math.log(cfg.init_temperature), device=self.device, requires_grad=True
         )
@@ -395,6 +413,7 @@ class OffPolicyAgent(ABC):
             raise ValueError(
                 f"act() expects one observation of shape {self.input_shape}, got {tuple(x.shape)}"
             )
+        self._graph_step()
         action, _, _ = self.actor(self.features(x.unsqueeze(0)), deterministic)
         return self.scale.unnormalise(action)[0].cpu().numpy()
 
@@ -403,6 +422,7 @@ class OffPolicyAgent(ABC):
         steps the actor and alpha; every `target_update_freq` steps the targets. Returns float
         metrics."""
         self.update_step += 1
+        self._graph_step()
         b = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
         if self.cfg.image_pad:
             b = self.augment(b)
@@ -416,6 +436,16 @@ class OffPolicyAgent(ABC):
             soft_update(self.encoder_target, self.encoder, self.cfg.encoder_tau)
         values = torch.stack([v.detach().float() for v in metrics.values()]).tolist()  # one sync
         return dict(zip(metrics, values, strict=True))
+
+    def _graph_step(self) -> None:
+        """Start one CUDA-graph-trees iteration (`compile: reduce-overhead`): an update, or an
+        action. Left to themselves, the trees start an iteration at any compiled call with no
+        backward pending and free the last one's outputs: the actor's step (after the critic's
+        backward) would find the critic step's encoder features overwritten ("accessing tensor
+        output of CUDAGraphs that has been overwritten", H200, stop 40). What an iteration
+        returns is read before the next begins (metrics as floats, actions as numpy)."""
+        if self.cfg.compile == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
 
     def augment(self, batch: Tensors) -> Tensors:
         """DrQ's random shift (`image_pad` pixels): obs and next_obs each by their own offset per
@@ -517,9 +547,9 @@ class OffPolicyAgent(ABC):
             raise CheckpointError(
                 f"{path}: a {meta.get('architecture')!r} checkpoint, not {self.architecture}'s"
             )
-        if meta["config"] != self.cfg.model_dump(mode="json") or meta["obs_shape"] != list(
-            self.obs_shape
-        ):
+        if _trained_config(meta["config"]) != _trained_config(
+            self.cfg.model_dump(mode="json")
+        ) or meta["obs_shape"] != list(self.obs_shape):
             raise CheckpointError(
                 f"{path}: saved with another config or observation shape than this agent"
             )
@@ -552,7 +582,9 @@ class OffPolicyAgent(ABC):
                 f"{path}: saved by {meta.get('algorithm')!r}, whose settings {cls.__name__} cannot "
                 f"type; load it with pipeline.methods.table.load_agent (or pass params_class)"
             )
-        cfg = (params_class or cls.params_class).model_validate(meta["config"])
+        # for acting, eagerly: compiling is a training setting (Inductor needs a C++ compiler)
+        config = {**meta["config"], "compile": "off"}
+        cfg = (params_class or cls.params_class).model_validate(config)
         agent = cls(tuple(meta["obs_shape"]), space, cfg, device=device)
         agent.load_weights(path)
         return agent

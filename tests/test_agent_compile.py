@@ -1,0 +1,127 @@
+"""The SAC family's `compile` setting: every network compiled in place (checkpoints keep their
+keys), one CUDA-graph-trees iteration per update and per action under `reduce-overhead`, agents
+loaded for acting run eagerly, and a compiled update computes what the eager one does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from pipeline.agents.checkpoint import read_checkpoint, read_meta, write_checkpoint
+from pipeline.agents.loop import train_off_policy
+from pipeline.agents.off_policy import NetworkParams, SACParams
+from pipeline.agents.replay import ReplayBuffer
+from pipeline.agents.sac import SACAgent
+from tests.toy_envs import PointMass
+
+
+def cfg(**overrides) -> SACParams:
+    network = NetworkParams(obs="state", hidden_dim=32, feature_dim=8, transition_hidden_dim=16)
+    return SACParams(network=network, **{"batch_size": 8, "start_steps": 20, **overrides})
+
+
+def compiled(agent: SACAgent) -> dict[str, bool]:
+    return {name: m._compiled_call_impl is not None for name, m in agent._modules().items()}
+
+
+def test_off_by_default_and_every_network_compiled_in_place_when_set():
+    eager = SACAgent.for_env(PointMass(), cfg(), seed=0)
+    assert eager.cfg.compile == "off" and not any(compiled(eager).values())
+    agent = SACAgent.for_env(PointMass(), cfg(compile="default"), seed=0)  # compiles lazily
+    assert all(compiled(agent).values()), compiled(agent)
+    # in place: the weights keep their names, so checkpoints and resume states do not change
+    for name, module in agent._modules().items():
+        assert module.state_dict().keys() == eager._modules()[name].state_dict().keys(), name
+
+
+def test_an_unknown_mode_is_refused_by_name():
+    with pytest.raises(ValueError, match="compile"):
+        cfg(compile="max-autotune")
+
+
+@pytest.mark.parametrize(("mode", "marks"), [("reduce-overhead", True), ("default", False)])
+def test_cuda_graphs_start_one_iteration_per_update_and_per_action(monkeypatch, mode, marks):
+    """Without the marks, cudagraph trees free an update's critic features before its actor step
+    reads them (H200, stop 40). Compilation itself is stubbed: this checks the loop's calls."""
+    events: list[str] = []
+    monkeypatch.setattr(nn.Module, "compile", lambda self, **kw: None)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: events.append("mark"))
+    env = PointMass()
+    agent = SACAgent.for_env(env, cfg(compile=mode), seed=0)
+    calls = {"update": 0, "act": 0}
+    for name in calls:
+        inner = getattr(agent, name)
+
+        def counted(*args, _inner=inner, _name=name, **kwargs):
+            calls[_name] += 1
+            n = len(events)
+            out = _inner(*args, **kwargs)
+            # the mark comes first, before any network runs
+            assert events[n:] == (["mark"] if marks else []), _name
+            return out
+
+        setattr(agent, name, counted)
+    buffer = ReplayBuffer("state", (1,), 1, 1000)
+    train_off_policy(env, agent, buffer, 30, seed=0, progress=False)
+    assert calls == {"update": 11, "act": 10}  # steps 20-29 act; updates from step 20 on
+    assert len(events) == (21 if marks else 0)
+
+
+def test_an_agent_loaded_for_acting_runs_eagerly(tmp_path):
+    """Compiling is a training setting (Inductor needs a C++ compiler where it runs); the saved
+    config keeps it, and checkpoints from before the setting existed still load."""
+    agent = SACAgent.for_env(PointMass(), cfg(compile="reduce-overhead"), seed=0)
+    agent.save(tmp_path / "a")
+    assert read_meta(tmp_path / "a")["config"]["compile"] == "reduce-overhead"
+    loaded = SACAgent.load(tmp_path / "a")
+    assert loaded.cfg.compile == "off" and not any(compiled(loaded).values())
+    for name, module in loaded._modules().items():
+        for key, value in module.state_dict().items():
+            assert torch.equal(value, agent._modules()[name].state_dict()[key]), (name, key)
+    eager = SACAgent.for_env(PointMass(), cfg(), seed=0)
+    meta = read_meta(tmp_path / "a")
+    del meta["config"]["compile"]  # as an older checkpoint wrote it
+    eager.save(tmp_path / "old", meta={})
+    _, tensors = read_checkpoint(tmp_path / "old")
+    write_checkpoint(tmp_path / "old", tensors, meta)
+    assert SACAgent.load(tmp_path / "old").cfg.compile == "off"
+
+
+@pytest.mark.slow  # Inductor compiles C++ for the CPU: about a minute
+def test_a_compiled_update_computes_what_the_eager_one_does(monkeypatch):
+    import torch._inductor.config as inductor
+
+    monkeypatch.setattr(inductor, "fallback_random", True)  # eager's RNG inside compiled code
+    torch.set_num_threads(1)
+    env = PointMass()
+    rng = np.random.default_rng(0)
+    batches = [
+        {
+            "obs": torch.as_tensor(rng.normal(size=(8, 1)), dtype=torch.float32),
+            "action": torch.as_tensor(rng.uniform(-1, 1, size=(8, 1)), dtype=torch.float32),
+            "reward": torch.as_tensor(rng.normal(size=8), dtype=torch.float32),
+            "next_obs": torch.as_tensor(rng.normal(size=(8, 1)), dtype=torch.float32),
+            "done": torch.zeros(8),
+        }
+        for _ in range(4)
+    ]
+    runs = {}
+    for mode in ("off", "default"):
+        agent = SACAgent.for_env(env, cfg(compile=mode), seed=0)
+        torch.manual_seed(1)
+        metrics = [agent.update(b) for b in batches]  # two actor steps, two target updates
+        action = agent.act(np.array([0.3], np.float32), deterministic=True)
+        runs[mode] = (metrics, action, agent)
+    (m_eager, a_eager, eager), (m_comp, a_comp, comp) = runs["off"], runs["default"]
+    assert all(compiled(comp).values())
+    for row_eager, row_comp in zip(m_eager, m_comp, strict=True):
+        assert row_eager.keys() == row_comp.keys()
+        for key, value in row_eager.items():
+            assert row_comp[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+    np.testing.assert_allclose(a_comp, a_eager, rtol=1e-4, atol=1e-5)
+    for name, module in eager._modules().items():
+        for key, value in module.state_dict().items():
+            other = comp._modules()[name].state_dict()[key]
+            torch.testing.assert_close(other, value, rtol=1e-4, atol=1e-5, msg=f"{name}.{key}")
