@@ -26,9 +26,9 @@ augmentation).
         --compile default reduce-overhead     # on a GPU (benchmarks/device_pixels.sh)
 
 On a GPU every row runs on the device (the reference's replay stays on the host, as DrQ's does,
-and each batch moves); `--compile` adds `ours: drq` with the agents' `compile` setting per mode
-(torch.compile of every network; `reduce-overhead` adds CUDA graphs, one iteration an update),
-and `--flops` counts
+and each batch moves); `--compile` adds rows of `ours: drq` (or of the agents `--compiled`
+names) with the agents' `compile` setting per mode (torch.compile of every network;
+`reduce-overhead` adds CUDA graphs, one iteration an update), and `--flops` counts
 each row's FLOPs per update (FlopCounterMode) and the share of the GPU's data-sheet peak they
 reach. A row that fails its warm-up is reported with its error; the others are timed.
 """
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import typing
 from collections.abc import Callable, Sequence
 
 import gymnasium as gym
@@ -45,7 +46,7 @@ import torch
 
 from benchmarks.drq_reference import RefDrQAgent, RefReplay
 from pipeline.agents.erpv import ERPvAgent, ERPvParams, VLMCritic
-from pipeline.agents.off_policy import NetworkParams
+from pipeline.agents.off_policy import NetworkParams, SACParams
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.semore import SemoreAgent, SemoreParams
 from pipeline.dataset.stacking import stack_window
@@ -158,41 +159,56 @@ def network(size_stride_hidden: tuple[int, int, int]) -> NetworkParams:
     )  # fmt: skip
 
 
-def rows_for(config: tuple[int, int, int], batch: int, ks: list[int], n_frames: int,
-             device: str = "cpu", compile_modes: Sequence[str] = ()):  # fmt: skip
-    size, stride, hidden = config
-    frames, starts = random_frames(n_frames, size, seed=0)
-    offline = labelled_offline(frames, starts)
+# our agents' rows: short name (--compiled) -> row label
+OURS = {"drq": "drq", "sac": "sac + DeepMDP", "erpv": "erpv (VPG + VER)", "semore": "semore m4"}
+COMPILE_MODES = [m for m in typing.get_args(SACParams.model_fields["compile"].annotation)
+                 if m != "off"]  # fmt: skip
+
+
+def our_agent(name: str, config: tuple[int, int, int], batch: int, device: str,
+              mode: str = "off"):  # fmt: skip
+    """One of OURS at `config`, with the agents' `compile` setting `mode`; and whether it reads
+    the labelled offline half of each batch."""
+    size, stride, _ = config
     net = network(config)
-    common = {"network": net, "batch_size": batch, "device": device}
+    common = {"network": net, "batch_size": batch, "device": device, "compile": mode}
     shape = (size, size, 3)
-    drq = DrQAgent(shape, SPACE, DrQParams(**common, aux_weight=0.0, image_pad=4))
-    sac = DrQAgent(
-        shape, SPACE, DrQParams(**common, image_pad=4).model_copy(update={"image_pad": 0})
-    )
-    erpv_cfg = ERPvParams(**common, offline_fraction=0.5)
-    critic = VLMCritic(shape, SPACE.low, SPACE.high, net).freeze()
-    erpv = ERPvAgent(shape, SPACE, erpv_cfg, critic)
+    if name == "drq":
+        return DrQAgent(shape, SPACE, DrQParams(**common, aux_weight=0.0, image_pad=4)), False
+    if name == "sac":  # DrQ's params with the shift off (DrQParams asks for one)
+        cfg = DrQParams(**common, image_pad=4).model_copy(update={"image_pad": 0})
+        return DrQAgent(shape, SPACE, cfg), False
+    if name == "erpv":
+        critic = VLMCritic(shape, SPACE.low, SPACE.high, net).freeze()
+        return ERPvAgent(shape, SPACE, ERPvParams(**common, offline_fraction=0.5), critic), True
     # Semore's eq. 5 compares feature maps by SSIM: the small encoder keeps 3 layers (7x7 maps
     # at 64x64) with a 5x5 window and attends per position (the preset's semore section)
     small = {"encoder_layers": 3, "attention_stride": 1, "attention_dim": 32}
     semore_net = {**net.model_dump(), "attention_dim": 32, "attention_stride": 5}
     semore_net |= small if stride == 2 else {}
-    semore = SemoreAgent(shape, SPACE, SemoreParams(
+    return SemoreAgent(shape, SPACE, SemoreParams(
         **{**common, "network": semore_net}, variant="m4", offline_fraction=0.5,
-        ssim_window=5 if stride == 2 else 11))  # fmt: skip
+        ssim_window=5 if stride == 2 else 11)), True  # fmt: skip
+
+
+def rows_for(config: tuple[int, int, int], batch: int, ks: list[int], n_frames: int,
+             device: str = "cpu", compile_modes: Sequence[str] = (),
+             compiled: Sequence[str] = ("drq",)):  # fmt: skip
+    """The reference's rows (K = M per `ks`), then each of OURS eagerly, each of `compiled`
+    followed by its rows with the agents' `compile` setting in `compile_modes`."""
+    size, stride, hidden = config
+    frames, starts = random_frames(n_frames, size, seed=0)
+    offline = labelled_offline(frames, starts)
     rows: dict[str, Callable[[], None]] = {}
     for k in ks:
         ref = RefDrQ(frames, starts, size, stride, hidden, batch, k, device)
         rows[f"reference DrQ (K=M={k})"] = ref.update
-    rows["ours: drq"] = ours(drq, frames, starts, None, 0.0)
-    for mode in compile_modes:  # the agents' `compile` setting, as training runs it
-        agent = DrQAgent(shape, SPACE, DrQParams(**common, aux_weight=0.0, image_pad=4,
-                                                 compile=mode))  # fmt: skip
-        rows[f"ours: drq, compiled ({mode})"] = ours(agent, frames, starts, None, 0.0)
-    rows["ours: sac + DeepMDP"] = ours(sac, frames, starts, None, 0.0)
-    rows["ours: erpv (VPG + VER)"] = ours(erpv, frames, starts, offline, 0.5)
-    rows["ours: semore m4"] = ours(semore, frames, starts, offline, 0.5)
+    for name, label in OURS.items():
+        for mode in ["off", *(compile_modes if name in compiled else [])]:
+            agent, reads_offline = our_agent(name, config, batch, device, mode)
+            row = f"ours: {label}" + ("" if mode == "off" else f", compiled ({mode})")
+            rows[row] = ours(agent, frames, starts, *((offline, 0.5) if reads_offline
+                                                       else (None, 0.0)))  # fmt: skip
     return rows
 
 
@@ -243,10 +259,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument("--device", default="cpu", help="torch device of every row (cpu, cuda)")
     parser.add_argument(
-        "--compile", nargs="*", default=[], metavar="MODE",
-        choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
-        help="also `ours: drq` with its networks torch.compile'd in these modes "
-        "(reduce-overhead: with CUDA graphs)",
+        "--compile", nargs="*", default=[], metavar="MODE", choices=COMPILE_MODES,
+        help="also the agents of --compiled with the agents' `compile` setting in these modes "
+        "(torch.compile of every network; reduce-overhead: with CUDA graphs)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--compiled", nargs="+", default=["drq"], choices=list(OURS), metavar="AGENT",
+        help=f"which of ours get --compile's rows (default: drq; of {', '.join(OURS)})",
     )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=3, help="untimed updates per row first")
     parser.add_argument(
@@ -264,11 +283,14 @@ def main(argv: list[str] | None = None) -> None:
     for text in args.configs:
         size, stride, hidden = (int(v) for v in text.split(":"))
         config = (size, stride, hidden)
-        rows = rows_for(config, args.batch, args.k, args.frames, args.device, args.compile)
+        rows = rows_for(
+            config, args.batch, args.k, args.frames, args.device, args.compile, args.compiled
+        )
         flops = {}
-        if args.flops:  # counted eagerly; a compiled row does the same arithmetic as `ours: drq`
-            flops = {n: flops_per_update(run) for n, run in rows.items() if "compiled" not in n}
-            flops |= {n: flops["ours: drq"] for n in rows if "compiled" in n}
+        if args.flops:  # counted eagerly; a compiled row does its eager row's arithmetic
+            eager = {n: n.split(", compiled (")[0] for n in rows}
+            flops = {n: flops_per_update(run) for n, run in rows.items() if eager[n] == n}
+            flops |= {n: flops[e] for n, e in eager.items() if e != n}
         failed = warm_up(rows, args.warmup)
         best = dict.fromkeys(rows, 0.0)
         for _ in range(args.repeats):

@@ -60,6 +60,22 @@ def test_a_compiled_row_runs_beside_the_eager_ones(capsys):
     assert "failed" not in rows["ours: drq, compiled (default)"]
 
 
+def test_compiled_rows_follow_their_agent_with_its_flops(capsys, monkeypatch):
+    """`--compiled erpv semore` gives those agents' compiled rows, built with the agents'
+    `compile` setting and counted with their eager row's FLOPs (compilation stubbed: fast)."""
+    modes = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, mode=None: modes.append(mode))
+    rows = _rows(capsys, "--compile", "default", "--compiled", "erpv", "semore")
+    compiled = {"ours: erpv (VPG + VER), compiled (default)", "ours: semore m4, compiled (default)"}
+    assert set(rows) == EAGER | compiled and set(modes) == {"default"}
+    names = list(rows)
+    for row in compiled:
+        eager = row.split(", compiled")[0]
+        assert names.index(row) == names.index(eager) + 1  # beside its eager row
+        gflop = [r.split("GFLOP")[0].split()[-1] for r in (rows[row], rows[eager])]
+        assert gflop[0] == gflop[1] and float(gflop[0]) > 0
+
+
 def test_a_missing_device_is_named():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
