@@ -24,9 +24,12 @@
 #
 # A background run outlives its call (setsid) while the machine is held: `collect` in the next
 # call, within the idle release, picks it up. Everything that comes back is under $OUT.
+# Another preset runs in a sweep of its own: RUN=/tmp/pxc for both `launch --preset
+# benchmarks/params/pixels_cpu_drqnet.yaml --arms semore-m4 ...` and its `collect` (the CPU
+# preset's semore, ~5 h a run on the 2-core CPU; 48.7 updates/s eager on the H200).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-RUN=/tmp/pxp
+RUN=${RUN:-/tmp/pxp}  # the sweep's --out; its log is $RUN.log
 mkdir -p "$OUT"
 
 setup() {
@@ -78,16 +81,17 @@ launch)
     # steps/s together and finished in 6.5 minutes after ~150 s of data (stop 41)
     setsid nohup python -m benchmarks.pixels --preset benchmarks/params/pixels_paper.yaml \
         --arms drq sac --seeds 3 --workers 2 --threads 4 --out "$RUN" --progress-every 60 "$@" \
-        >/tmp/pxp.log 2>&1 </dev/null &
+        >"$RUN.log" 2>&1 </dev/null &
     echo "launched: pid $!"
     ;;
 collect)
     setup
     deadline=$((SECONDS + ${2:-60}))
-    while [ $SECONDS -lt $deadline ] && pgrep -f "benchmarks.pixels" >/dev/null; do
+    running() { pgrep -f "benchmarks.pixels .*--out $RUN( |\$)" >/dev/null; }  # this sweep only
+    while [ $SECONDS -lt $deadline ] && running; do
         sleep 10
     done
-    cp /tmp/pxp.log "$OUT/pxp.log"
+    cp "$RUN.log" "$OUT/pxp.log"
     for f in table.txt results.json curves.png; do
         [ -f "$RUN/$f" ] && cp "$RUN/$f" "$OUT/"
     done
@@ -98,9 +102,9 @@ for d in sorted(pathlib.Path(sys.argv[1]).glob('*')): print(d.name, peek(d))" "$
         tee "$OUT/progress.txt"
     kept=$(cd "$RUN" && ls -d live runs params.yaml 2>/dev/null)
     [ -n "$kept" ] && tar -czf "$OUT/pxp_curves.tgz" -C "$RUN" $kept
-    pgrep -f "benchmarks.pixels" >/dev/null && echo "still running" || echo "finished"
+    running && echo "still running" || echo "finished"
     # the log's last lines, without the progress bars' carriage-return updates
-    tr '\r' '\n' </tmp/pxp.log | grep -v -e '%|' -e '^\s*$' | tail -20
+    tr '\r' '\n' <"$RUN.log" | grep -v -e '%|' -e '^\s*$' | tail -20
     ;;
 *)
     echo "usage: $0 throughput | graphs | launch [ARGS] | collect SECONDS" >&2
