@@ -129,3 +129,46 @@ def test_a_compiled_update_computes_what_the_eager_one_does(monkeypatch):
         for key, value in module.state_dict().items():
             other = comp._modules()[name].state_dict()[key]
             torch.testing.assert_close(other, value, rtol=1e-4, atol=1e-5, msg=f"{name}.{key}")
+
+
+@pytest.mark.slow  # Inductor compiles C++ for the CPU: about a minute
+def test_a_compiled_run_killed_and_resumed_gives_the_uninterrupted_result(tmp_path, monkeypatch):
+    """The resume state of a compiled agent (its modules' state dicts, loaded into compiled
+    modules) goes on to the uninterrupted compiled run's curve, metrics and weights."""
+    import torch._inductor.config as inductor
+
+    from pipeline.agents.resume import Resume
+
+    monkeypatch.setattr(inductor, "fallback_random", True)
+    torch.set_num_threads(1)
+    settings = cfg(compile="default", log_every=10)
+
+    def run(resume_dir, fail_after=None):
+        env = PointMass()  # episodes of 20 steps: a save at steps 20 and 40
+        agent = SACAgent.for_env(env, settings, seed=0)
+        if fail_after is not None:
+            inner, calls = agent.update, []
+
+            def update(batch):
+                calls.append(1)
+                if len(calls) > fail_after:
+                    raise KeyboardInterrupt  # killed mid-run, after the step-20 save
+                return inner(batch)
+
+            agent.update = update
+        buffer = ReplayBuffer("state", (1,), 1, 1000)
+        resume = Resume(resume_dir, "f", every=20)
+        curve, logs = train_off_policy(env, agent, buffer, 60, seed=0, progress=False,
+                                       resume=resume)  # fmt: skip
+        return curve, logs, agent
+
+    whole_curve, whole_logs, whole = run(tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "cut", fail_after=15)  # updates begin at step 19: killed at step 34
+    assert Resume(tmp_path / "cut", "f", every=20).load()["step"] == 20
+    curve, logs, resumed = run(tmp_path / "cut")
+    assert all(compiled(resumed).values())
+    assert curve == whole_curve and logs == whole_logs
+    for name, module in whole._modules().items():
+        for key, value in module.state_dict().items():
+            assert torch.equal(value, resumed._modules()[name].state_dict()[key]), (name, key)
