@@ -17,6 +17,15 @@ from pipeline.agents.sac import SACAgent
 from tests.toy_envs import PointMass
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    # tiny networks: one thread, restored after (later tests keep their own)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def cfg(**overrides) -> SACParams:
     network = NetworkParams(obs="state", hidden_dim=32, feature_dim=8, transition_hidden_dim=16)
     return SACParams(network=network, **{"batch_size": 8, "start_steps": 20, **overrides})
@@ -98,7 +107,6 @@ def test_a_compiled_update_computes_what_the_eager_one_does(monkeypatch):
     import torch._inductor.config as inductor
 
     monkeypatch.setattr(inductor, "fallback_random", True)  # eager's RNG inside compiled code
-    torch.set_num_threads(1)
     env = PointMass()
     rng = np.random.default_rng(0)
     batches = [
@@ -140,7 +148,6 @@ def test_a_compiled_run_killed_and_resumed_gives_the_uninterrupted_result(tmp_pa
     from pipeline.agents.resume import Resume
 
     monkeypatch.setattr(inductor, "fallback_random", True)
-    torch.set_num_threads(1)
     settings = cfg(compile="default", log_every=10)
 
     def run(resume_dir, fail_after=None):
