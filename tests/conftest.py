@@ -65,6 +65,19 @@ def tiny_params_dict(envs: tuple[str, ...] = ("MountainCar-v0",), **collect_over
 
 
 @pytest.fixture
+def one_thread():
+    """One torch thread for the test, the previous count restored after: tiny networks run
+    faster on one thread and are immune to a busy neighbour (`pytestmark =
+    pytest.mark.usefixtures("one_thread")` in a module)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def tiny_params() -> Params:
     return parse_params(tiny_params_dict())
 

@@ -16,14 +16,7 @@ from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import SACAgent
 from tests.toy_envs import PointMass
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # tiny networks: one thread, restored after (later tests keep their own)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def cfg(**overrides) -> SACParams:

@@ -27,12 +27,7 @@ from tests.toy_envs import PointMass
 SPACE = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def small_cfg(**overrides) -> ERPvParams:

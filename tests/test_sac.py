@@ -36,13 +36,7 @@ def small_cfg(obs: str = "state", **overrides) -> SACParams:
     return SACParams(network=network, **{"batch_size": 64, **overrides})
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # tiny networks: one thread is faster than two and immune to a busy neighbour
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_pixel_encoder_output_shape_and_range():

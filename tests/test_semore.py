@@ -68,12 +68,7 @@ def random_batch(b: int = 16, seed: int = 0, mask_share: float = 0.5) -> dict[st
     }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 # --- eq. 5 ---------------------------------------------------------------------------------
