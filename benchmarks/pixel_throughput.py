@@ -37,16 +37,16 @@ from __future__ import annotations
 
 import argparse
 import time
-import typing
 from collections.abc import Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from benchmarks import pixels
 from benchmarks.drq_reference import RefDrQAgent, RefReplay
 from pipeline.agents.erpv import ERPvAgent, ERPvParams, VLMCritic
-from pipeline.agents.off_policy import NetworkParams, SACParams
+from pipeline.agents.off_policy import NetworkParams
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.semore import SemoreAgent, SemoreParams
 from pipeline.dataset.stacking import stack_window
@@ -161,8 +161,7 @@ def network(size_stride_hidden: tuple[int, int, int]) -> NetworkParams:
 
 # our agents' rows: short name (--compiled) -> row label
 OURS = {"drq": "drq", "sac": "sac + DeepMDP", "erpv": "erpv (VPG + VER)", "semore": "semore m4"}
-COMPILE_MODES = [m for m in typing.get_args(SACParams.model_fields["compile"].annotation)
-                 if m != "off"]  # fmt: skip
+COMPILE_MODES = [m for m in pixels.COMPILE_MODES if m != "off"]
 
 
 def our_agent(name: str, config: tuple[int, int, int], batch: int, device: str,
