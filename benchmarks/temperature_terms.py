@@ -8,14 +8,14 @@ Both terms as gradients with respect to log alpha (the parameter Adam moves), pe
   Positive: descent lowers alpha (the policy's entropy is above the target).
 - eq. 7's VER term, lambda_2 mean_i (alpha - sigmoid(G_i))^2: d/d log alpha
   = 2 lambda_2 alpha (alpha - mean_i sigmoid(G_i)), mean sigmoid(G) being the logged
-  `ver/alpha_target`. Window means stand in for per-update values: alpha moves by under 1% in a
+  `ver/alpha_target`. Window means stand in for per-update values: alpha moves by under 3% in a
   window of 500 steps.
 
 Adam's step is close to its learning rate whenever a gradient keeps one sign, whatever its size; a
 measured d log alpha per temperature update of about `alpha_lr` (slope/lr near 1) says the
 temperature followed the sign of the sum, not a balance of the two terms.
 
-    python -m benchmarks.temperature_terms /work/runs/px_s12 --cells 'erpv*' 'sac*'
+    python -m benchmarks.temperature_terms reports/pixels --cells 'erpv*' 'sac*'
 """
 
 from __future__ import annotations
