@@ -56,9 +56,8 @@ def _terms(alphas, sac, ver, every=500):
 
 def test_summarise_slope_ratio_and_share():
     lr, per_step = 1e-4, 0.5  # a temperature update every 2nd step
-    alphas = [
-        0.1 * math.exp(lr * per_step * 500 * i) for i in range(5)
-    ]  # Adam saturated: lr/update
+    # Adam saturated: log alpha up by lr per temperature update
+    alphas = [0.1 * math.exp(lr * per_step * 500 * i) for i in range(5)]
     f = tt.summarise(_terms(alphas, [0.01, 0.02, -0.01, 0.02, 0.01], [-2.0] * 5), lr, per_step)
     assert f["slope_over_lr"] == pytest.approx(1.0)
     assert f["median_ver_over_sac"] == pytest.approx(200.0)  # of per-window 200, 100, 200, 100, 200
@@ -106,6 +105,10 @@ def test_table_reads_a_sweep_directory(tmp_path, capsys):
     assert [ln.split()[0] for ln in lines[2:]] == ["erpv-no-ver-seed0", "erpv-seed0"]
     assert lines[-1].split()[-2:] == ["100%", "+1.00"]  # erpv: VER pulls alpha up everywhere
     assert lines[-2].split()[-4:] == ["-", "-", "0%", "+1.00"]  # lambda_2 0: no VER term
+    tt.main([str(tmp_path)])  # every cell; sac has no VER column
+    rows = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines()[2:]}
+    assert sorted(rows) == ["erpv-no-ver-seed0", "erpv-seed0", "sac-seed0"]
+    assert rows["sac-seed0"][-4:] == ["-", "-", "0%", "+1.00"]
     with pytest.raises(SystemExit, match="no finished cell"):
         tt.main([str(tmp_path), "--cells", "semore*"])
     with pytest.raises(FileNotFoundError, match="no result yet"):
