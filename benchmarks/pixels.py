@@ -1,8 +1,9 @@
 """The pixel benchmark: SAC (also with half of each batch from the offline dataset), DrQ, ERPv
-(its paper's setting, with random shifts, with the Worst Model's labels, without VER) and Semore
-(m1-m4, its table 2's ablations) learning DMC cartpole-swingup from frames, on a preset: by default
-`benchmarks/params/pixels_cpu_drqnet.yaml` (64x64, action repeat 8, DrQ's network: the smallest
-setting measured to learn in 10k agent steps, about 50-75 minutes a run on 2 CPU cores);
+(its paper's setting, with random shifts, with the Worst Model's labels, without VER, without
+VPG) and Semore (m1-m4, its table 2's ablations) learning DMC cartpole-swingup from frames, on a
+preset: by default `benchmarks/params/pixels_cpu_drqnet.yaml` (64x64, action repeat 8, DrQ's
+network: the smallest setting measured to learn in 10k agent steps, about 50-75 minutes a run on
+2 CPU cores);
 `pixels_cpu.yaml` (the small all-stride-2 encoder, its update 2x faster) does not learn at that
 budget, and `pixels_paper.yaml` is DrQ's 84x84 for a GPU (benchmarks/results/pixels/README.md).
 
@@ -78,6 +79,8 @@ ARMS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "erpv-constant": ("erpv", "constant", {}),
     # VPG alone: VER's target sigmoid(G) sits near 1 and lifts alpha in every erpv run (stop 41)
     "erpv-no-ver": ("erpv", "scripted", {"lambda_2": 0.0}),
+    # VER alone: erpv-no-ver did not recover sac-offline's level at 5k steps (stop 42)
+    "erpv-no-vpg": ("erpv", "scripted", {"lambda_1": 0.0}),
     # Semore table 2's ablations, in its order (m4 is Semore); each adds one part to the last
     "semore-m1": ("semore", "scripted", {"variant": "m1"}),
     "semore-m2": ("semore", "scripted", {"variant": "m2"}),

@@ -227,9 +227,10 @@ def test_compile_reaches_every_arms_agent_and_is_absent_unless_asked():
         with_compile(merged, "fast")
 
 
-def test_the_no_ver_arm_turns_ver_off_and_keeps_the_rest_of_erpv(tmp_path):
-    """`erpv-no-ver` is erpv with lambda_2 = 0 (VPG alone) and its cells read the same data and
-    C_V as erpv's: only the section override differs."""
+def test_the_no_ver_and_no_vpg_arms_turn_one_term_off_and_keep_the_rest_of_erpv(tmp_path):
+    """`erpv-no-ver` is erpv with lambda_2 = 0 (VPG alone), `erpv-no-vpg` erpv with lambda_1 = 0
+    (VER alone); their cells read the same data and C_V as erpv's: only the section override
+    differs."""
     import argparse
 
     from benchmarks.pixels import table_cells
@@ -238,13 +239,13 @@ def test_the_no_ver_arm_turns_ver_off_and_keeps_the_rest_of_erpv(tmp_path):
     raw_preset, steps = read_preset(REPO / "benchmarks" / "params" / "pixels_cpu_drqnet.yaml")
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(merged_params(REPO / "params.yaml", raw_preset)))
-    args = argparse.Namespace(arms=["erpv", "erpv-no-ver"], seeds=1, eval_episodes=5)
-    erpv, no_ver = (cell_params(path, c) for c in table_cells(args, steps))
-    a, b = (get_method("erpv").params(p) for p in (erpv, no_ver))
-    assert (a.lambda_2, b.lambda_2) == (10.0, 0.0)
+    args = argparse.Namespace(arms=["erpv", "erpv-no-ver", "erpv-no-vpg"], seeds=1, eval_episodes=5)
+    a, b, c = (get_method("erpv").params(cell_params(path, x)) for x in table_cells(args, steps))
+    assert (a.lambda_1, a.lambda_2) == (10.0, 10.0)
     assert a.model_copy(update={"lambda_2": 0.0}) == b
+    assert a.model_copy(update={"lambda_1": 0.0}) == c
     cells = table_cells(args, steps)
-    assert cells[0].data == cells[1].data == "scripted"
+    assert [x.data for x in cells] == ["scripted"] * 3
 
 
 def test_the_benchmarks_default_preset_is_a_checked_one(capsys):
