@@ -85,8 +85,8 @@ def run_section(out: Path, cell: str) -> dict[str, Any]:
 
 
 def cell_figures(out: Path, cell: str) -> dict[str, Any]:
-    """`summarise` for one finished cell of the sweep at `out` (its spec's lambda_2, alpha_lr,
-    actor_update_freq and update_every; its dvclive logs under live/)."""
+    """`summarise` for one finished cell of the sweep at `out` (its spec's lambda_2, alpha_lr
+    and actor_update_freq; its dvclive logs under live/)."""
     section = run_section(out, cell)
     live = out / "live" / cell
     if not live.is_dir():
