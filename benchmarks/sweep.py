@@ -485,15 +485,22 @@ class Sweep:
         return [self.results[c.name] for c in cells if c.name in self.results]
 
 
-def _select(cells: list[Cell], patterns: list[str]) -> list[Cell]:
-    chosen = []
+def select_names(names: list[str], patterns: list[str], what: str = "--cell") -> list[str]:
+    """The names matching any of the shell-style `patterns` (case-sensitive), in pattern order
+    and without repeats. A pattern matching nothing is an error naming it and the known names:
+    a typo must not silently select fewer cells."""
+    chosen: list[str] = []
     for pattern in patterns:
-        matched = [c for c in cells if fnmatch.fnmatchcase(c.name, pattern)]
+        matched = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
         if not matched:
-            known = ", ".join(c.name for c in cells)
-            raise SystemExit(f"--cell {pattern}: no such cell (cells: {known})")
-        chosen += [c for c in matched if c not in chosen]
+            raise SystemExit(f"{what} {pattern}: no such cell (cells: {', '.join(names)})")
+        chosen += [n for n in matched if n not in chosen]
     return chosen
+
+
+def _select(cells: list[Cell], patterns: list[str]) -> list[Cell]:
+    by_name = {c.name: c for c in cells}
+    return [by_name[n] for n in select_names(list(by_name), patterns)]
 
 
 def peek(directory: str | Path) -> dict[str, Any] | None:

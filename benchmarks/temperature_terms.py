@@ -21,7 +21,6 @@ temperature followed the sign of the sum, not a balance of the two terms.
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import math
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.sweep import read_logs
+from benchmarks.sweep import read_logs, select_names
 
 
 def gradient_terms(rows: list[dict[str, float]], lambda_2: float) -> list[dict[str, float]]:
@@ -124,9 +123,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     names = sorted(p.stem for p in (args.out / "runs").glob("*.json"))
-    cells = [n for n in names if any(fnmatch.fnmatch(n, pat) for pat in args.cells)]
-    if not cells:
-        raise SystemExit(f"no finished cell of {args.out} matches {args.cells} (have: {names})")
+    if not names:
+        raise SystemExit(f"no finished cell in {args.out / 'runs'}: run the sweep first")
+    cells = select_names(names, args.cells, what=f"--cells (finished cells of {args.out})")
     print(
         "median over log windows of each term's gradient in log alpha; sum<0: share of windows "
         "where descent raises alpha; dlog/lr: mean d log alpha per temperature update / alpha_lr"

@@ -8,8 +8,9 @@ import argparse
 import json
 
 import numpy as np
+import pytest
 
-from benchmarks.sweep import Cell, Progress, peek, run_cells
+from benchmarks.sweep import Cell, Progress, peek, run_cells, select_names
 from pipeline.agents.resume import Resume
 
 
@@ -85,3 +86,12 @@ def test_progress_prints_a_running_cell_once_per_new_state(tmp_path, capsys):
     assert capsys.readouterr().out.startswith(
         "a: resume state at step 1000, eval 120.0 at step 1000"
     )
+
+
+def test_select_names_keeps_pattern_order_once_each_and_names_a_pattern_that_matches_nothing():
+    names = ["erpv-seed0", "erpv-seed1", "sac-seed0", "Sac-seed9"]
+    assert select_names(names, ["sac-*", "erpv-seed1", "*-seed0"]) == [
+        "sac-seed0", "erpv-seed1", "erpv-seed0"
+    ]  # fmt: skip
+    with pytest.raises(SystemExit, match=r"--only drq\*: no such cell \(cells: erpv-seed0, "):
+        select_names(names, ["erpv*", "drq*"], what="--only")

@@ -109,7 +109,9 @@ def test_table_reads_a_sweep_directory(tmp_path, capsys):
     rows = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines()[2:]}
     assert sorted(rows) == ["erpv-no-ver-seed0", "erpv-seed0", "sac-seed0"]
     assert rows["sac-seed0"][-4:] == ["-", "-", "0%", "+1.00"]
-    with pytest.raises(SystemExit, match="no finished cell"):
-        tt.main([str(tmp_path), "--cells", "semore*"])
+    with pytest.raises(SystemExit, match=r"semore\*: no such cell \(cells: erpv-no-ver-seed0, "):
+        tt.main([str(tmp_path), "--cells", "erpv*", "semore*"])  # a typo is not skipped
+    with pytest.raises(SystemExit, match="no finished cell in"):
+        tt.main([str(tmp_path / "elsewhere")])
     with pytest.raises(FileNotFoundError, match="no result yet"):
         tt.cell_figures(tmp_path, "drq-seed0")
