@@ -148,7 +148,7 @@ def test_pixel_report_takes_reference_results_at_its_budget_only(tmp_path):
 
     def result(arm, seed, steps=100, final=10.0):
         return {"name": f"{arm}-seed{seed}", "arm": arm, "seed": seed, "steps": steps,
-                "eval": [(50, final / 2), (100, final)], "final_return": final,
+                "eval": [(50, final / 2), (80, 4.0), (100, final)], "final_return": final,
                 "train_seconds": 1.0, "updates_per_s": 2.0}  # fmt: skip
 
     good = tmp_path / "ref.json"
@@ -156,15 +156,18 @@ def test_pixel_report_takes_reference_results_at_its_budget_only(tmp_path):
     extra = read_extra([good], steps=100)
     text = table([result("drq", 0), result("drq", 1), *extra], ["drq", "drq-reference"])
     rows = {line.split()[0]: line.split() for line in text.splitlines()[3:]}
-    assert rows["drq"][1:5] == ["2", "10.0", "+-", "0.0"] and rows["drq"][5] == "-"
-    assert rows["drq-reference"][1:7] == ["1", "600.0", "+-", "0.0", "100", "[1/1]"]
+    assert rows["drq"][1:5] == ["2", "10.0", "+-", "0.0"] and rows["drq"][8] == "-"
+    # last 20%: the evaluations at steps 80 and 100 of 100, not the one at 50
+    assert rows["drq"][5:8] == ["7.0", "+-", "0.0"]
+    assert rows["drq-reference"][1:10] == ["1", "600.0", "+-", "0.0", "302.0", "+-", "0.0", "100",
+                                           "[1/1]"]  # fmt: skip
     # a resumed run times its last piece only: train s averages the runs made in one piece
     resumed = {**result("drq", 2), "train_seconds": 0.25, "resumed_from": 50}
     rows = {line.split()[0]: line.split() for line in table(
         [result("drq", 0), result("drq", 1), resumed], ["drq"]).splitlines()[3:]}  # fmt: skip
-    assert rows["drq"][6:8] == ["1", "[2/3]"]
+    assert rows["drq"][9:11] == ["1", "[2/3]"]
     whole_only = table([resumed], ["drq"]).splitlines()[3].split()
-    assert whole_only[6] == "-"
+    assert whole_only[9] == "-"
     other = tmp_path / "other.json"
     other.write_text(json.dumps(result("drq-reference", 1, steps=50)))
     with pytest.raises(SystemExit, match=r"other\.json: a run of 50 steps"):
@@ -173,3 +176,14 @@ def test_pixel_report_takes_reference_results_at_its_budget_only(tmp_path):
     bad.write_text(json.dumps({"arm": "x"}))
     with pytest.raises(SystemExit, match=r"bad\.json: not a pixel result"):
         read_extra([bad], steps=100)
+
+
+def test_late_evaluation_averages_the_last_fifth_and_names_a_run_without_one():
+    import pytest
+
+    from benchmarks.pixels import late_evaluation
+
+    curve = [(500, 1.0), (7500, 100.0), (8000, 300.0), (9000, 200.0), (10000, 400.0)]
+    assert late_evaluation(curve, 10_000) == 300.0  # 8k, 9k and 10k
+    with pytest.raises(ValueError, match="no periodic evaluation at or after step 8000"):
+        late_evaluation(curve[:2], 10_000)

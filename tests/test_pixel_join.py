@@ -1,0 +1,64 @@
+"""benchmarks.pixel_join: result files of several sweeps become one table, in ARMS order, with
+the file each arm came from; a repeated cell, a second budget or a non-result is refused."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from benchmarks.pixel_join import main
+
+
+def _result(arm, seed, final, steps=100):
+    return {"name": f"{arm}-seed{seed}", "arm": arm, "seed": seed, "steps": steps,
+            "eval": [(50, 1.0), (100, final)], "final_return": final,
+            "train_seconds": 10.0, "updates_per_s": 2.0}  # fmt: skip
+
+
+def _gz(path, rows):
+    path.write_bytes(gzip.compress(json.dumps({r["name"]: r for r in rows}).encode(), mtime=0))
+    return path
+
+
+def test_join_orders_arms_as_the_benchmark_and_names_each_rows_file(tmp_path):
+    table_gz = _gz(tmp_path / "results.json.gz", [_result("sac", 1, 30.0), _result("sac", 0, 10.0)])
+    later = tmp_path / "erpv-seed0.json"  # one run's result, as a sweep's runs/ holds it
+    later.write_text(json.dumps(_result("erpv", 0, 50.0)))
+    ref = _gz(tmp_path / "ref.json.gz", [_result("drq-reference", 0, 70.0)])
+    out = tmp_path / "table.txt"
+    joined = tmp_path / "joined.json.gz"
+    main([str(ref), str(table_gz), str(later), "--table", str(out), "--joined", str(joined)])
+    lines = out.read_text().splitlines()
+    rows = [ln.split() for ln in lines[3:6]]
+    assert [r[0] for r in rows] == ["sac", "erpv", "drq-reference"]  # ARMS order, unknown last
+    assert rows[0][1:5] == ["2", "20.0", "+-", "10.0"]  # both sac seeds, mean +- std
+    assert lines[-1] == (
+        "rows from: sac: results.json.gz; erpv: erpv-seed0.json; drq-reference: ref.json.gz"
+    )
+    names = list(json.loads(gzip.decompress(joined.read_bytes())))
+    assert names == ["sac-seed0", "sac-seed1", "erpv-seed0", "drq-reference-seed0"]
+    first = joined.read_bytes()
+    main([str(ref), str(table_gz), str(later), "--table", str(out), "--joined", str(joined)])
+    assert joined.read_bytes() == first  # no timestamp in the gzip header
+
+
+def test_join_refuses_a_repeated_cell_a_second_budget_and_a_non_result(tmp_path):
+    a = _gz(tmp_path / "a.json.gz", [_result("sac", 0, 10.0)])
+    b = _gz(tmp_path / "b.json.gz", [_result("sac", 0, 12.0)])
+    out = str(tmp_path / "t.txt")
+    with pytest.raises(SystemExit, match=r"sac-seed0 is in both .*a\.json\.gz and .*b\.json\.gz"):
+        main([str(a), str(b), "--table", out])
+    c = _gz(tmp_path / "c.json.gz", [_result("drq", 0, 10.0, steps=200)])
+    with pytest.raises(SystemExit, match=r"c\.json\.gz: drq-seed0 ran 200 steps, .*100"):
+        main([str(a), str(c), "--table", out])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"x": {"arm": "sac"}}))
+    with pytest.raises(SystemExit, match=r"bad\.json: not a pixel result file, a row lacks"):
+        main([str(bad), "--table", out])
+    broken = tmp_path / "broken.json.gz"
+    broken.write_bytes(b"\x1f\x8b not gzip")
+    with pytest.raises(SystemExit, match=r"broken\.json\.gz: not a readable result file"):
+        main([str(broken), "--table", out])
+    assert not (tmp_path / "t.txt").exists()  # nothing written from a refused join
