@@ -357,15 +357,14 @@ def read_extra(paths: list[Path], steps: int) -> list[dict[str, Any]]:
     return extra
 
 
-def late_evaluation(curve: list[tuple[int, float]], steps: int) -> float:
+def late_evaluation(curve: list[tuple[int, float]], steps: int) -> float | None:
     """Mean of a run's periodic evaluations over its last `LATE` share of steps (8k-10k of a 10k
     run: 5 evaluations at the presets' `eval_every` 500). The final return is one evaluation of
     the last weights and swings by 100+ between neighbouring evaluations at these budgets; this
-    averages the curve's end instead. Error if the run has no evaluation there."""
+    averages the curve's end instead. None if the run has no evaluation there (periodic
+    evaluation off): the table shows "-"."""
     late = [v for s, v in curve if s >= (1 - LATE) * steps]
-    if not late:
-        raise ValueError(f"no periodic evaluation at or after step {(1 - LATE) * steps:g}")
-    return float(np.mean(late))
+    return float(np.mean(late)) if late else None
 
 
 def table(results: list[dict[str, Any]], arms: list[str]) -> str:
@@ -387,7 +386,8 @@ def table(results: list[dict[str, Any]], arms: list[str]) -> str:
         if not rs:
             continue
         finals = np.array([r["final_return"] for r in rs])
-        late = np.array([late_evaluation(r["eval"], r["steps"]) for r in rs])
+        lates = [late_evaluation(r["eval"], r["steps"]) for r in rs]
+        late = "-" if None in lates else f"{np.mean(lates):.1f} +- {np.std(lates):.1f}"
         reached = [s for r in rs if (s := steps_to(r["eval"], THRESHOLD)) is not None]
         median = f"{int(np.median(reached)):,} [{len(reached)}/{len(rs)}]" if reached else "-"
         whole = [r["train_seconds"] for r in rs if not r.get("resumed_from")]
@@ -395,7 +395,7 @@ def table(results: list[dict[str, Any]], arms: list[str]) -> str:
         seconds += f" [{len(whole)}/{len(rs)}]" if whole and len(whole) < len(rs) else ""
         lines.append(
             f"{arm:15}{len(rs):>6}{f'{finals.mean():.1f} +- {finals.std():.1f}':>20}"
-            f"{f'{late.mean():.1f} +- {late.std():.1f}':>18}{median:>16}"
+            f"{late:>18}{median:>16}"
             f"{seconds:>13}"
             f"{np.mean([r['updates_per_s'] for r in rs]):>7.1f}   {PUBLISHED.get(arm, '')}"
         )
