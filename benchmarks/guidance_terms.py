@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.sweep import cell_params, select_names
+from benchmarks.sweep import cell_params, finished_cells
 
 
 def term_gradients(agent: Any, batch: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
@@ -51,8 +51,7 @@ def term_gradients(agent: Any, batch: dict[str, Any]) -> tuple[Any, Any, dict[st
         grads = torch.autograd.grad(loss, params, retain_graph=retain, allow_unused=True)
         flat.append(torch.cat([torch.zeros_like(p).flatten() if g is None else g.flatten()
                                for g, p in zip(grads, params, strict=True)]))  # fmt: skip
-    mask = b["has_label"]
-    a_v = agent.scale.normalise(b["a_v"][mask]).clamp(-1.0, 1.0)
+    mask, a_v = agent._labelled_a_v(b)  # the rows and normalised a_v the guidance read
     metrics["distance"] = (a_v - pi[mask].detach()).norm(dim=-1).mean()
     metrics["labelled"] = mask.float().mean()
     return flat[0], flat[1], metrics
@@ -182,10 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    names = sorted(p.stem for p in (args.out / "runs").glob("*.json"))
-    if not names:
-        raise SystemExit(f"no finished cell in {args.out / 'runs'}: run the sweep first")
-    cells = select_names(names, args.cells, what=f"--cells (finished cells of {args.out})")
+    cells = finished_cells(args.out, args.cells)
     print(
         f"means over {args.batches} dataset batches of the gradients on the actor's parameters: "
         "SAC's L_pi (eq. 10) and lambda_1 L_V (eq. 3-4); gate open: labelled rows with q_f > 0"

@@ -23,9 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.pixels import ARMS, plot, table
-
-REQUIRED = {"name", "arm", "seed", "steps", "eval", "final_return"}
+from benchmarks.pixels import ARMS, RESULT_FIELDS, plot, table
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
@@ -39,8 +37,8 @@ def read_results(path: Path) -> list[dict[str, Any]]:
     if rows is None and isinstance(data, dict):
         rows = list(data.values())
     for row in rows or [None]:
-        if not isinstance(row, dict) or REQUIRED - set(row):
-            lacks = sorted(REQUIRED - set(row)) if isinstance(row, dict) else sorted(REQUIRED)
+        if not isinstance(row, dict) or RESULT_FIELDS - set(row):
+            lacks = sorted(RESULT_FIELDS - set(row if isinstance(row, dict) else {}))
             raise SystemExit(f"{path}: not a pixel result file, a row lacks {lacks}")
     return rows
 

@@ -67,6 +67,8 @@ from pipeline.io import atomic_write_bytes, atomic_write_json
 ENV = "cartpole-swingup"
 EVAL_SEED = 10_000
 THRESHOLD = 500.0
+# the fields every pixel result has (a sweep's, a reference run's, a joined file's rows)
+RESULT_FIELDS = frozenset({"name", "arm", "seed", "steps", "eval", "final_return"})
 LATE = 0.2  # the table's second measure: periodic evaluations over the last 20% of steps
 # arm -> (method, teacher whose labels it reads, overrides of the method's section)
 ARMS: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -346,7 +348,7 @@ def read_extra(paths: list[Path], steps: int) -> list[dict[str, Any]]:
             result = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise SystemExit(f"--extra {path}: not a readable result file ({exc})") from exc
-        missing = {"name", "arm", "seed", "steps", "eval", "final_return"} - set(result)
+        missing = RESULT_FIELDS - set(result)
         if missing:
             raise SystemExit(f"--extra {path}: not a pixel result, it lacks {sorted(missing)}")
         if result["steps"] != steps:

@@ -498,6 +498,15 @@ def select_names(names: list[str], patterns: list[str], what: str = "--cell") ->
     return chosen
 
 
+def finished_cells(out: Path, patterns: list[str], results_dir: str = "runs") -> list[str]:
+    """The names of the cells of the sweep in `out` that have a result in `<out>/<results_dir>`
+    and match `patterns` (`select_names`, as `--cells`); none at all is an error."""
+    names = sorted(p.stem for p in (out / results_dir).glob("*.json"))
+    if not names:
+        raise SystemExit(f"no finished cell in {out / results_dir}: run the sweep first")
+    return select_names(names, patterns, what=f"--cells (finished cells of {out})")
+
+
 def _select(cells: list[Cell], patterns: list[str]) -> list[Cell]:
     by_name = {c.name: c for c in cells}
     return [by_name[n] for n in select_names(list(by_name), patterns)]

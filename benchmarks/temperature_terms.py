@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.sweep import read_logs, select_names
+from benchmarks.sweep import finished_cells, read_logs
 
 
 def gradient_terms(rows: list[dict[str, float]], lambda_2: float) -> list[dict[str, float]]:
@@ -122,10 +122,7 @@ def main(argv: list[str] | None = None) -> None:
         "--cells", nargs="*", default=["*"], help="cell names or patterns (default: every cell)"
     )
     args = parser.parse_args(argv)
-    names = sorted(p.stem for p in (args.out / "runs").glob("*.json"))
-    if not names:
-        raise SystemExit(f"no finished cell in {args.out / 'runs'}: run the sweep first")
-    cells = select_names(names, args.cells, what=f"--cells (finished cells of {args.out})")
+    cells = finished_cells(args.out, args.cells)
     print(
         "median over log windows of each term's gradient in log alpha; sum<0: share of windows "
         "where descent raises alpha; dlog/lr: mean d log alpha per temperature update / alpha_lr"
