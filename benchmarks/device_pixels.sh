@@ -22,6 +22,9 @@
 #                                                # reduce-overhead (CUDA graphs)
 #   bash benchmarks/device_pixels.sh collect S   # wait up to S seconds for it; copy what it has
 #
+# One arm of 3 seeds fits one call: `launch --arms sac --seeds 3 --workers 3 && collect 545`
+# (stop 44 on an H200: data and C_V ~140 s, then 412-419 s of training; a second `collect 90`
+# at once picked up the last cells).
 # A background run outlives its call (setsid) while the machine is held: `collect` in the next
 # call, within the idle release, picks it up. Everything that comes back is under $OUT.
 # Another preset runs in a sweep of its own: RUN=/tmp/pxc for both `launch --preset
@@ -68,7 +71,8 @@ throughput)
 graphs)
     setup
     python -c "import torch; print('torch', torch.__version__)" | tee "$OUT/gpu.txt"
-    # drq: 148 against 101 eager on an H200 (stop 41); erpv and semore not yet measured
+    # on an H200: drq 148 against 101 eager (stop 41), erpv 103 against 84, semore m4 58
+    # against 39 (stop 44; each in a process of its own, ~60 s each)
     timeout 300 python -m benchmarks.pixel_throughput --device cuda --configs 84:1:1024 \
         --compile reduce-overhead --compiled drq erpv semore --flops --updates 50 \
         --repeats 3 --warmup 10 --threads 4 2>&1 | grep -v Warning | tee "$OUT/throughput_gpu.txt"
