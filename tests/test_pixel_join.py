@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,25 @@ def test_join_refuses_a_repeated_cell_a_second_budget_and_a_non_result(tmp_path)
     with pytest.raises(SystemExit, match=r"broken\.json\.gz: not a readable result file"):
         main([str(broken), "--table", out])
     assert not (tmp_path / "t.txt").exists()  # nothing written from a refused join
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "pixels"
+JOINED_TABLES = sorted(p.name for p in RESULTS.glob("table*.txt") if "rows from: " in p.read_text())
+
+
+@pytest.mark.parametrize("name", JOINED_TABLES)
+def test_committed_tables_are_the_join_of_the_files_they_name(name, tmp_path):
+    """A committed table says which result files its rows came from; joining those files again
+    must give the same text, or the table was edited by hand or its files changed after it."""
+    committed = (RESULTS / name).read_text()
+    footer = committed.rsplit("rows from: ", 1)[1].strip()
+    files = dict.fromkeys(
+        f.strip() for part in footer.split("; ") for f in part.split(": ", 1)[1].split(",")
+    )
+    out = tmp_path / name
+    main([str(RESULTS / f) for f in files] + ["--table", str(out)])
+    assert out.read_text() == committed
+
+
+def test_the_committed_tables_are_checked():
+    assert {"table.txt", "table_paper_gpu.txt"} <= set(JOINED_TABLES)
