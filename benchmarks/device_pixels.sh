@@ -2,14 +2,18 @@
 # Issue 25's GPU checks on a lent device machine (the `device` tool: torch there, no mujoco,
 # dm_control, gymnasium or polars; no network; 30 s idle release; 10 minutes a command).
 #
-# Carry (one call, 64 MiB with the working tree; both folders in .git/info/exclude):
+# Carry (one call, 64 MiB with the working tree; both folders are in .gitignore):
 #   .site/site.tar.xz  the missing distributions installed for the device's Python 3.12 and
 #                      xz-compressed (55.7 MB; as wheels they need two calls), made here by
 #                        python -m benchmarks.device_wheels --device-freeze FREEZE \
 #                          --python-version 3.12 --out wheelhouse --site-archive
 #                        mkdir -p .site && cp wheelhouse/site.tar.xz .site/
 #                      (FREEZE: the device's `pip freeze`, or the package list of
-#                      /work/.library/device/KINDS.md, one name a line)
+#                      /work/.library/device/KINDS.md, one name a line:
+#                        grep '^nvidia-h100-x1, nvidia-h200: their image' KINDS.md |
+#                          sed 's/.*Packages: //; s/\.$//' | tr ',' '\n' | sed 's/^ *//'
+#                      ; run from the repository root: it traces a test; ~6 minutes on a fresh
+#                      2-core machine, stop 44: 52.4 MiB)
 #   .gl/*.deb          EGL / GL loaders (libglvnd), for MUJOCO_GL=egl: apt-get download
 #                      libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2
 #
