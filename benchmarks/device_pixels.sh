@@ -13,7 +13,7 @@
 #                        grep '^nvidia-h100-x1, nvidia-h200: their image' KINDS.md |
 #                          sed 's/.*Packages: //; s/\.$//' | tr ',' '\n' | sed 's/^ *//'
 #                      device_wheels runs from the repository root, as it traces a test:
-#                      ~6 minutes on a fresh 2-core machine, 52.4 MiB in stop 44)
+#                      ~5 minutes on a fresh 2-core machine, 52.4 MiB in stop 44)
 #   .gl/*.deb          EGL / GL loaders (libglvnd), for MUJOCO_GL=egl: apt-get download
 #                      libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2
 #
