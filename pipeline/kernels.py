@@ -11,16 +11,24 @@ they load, and the AVX-512 kernels round differently from the AVX2 ones:
   cartpole-swingup rollouts, the whole highway-hw chain and the CarRacing-v3-semore agent with
   other bytes than the AVX-512 machine that wrote dvc.lock; every other output was the same.
 - oneDNN runs torch's CPU convolutions with JIT kernels for the widest ISA it finds.
+- MKL, torch's BLAS, also dispatches by vendor: with the same data and the kernels above pinned,
+  stop 43's CI (Intel, AVX-512) trained every C_V and agent to other bytes than the AMD EPYC
+  Zen 3 that wrote dvc.lock (stop 42's CI, on AMD, had matched it). On the Intel machine no MKL
+  or ATen setting tried (MKL's AVX, SSE4.2 and COMPATIBLE branches, ATen's default kernels)
+  reproduced the AMD bytes of the MountainCarContinuous-v0 C_V.
 
 `pin_portable_kernels` (run by `import pipeline`, before numpy can be imported through it) makes an
-AVX-512 machine run the AVX2 kernels that every x86-64 machine since 2013 has. On an AVX2 machine
-those are the kernels it runs anyway: there, all 103 stage outputs came out byte-identical with
-and without the oneDNN and MKL caps, and the highway-hw collection and the CarRacing-v3-semore
-agent with and without the whole pin. It sets the libraries' own switches, which they read once,
-at load: a process that imported numpy or torch before `pipeline` keeps its kernels, and
+AVX-512 machine run the AVX2 kernels that every x86-64 machine since 2013 has, and MKL run its
+COMPATIBLE branch on every machine, the one Intel documents to give the same results on Intel and
+AMD CPUs. `portable_torch` (run by the stages that train or evaluate agents) fixes torch's thread
+count and moves convolutions off oneDNN onto that BLAS. The AVX2 caps are no-ops on an AVX2
+machine: there, all 103 stage outputs came out byte-identical with and without the oneDNN and MKL
+caps (before MKL_CBWR), and the highway-hw collection and the CarRacing-v3-semore agent with and
+without the whole pin. It sets the libraries' own switches, which they read once, at load: a
+process that imported numpy or torch before `pipeline` keeps its kernels, and
 `check_portable_kernels` (run by every stage) refuses to write outputs from one whose numpy
-dispatches to AVX-512. `VLMRL_NATIVE_KERNELS=1` opts out, for speed on an AVX-512 machine, at the
-price of outputs that hash differently there.
+dispatches to AVX-512. `VLMRL_NATIVE_KERNELS=1` opts out, for speed, at the price of outputs that
+hash differently from machine to machine.
 """
 
 from __future__ import annotations
@@ -47,6 +55,15 @@ AVX2_KERNELS = {
 }
 
 
+# MKL, torch's BLAS, picks its code path by the CPU's vendor as well as its ISA: on an AMD CPU it
+# takes other sgemm paths than on an Intel one, whatever MKL_ENABLE_INSTRUCTIONS says (stop 43's CI:
+# an Intel machine trained every C_V and agent to other bytes than the AMD machine that wrote
+# dvc.lock, with the same data). The COMPATIBLE branch of MKL's conditional numerical
+# reproducibility (SSE2 without rcpps/rsqrtps) is the one Intel documents to give the same results
+# on Intel and Intel-compatible CPUs, at a fixed thread count; every x86-64 CPU runs it.
+PORTABLE_BLAS = {"MKL_CBWR": "COMPATIBLE"}
+
+
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     """The first CPU's feature flags, or none where /proc/cpuinfo is missing (not Linux)."""
     try:
@@ -70,6 +87,7 @@ def portable_environment(environ: Mapping[str, str], flags: Iterable[str]) -> di
     missing = [target for target in NUMPY_AVX512_TARGETS if target not in disabled]
     if missing:
         updates["NPY_DISABLE_CPU_FEATURES"] = " ".join([*disabled, *missing])
+    updates.update({name: value for name, value in PORTABLE_BLAS.items() if name not in environ})
     if set(flags) >= AVX2_FLAGS:  # forcing a kernel the CPU cannot run would crash it
         for name, value in AVX2_KERNELS.items():
             if name not in environ:
@@ -93,6 +111,21 @@ def pin_portable_kernels(environ: MutableMapping[str, str] = os.environ) -> dict
             stacklevel=2,
         )
     return updates
+
+
+def portable_torch(threads: int, environ: Mapping[str, str] = os.environ) -> None:
+    """Make this process's torch compute the same bytes on every x86-64 machine: `threads` intra-op
+    threads (0: torch's default, one per core, whose reductions then follow the machine), and,
+    unless the user opted out, convolutions through ATen's im2col and the BLAS (pinned to MKL's
+    COMPATIBLE branch) instead of oneDNN's JIT kernels, which MKL's guarantee does not cover and
+    which pick their loop blocking from the CPU's cache sizes. The stages that train or run agents
+    call it; `benchmarks/portable_kernels.py` measures what it costs."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    if environ.get(OPT_OUT, "") in ("", "0"):
+        torch.backends.mkldnn.enabled = False
 
 
 def active_avx512_targets(features: Mapping[str, bool] | None = None) -> list[str]:

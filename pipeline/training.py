@@ -11,24 +11,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from pipeline.config import Params
 from pipeline.curves import write_run_summary, write_training_log
+from pipeline.kernels import portable_torch
 from pipeline.methods.base import TrainError, TrainInputs
 from pipeline.methods.table import check_params, get_method
 
 
 def set_threads(params: Params, name: str) -> None:
     """Fix torch's intra-op thread count to the run's section's `threads` (0: leave torch's
-    default): the train stage's weights are then the same bytes on every machine. Benchmarks that
-    run many trainings in parallel processes set their own count instead."""
+    default), and its kernels to the portable ones (`portable_torch`): the train stage's weights
+    are then the same bytes on every machine. Benchmarks that run many trainings in parallel
+    processes set their own count instead."""
     if params.train is None or name not in params.train:
         return  # train_run names the missing run
     run = params.train[name]
-    threads = getattr(get_method(run.method).params(params, run), "threads", 0)
-    if threads:
-        torch.set_num_threads(threads)
+    portable_torch(getattr(get_method(run.method).params(params, run), "threads", 0))
 
 
 def train_run(

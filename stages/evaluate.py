@@ -15,6 +15,7 @@ from pipeline.config import ConfigError, load_params
 from pipeline.errors import PipelineError
 from pipeline.evaluation import deployed, eval_metrics, evaluate_policy
 from pipeline.io import atomic_write_json
+from pipeline.kernels import portable_torch
 from pipeline.methods.table import load_agent
 
 
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         params = load_params(args.params)
         if params.evaluate is None:
             raise ConfigError(f"{args.params} has no `evaluate` section")
+        portable_torch(1)  # the agent acts with the same bytes on every machine
         policy = deployed(load_agent(args.agent), read_meta(args.agent))
         env_id = policy.meta["env"]
         if env_id not in params.env:

@@ -14,11 +14,10 @@ import logging
 import sys
 from pathlib import Path
 
-import torch
-
 from pipeline.config import load_params
 from pipeline.curves import write_training_log
 from pipeline.errors import PipelineError
+from pipeline.kernels import portable_torch
 from pipeline.methods.erpv import critic_params, pretrain_critic, write_no_critic
 
 
@@ -41,9 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             write_training_log(args.live, args.summary)  # empty: nothing was trained
             print(f"{args.out}: {args.env} is not in critic.envs: no C_V (marker written)")
             return 0
-        threads = critic_params(params, args.env).threads  # bitwise reproducible: see `threads`
-        if threads:
-            torch.set_num_threads(threads)
+        # bitwise reproducible: see `threads` and pipeline/kernels.py
+        portable_torch(critic_params(params, args.env).threads)
         logs = pretrain_critic(args.env, params, args.dataset, args.out)
     except (PipelineError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -17,6 +17,7 @@ from pipeline.kernels import (
     AVX2_KERNELS,
     NUMPY_AVX512_TARGETS,
     OPT_OUT,
+    PORTABLE_BLAS,
     check_portable_kernels,
     cpu_flags,
     portable_environment,
@@ -24,7 +25,7 @@ from pipeline.kernels import (
 from tests.conftest import REPO
 
 AVX512_CPU = {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw"}
-VARIABLES = ("NPY_DISABLE_CPU_FEATURES", *AVX2_KERNELS, OPT_OUT)
+VARIABLES = ("NPY_DISABLE_CPU_FEATURES", *AVX2_KERNELS, *PORTABLE_BLAS, OPT_OUT)
 
 
 def test_an_avx512_cpu_gets_the_avx2_kernels():
@@ -34,12 +35,14 @@ def test_an_avx512_cpu_gets_the_avx2_kernels():
         "ATEN_CPU_CAPABILITY": "avx2",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
         "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "MKL_CBWR": "COMPATIBLE",
     }
 
 
 def test_a_cpu_without_avx2_is_not_forced_onto_kernels_it_cannot_run():
     assert portable_environment({}, {"sse4_2", "avx"}) == {
-        "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"
+        "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+        "MKL_CBWR": "COMPATIBLE",  # SSE2: every x86-64 CPU runs it
     }
 
 
@@ -51,6 +54,7 @@ def test_the_users_settings_stay_and_numpy_still_loses_avx512():
         "ATEN_CPU_CAPABILITY": "avx2",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
         "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "MKL_CBWR": "COMPATIBLE",
     }
     complete = {"NPY_DISABLE_CPU_FEATURES": " ".join(NUMPY_AVX512_TARGETS)}
     assert "NPY_DISABLE_CPU_FEATURES" not in portable_environment(complete, AVX512_CPU)
