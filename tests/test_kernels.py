@@ -118,3 +118,60 @@ def test_numpy_imported_before_pipeline_is_named_on_an_avx512_cpu():
         assert "numpy was imported before `pipeline`" in result.stderr
     else:  # here numpy's kernels are AVX2's anyway: nothing to warn about
         assert "imported before" not in result.stderr
+
+
+def test_portable_torch_fixes_the_threads_and_moves_convolutions_off_onednn():
+    import torch
+
+    from pipeline.kernels import portable_torch
+
+    threads, onednn = torch.get_num_threads(), torch.backends.mkldnn.enabled
+    try:
+        portable_torch(1, environ={})
+        assert (torch.get_num_threads(), torch.backends.mkldnn.enabled) == (1, False)
+        torch.backends.mkldnn.enabled = True
+        portable_torch(0, environ={OPT_OUT: "1"})  # 0: the count stays; opted out: oneDNN stays
+        assert (torch.get_num_threads(), torch.backends.mkldnn.enabled) == (1, True)
+    finally:
+        torch.set_num_threads(threads)
+        torch.backends.mkldnn.enabled = onednn
+
+
+GEMM = """
+import hashlib, os
+{imports}
+import numpy as np, torch
+torch.set_num_threads(1)
+rng = np.random.default_rng(0)
+a, b = (torch.from_numpy(rng.standard_normal(s, dtype=np.float32)) for s in ((96, 300), (300, 80)))
+print(os.environ.get("MKL_CBWR"), hashlib.sha256((a @ b).numpy().tobytes()).hexdigest())
+"""
+
+
+def test_importing_pipeline_runs_mkls_compatible_branch():
+    """A product through torch's BLAS after `import pipeline` has the bytes of MKL's COMPATIBLE
+    branch (the one Intel documents to agree on Intel and AMD CPUs), not this CPU's own."""
+    pinned = _python(GEMM.format(imports="import pipeline"))
+    assert pinned.returncode == 0, pinned.stderr
+    branch, digest = pinned.stdout.split()
+    assert branch == "COMPATIBLE"
+
+    def explicit(value: str) -> str:
+        env = {k: v for k, v in os.environ.items() if k not in VARIABLES} | {"MKL_CBWR": value}
+        result = subprocess.run([sys.executable, "-c", GEMM.format(imports="")], cwd=REPO,
+                                env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()[1]
+
+    assert digest == explicit("COMPATIBLE")
+    if explicit("AUTO") == digest:  # this CPU's own path rounds alike here: nothing to tell apart
+        pytest.skip("MKL's AUTO and COMPATIBLE branches give the same bytes on this CPU")
+
+
+def test_benchmarks_keep_mkls_fast_branch_unless_told_otherwise():
+    code = "import os, benchmarks; print(os.environ['MKL_CBWR'])"
+    assert _python(code).stdout.strip() == "AUTO"
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES} | {"MKL_CBWR": "COMPATIBLE"}
+    told = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert told.stdout.strip() == "COMPATIBLE"
