@@ -1,7 +1,8 @@
 """pipeline/kernels.py: every process that imports `pipeline` first runs the AVX2-level kernels
-of numpy, OpenBLAS, ATen, oneDNN and MKL, so that stage outputs hash the same on AVX-512 and AVX2
-machines (stop 36's CI, on AVX2: the cartpole-swingup rollouts, the highway-hw chain and the
-CarRacing-v3-semore agent differed from the AVX-512 machine's)."""
+of numpy, OpenBLAS, ATen, oneDNN and MKL and MKL's COMPATIBLE branch, so that stage outputs hash
+the same on AVX-512 and AVX2, Intel and AMD machines (stop 36's CI, on AVX2: the cartpole-swingup
+rollouts, the highway-hw chain and the CarRacing-v3-semore agent differed from the AVX-512
+machine's; stop 43's, on Intel: every C_V and agent differed from the AMD machine's)."""
 
 from __future__ import annotations
 
