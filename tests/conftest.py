@@ -6,6 +6,7 @@ import copy
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,15 @@ def tiny_params_dict(envs: tuple[str, ...] = ("MountainCar-v0",), **collect_over
         "dataset": {"shard_max_samples": 100},
         "rounds": {},  # dvc.yaml iterates over it: none, but the key must be there
     }
+
+
+@pytest.fixture(autouse=True)
+def _torch_kernels_restored():
+    """A stage's `main` called in-process sets torch's kernels for the process
+    (`pipeline.kernels.portable_torch`: oneDNN off); the next test gets torch's own again."""
+    yield
+    if "torch" in sys.modules:
+        sys.modules["torch"].backends.mkldnn.enabled = True
 
 
 @pytest.fixture
