@@ -176,3 +176,13 @@ def test_benchmarks_keep_mkls_fast_branch_unless_told_otherwise():
     told = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert told.stdout.strip() == "COMPATIBLE"
+
+
+def test_the_portable_kernels_benchmark_prints_both_rates_and_their_ratio(capsys):
+    from benchmarks.portable_kernels import main
+
+    main(["--updates", "3", "1", "1", "--repeats", "1", "--rows", "state sac"])
+    row = capsys.readouterr().out.splitlines()[-1]
+    name, portable, fast, ratio = (cell.strip() for cell in row.strip("|").split("|"))
+    assert name == "state sac" and float(portable) > 0 and float(fast) > 0
+    assert float(ratio.rstrip("x")) == pytest.approx(float(portable) / float(fast), abs=0.01)
