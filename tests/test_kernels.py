@@ -80,8 +80,9 @@ def test_a_process_with_numpys_avx512_kernels_may_not_write_stage_outputs():
     check_portable_kernels({}, features={"X86_V4": False, "X86_V3": True})
 
 
-def _python(code: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+def _python(code: str, **variables: str) -> subprocess.CompletedProcess:
+    """`code` in a fresh python, without this process's kernel variables, with `variables`."""
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES} | variables
     return subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
@@ -158,9 +159,7 @@ def test_importing_pipeline_runs_mkls_compatible_branch():
     assert branch == "COMPATIBLE"
 
     def explicit(value: str) -> str:
-        env = {k: v for k, v in os.environ.items() if k not in VARIABLES} | {"MKL_CBWR": value}
-        result = subprocess.run([sys.executable, "-c", GEMM.format(imports="")], cwd=REPO,
-                                env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        result = _python(GEMM.format(imports=""), MKL_CBWR=value)
         assert result.returncode == 0, result.stderr
         return result.stdout.split()[1]
 
@@ -172,10 +171,7 @@ def test_importing_pipeline_runs_mkls_compatible_branch():
 def test_benchmarks_keep_mkls_fast_branch_unless_told_otherwise():
     code = "import os, benchmarks; print(os.environ['MKL_CBWR'])"
     assert _python(code).stdout.strip() == "AUTO"
-    env = {k: v for k, v in os.environ.items() if k not in VARIABLES} | {"MKL_CBWR": "COMPATIBLE"}
-    told = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
-    assert told.stdout.strip() == "COMPATIBLE"
+    assert _python(code, MKL_CBWR="COMPATIBLE").stdout.strip() == "COMPATIBLE"
 
 
 def test_the_portable_kernels_benchmark_prints_both_rates_and_their_ratio(capsys):
