@@ -89,6 +89,9 @@ ARMS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "semore-m2": ("semore", "scripted", {"variant": "m2"}),
     "semore-m3": ("semore", "scripted", {"variant": "m3"}),
     "semore-m4": ("semore", "scripted", {"variant": "m4"}),
+    # m2 with m1's semantic input (the stack): at 5k steps m1 scored ~60 above m2-m4 (stop 43);
+    # is the cost that m2-m4's semantic stream reads the current frame alone?
+    "semore-m2-stack": ("semore", "scripted", {"variant": "m2", "semantic_input": "stack"}),
 }
 # Published cartpole-swingup figures from pixels (84x84, action repeat 8), final return.
 PUBLISHED = {

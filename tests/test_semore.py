@@ -297,6 +297,26 @@ def test_each_ablation_builds_and_trains_exactly_its_parts(variant):
     assert set(metrics) == _SAC_KEYS | losses | extra
 
 
+def test_semantic_input_replaces_the_variants_and_keeps_its_other_parts():
+    agent = SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params(variant="m2", semantic_input="stack"))
+    assert agent.encoder.semantic.in_channels == 9  # the stack, as m1's
+    assert agent.encoder.motion is not None and agent.encoder.attention is None  # m2's streams
+    assert agent.encoder.feature_dim == 32
+    assert agent.w_similarity == 0.0 and agent.transition is None
+    agent.update(random_batch())
+    assert set(agent.update(random_batch(seed=1))) == _SAC_KEYS | {"reward_loss"}
+    current = SemoreAgent(
+        (SIDE, SIDE, 3), SPACE, semore_params(variant="m1", semantic_input="current")
+    )
+    assert current.encoder.semantic.in_channels == 3 and current.encoder.motion is None
+    assert (
+        SemoreAgent(
+            (SIDE, SIDE, 3), SPACE, semore_params(variant="m2")
+        ).encoder.semantic.in_channels
+        == 3
+    )
+
+
 def test_weights_switch_their_terms_off():
     zero = {"similarity_weight": 0.0, "transition_weight": 0.0, "reward_weight": 0.0}
     agent = SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params(**zero))
@@ -316,6 +336,11 @@ def test_params_validate():
         semore_params(selective_start=0.4, selective_end=0.5)
     with pytest.raises(ValidationError, match="variant"):
         semore_params(variant="m5")
+    for variant in ("m3", "m4"):  # eq. 5's knowledge map is of the current frame
+        with pytest.raises(ValidationError, match=f"semantic_input 'stack' with variant {variant}"):
+            semore_params(variant=variant, semantic_input="stack")
+    with pytest.raises(ValidationError, match="semantic_input"):
+        semore_params(semantic_input="residuals")
     with pytest.raises(ValueError, match="ssim_window"):
         SemoreAgent((SIDE, SIDE, 3), SPACE, semore_params(ssim_window=11))  # 9x9 maps
 

@@ -58,6 +58,10 @@ Ablations (`variant`, Semore table 2), what each builds and trains:
 | `m3` | current frame | yes | yes | - | - | yes |
 | `m4` (Semore) | current frame | yes | yes | yes | yes (on z_m) | yes |
 
+`semantic_input` replaces a variant's semantic input: `m2` with `stack` keeps both streams and
+reads the whole stack in the semantic one, as `m1` does (an ablation beyond table 2: does m2 pay
+for reading the current frame alone?).
+
 `sac` is the pixel SAC baseline on the same encoder (its semantic stream on the stack is SAC's
 PixelEncoder); with `aux_weight: 0` it is plain SAC, as Semore table 1's.
 
@@ -144,6 +148,13 @@ class SemoreParams(SACParams):
         "the eq. 5 similarity loss; m4 m3 + motion supervision (eq. 8) and the cross-attention "
         "(eq. 6-7): full Semore. `sac`: plain pixel SAC on the same encoder (the baseline).",
     )
+    semantic_input: Literal["current", "stack"] | None = Field(
+        default=None,
+        description="The semantic stream's input in place of the variant's (null: the "
+        "variant's, the module docstring's table). An ablation beyond table 2: `stack` on m2 "
+        "gives its semantic stream the whole stack, as m1's, beside the motion stream. Not with "
+        "eq. 5 (m3, m4), whose knowledge map is the masked current frame.",
+    )
     similarity_weight: float = Field(
         default=1.0,
         ge=0,
@@ -202,6 +213,16 @@ class SemoreParams(SACParams):
             raise ValueError(
                 f"selective_end ({self.selective_end}) must not exceed selective_start "
                 f"({self.selective_start}): the probability decays"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _semantic_input_fits_the_variant(self) -> SemoreParams:
+        if self.semantic_input == "stack" and _VARIANTS[self.variant]["similarity"]:
+            raise ValueError(
+                f"semantic_input 'stack' with variant {self.variant}: eq. 5 compares the semantic "
+                "map of the current frame with the masked current frame's; use m1 or m2, or "
+                "leave semantic_input null"
             )
         return self
 
@@ -333,7 +354,9 @@ class SemoreAgent(OffPolicyAgent):
     ) -> None:
         if len(obs_shape) != 3 or obs_shape[2] != 3:
             raise ValueError(f"Semore reads (H, W, 3) frames, got shape {tuple(obs_shape)}")
-        self.switches = sw = _VARIANTS[cfg.variant]
+        self.switches = sw = dict(_VARIANTS[cfg.variant])
+        if cfg.semantic_input is not None:
+            sw["semantic_input"] = cfg.semantic_input
         # eq. 12's weights as this variant uses them; 0 = the term is not computed
         self.w_similarity = cfg.similarity_weight if sw["similarity"] else 0.0
         if cfg.variant == "sac":
