@@ -415,6 +415,8 @@ def plot(results: list[dict[str, Any]], arms: list[str], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    colours = len(plt.rcParams["axes.prop_cycle"])  # past it the colours repeat: the style changes
+    drawn = 0
     for arm in arms:
         rs = [r for r in results if r["arm"] == arm and r["eval"]]
         if not rs:
@@ -422,8 +424,10 @@ def plot(results: list[dict[str, Any]], arms: list[str], path: Path) -> None:
         steps = np.array([s for s, _ in rs[0]["eval"]])
         ys = np.array([[v for _, v in r["eval"]] for r in rs if len(r["eval"]) == len(steps)])
         mean, std = ys.mean(0), ys.std(0)
-        ax.plot(steps, mean, label=f"{arm} ({len(ys)} seeds)")
-        ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+        style = ("-", "--", ":")[min(drawn // colours, 2)]
+        (line,) = ax.plot(steps, mean, ls=style, label=f"{arm} ({len(ys)} seeds)")
+        ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+        drawn += 1
     ax.axhline(THRESHOLD, color="grey", lw=0.8, ls="--")
     ax.set(xlabel="agent steps (x8 env frames)", ylabel="eval return", title=f"{ENV}, pixels")
     ax.legend(fontsize=8)

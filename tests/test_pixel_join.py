@@ -85,3 +85,21 @@ def test_committed_tables_are_the_join_of_the_files_they_name(name, tmp_path):
 
 def test_the_committed_tables_are_checked():
     assert {"table.txt", "table_paper_gpu.txt"} <= set(JOINED_TABLES)
+
+
+def test_curves_of_more_arms_than_colours_differ_in_colour_or_line_style(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from benchmarks.pixels import plot
+
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: drawn.append(fig))
+    arms = [f"arm{i}" for i in range(13)]
+    plot([_result(arm, 0, 10.0 * i) for i, arm in enumerate(arms)], arms, tmp_path / "c.png")
+    lines = drawn[0].axes[0].get_lines()[: len(arms)]  # the threshold line comes last
+    assert [line.get_label() for line in lines] == [f"{arm} (1 seeds)" for arm in arms]
+    looks = [(line.get_color(), line.get_linestyle()) for line in lines]
+    assert len(set(looks)) == len(arms)  # 13 arms, 10 colours: no two alike
