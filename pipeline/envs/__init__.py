@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
+import numpy as np
 
 from pipeline.config import EnvConfig
 from pipeline.env_registry import KNOWN_ENVS, EnvInfo, UnknownEnvError, env_info
@@ -17,6 +20,7 @@ __all__ = [
     "UnknownEnvError",
     "env_info",
     "make_env",
+    "state_from_context",
 ]
 
 
@@ -77,3 +81,38 @@ def make_env(env_id: str, cfg: EnvConfig, *, pixels: bool = True) -> gym.Env:
         state_fn=state_fn,
         context_fn=context_fn,
     )
+
+
+def state_from_context(env_id: str, context: dict[str, Any]) -> np.ndarray:
+    """The `state` observation (float32, (n,)) that `env_id` gave together with `context` (its
+    `info["context"]`, what a prompt carries), rebuilt from the context alone: for a reader of
+    the frame and context (a teacher) that drives a state agent. Per family: dm_control, the
+    task's named observations the context quotes, concatenated as DMCEnv flattens them;
+    MountainCar, position and velocity; CarRacing, speed, steering and yaw rate; highway-hw,
+    speed, yaw, lane offset and gap ahead; CARLA, speed and yaw. A context that lacks a field
+    (or a dm_control task whose observation keys are not listed) is a ValueError."""
+    info = env_info(env_id)
+    try:
+        if info.family == "dmc":
+            from pipeline.envs.dmc import dmc_state_from_context
+
+            return dmc_state_from_context(env_id, context)
+        if info.family == "highway":
+            from pipeline.envs.highway import highway_state_from_context
+
+            return highway_state_from_context(context)
+        if info.family == "carla":
+            from pipeline.envs.carla_env import carla_state_from_context
+
+            return carla_state_from_context(context)
+        from pipeline.envs import gym_envs
+
+        if info.family == "carracing":
+            return gym_envs.carracing_state_from_context(context)
+        return gym_envs.mountaincar_state_from_context(context)
+    except KeyError as exc:
+        raise ValueError(
+            f"{env_id}: its state observation cannot be rebuilt from this context (missing: "
+            f"{exc.args[0]}; context keys: {', '.join(context) or 'none'}); a teacher that reads "
+            "the frame and context can drive a pixel agent of this env instead"
+        ) from None

@@ -250,6 +250,9 @@ def carla_context(env: gym.Env, obs: Any) -> dict[str, Any]:
     return {"speed": _speed(ego), "yaw": float(ego.get_transform().rotation.yaw)}
 
 
-def carla_state(env: gym.Env, obs: Any) -> np.ndarray:
-    ctx = carla_context(env, obs)
+def carla_state_from_context(ctx: dict[str, Any]) -> np.ndarray:
     return np.array([ctx["speed"], ctx["yaw"]], dtype=np.float32)
+
+
+def carla_state(env: gym.Env, obs: Any) -> np.ndarray:
+    return carla_state_from_context(carla_context(env, obs))

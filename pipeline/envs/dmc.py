@@ -94,3 +94,24 @@ def dmc_state(env: gym.Env, obs: Any) -> np.ndarray:
 
 def dmc_context(env: gym.Env, obs: Any) -> dict[str, Any]:
     return env.unwrapped.context()
+
+
+# The suite's observation keys of each shipped task, in the order DMCEnv flattens them: the state
+# observation is these context entries concatenated (tests/test_policy_teacher.py checks both).
+DMC_STATE_KEYS: dict[str, tuple[str, ...]] = {
+    "cartpole-swingup": ("position", "velocity"),
+    "cheetah-run": ("position", "velocity"),
+    "walker-walk": ("orientations", "height", "velocity"),
+    "ball_in_cup-catch": ("position", "velocity"),
+    "reacher-easy": ("position", "to_target", "velocity"),
+}
+
+
+def dmc_state_from_context(env_id: str, ctx: dict[str, Any]) -> np.ndarray:
+    """`dmc_state` rebuilt from `dmc_context`: the task's named observations, flattened in the
+    suite's order (the context quotes each one whole, beside qpos and qvel)."""
+    if env_id not in DMC_STATE_KEYS:
+        raise KeyError(f"the observation keys of dm_control task {env_id}")
+    return np.concatenate(
+        [np.asarray(ctx[key], dtype=np.float32).ravel() for key in DMC_STATE_KEYS[env_id]]
+    )

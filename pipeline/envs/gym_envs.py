@@ -24,6 +24,11 @@ def mountaincar_context(env: gym.Env, obs: Any) -> dict[str, Any]:
     return {"position": position, "velocity": velocity}
 
 
+def mountaincar_state_from_context(ctx: dict[str, Any]) -> np.ndarray:
+    """`mountaincar_state` rebuilt from `mountaincar_context` (the env's own state, float32)."""
+    return np.array([ctx["position"], ctx["velocity"]], dtype=np.float32)
+
+
 # CarRacing: the native observation *is* the 96x96 agent-view frame; the dashboard quantities
 # (speed, steering, yaw rate) are the context a driving prompt quotes (ERPv fig. 12: speed, yaw).
 def carracing_frame(env: gym.Env, obs: Any) -> np.ndarray:
@@ -42,9 +47,12 @@ def carracing_context(env: gym.Env, obs: Any) -> dict[str, Any]:
     }
 
 
-def carracing_state(env: gym.Env, obs: Any) -> np.ndarray:
-    ctx = carracing_context(env, obs)
+def carracing_state_from_context(ctx: dict[str, Any]) -> np.ndarray:
     return np.array([ctx["speed"], ctx["steering"], ctx["angular_velocity"]], dtype=np.float32)
+
+
+def carracing_state(env: gym.Env, obs: Any) -> np.ndarray:
+    return carracing_state_from_context(carracing_context(env, obs))
 
 
 def make_gym_base(env_id: str, max_episode_steps: int | None) -> gym.Env:

@@ -114,11 +114,14 @@ def highway_context(env: gym.Env, obs: Any) -> dict[str, Any]:
     }
 
 
-def highway_state(env: gym.Env, obs: Any) -> np.ndarray:
-    ctx = highway_context(env, obs)
+def highway_state_from_context(ctx: dict[str, Any]) -> np.ndarray:
     return np.array(
         [ctx["speed"], ctx["yaw"], ctx["lane_offset"], ctx["gap_ahead"]], dtype=np.float32
     )
+
+
+def highway_state(env: gym.Env, obs: Any) -> np.ndarray:
+    return highway_state_from_context(highway_context(env, obs))
 
 
 def make_highway_base(max_episode_steps: int | None) -> gym.Env:
