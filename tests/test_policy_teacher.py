@@ -1,16 +1,33 @@
-"""The state a policy teacher reads, rebuilt from a prompt's context
-(`pipeline.envs.state_from_context`)."""
+"""The policy teacher (a trained agent checkpoint answering `action` and `judge`) and the state
+it reads, rebuilt from a prompt's context (`pipeline.envs.state_from_context`)."""
 
 from __future__ import annotations
 
+import io
 import json
+import shutil
 from types import SimpleNamespace
 
+import gymnasium as gym
 import numpy as np
 import pytest
+from PIL import Image
 
+from pipeline.agents.off_policy import NetworkParams, SACParams
+from pipeline.agents.ppo import ActorCritic
+from pipeline.agents.sac import SACAgent
+from pipeline.config import ConfigError, TeacherConfig, parse_params
+from pipeline.dataset.stacking import FrameStacker
 from pipeline.envs import CONTEXT, KNOWN_ENVS, STATE, make_env, state_from_context
-from tests.conftest import env_cfg
+from pipeline.labels.schema import label_schema
+from pipeline.labels.tasks import parse_answer, render_prompt
+from pipeline.rollouts.format import action_space_spec
+from pipeline.rollouts.writer import encode_png
+from pipeline.teachers import make_teacher
+from pipeline.teachers.cached import ask_through_cache, prompt_cache_key
+from pipeline.teachers.policy import PolicyTeacher
+from pipeline.teachers.scripted import ScriptedTeacher
+from tests.conftest import env_cfg, tiny_params_dict
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -60,3 +77,179 @@ def test_a_context_without_the_state_says_to_use_a_pixel_agent():
         state_from_context("walker-walk", {"qpos": [0.0], "qvel": [0.0]})
     with pytest.raises(ValueError, match=r"highway-hw: .*missing: speed"):
         state_from_context("highway-hw", {})
+
+
+# ---- tiny checkpoints ----------------------------------------------------------------------------
+
+
+def _sac_checkpoint(path, env_id, obs, obs_shape, space, seed=1):
+    network = NetworkParams(
+        obs=obs, hidden_dim=16, feature_dim=8, encoder_layers=1, encoder_filters=4, frame_stack=3
+    )
+    agent = SACAgent(obs_shape, space, SACParams(network=network), seed=seed)
+    agent.save(path, {"env": env_id, "run": "tiny"})
+    return agent
+
+
+@pytest.fixture
+def mcc(tmp_path):
+    """A state SAC agent of MountainCarContinuous-v0, saved as train@<run> would."""
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    agent = _sac_checkpoint(tmp_path / "mcc", "MountainCarContinuous-v0", "state", (2,), space)
+    return agent, tmp_path / "mcc", action_space_spec(space)
+
+
+def _prompts(task, env_id, spec, contexts, stored=None, size=16):
+    rng = np.random.default_rng(0)
+    return [
+        render_prompt(
+            task, env_id, spec,
+            encode_png(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)), ctx,
+            None if stored is None else stored[i],
+        )
+        for i, ctx in enumerate(contexts)
+    ]  # fmt: skip
+
+
+CONTEXTS = [{"position": p, "velocity": v} for p, v in [(-0.5, 0.0), (-1.0, 0.03), (0.3, -0.05)]]
+
+
+def test_action_answers_parse_to_the_agents_action_on_the_rebuilt_state(mcc):
+    agent, ckpt, spec = mcc
+    teacher = PolicyTeacher(ckpt, reliability=1.0, seed=0)
+    env_id = "MountainCarContinuous-v0"
+    prompts = _prompts("action", env_id, spec, CONTEXTS)
+    for prompt, reply in zip(prompts, teacher.answer(prompts), strict=True):
+        parsed = parse_answer("action", reply.text, env_id, spec)
+        want = agent.act(state_from_context(env_id, prompt.context), deterministic=True)
+        assert parsed.status.value == "ok", reply.text
+        np.testing.assert_allclose(parsed.value, want, atol=0.005)  # written with 2 decimals
+    # judge: its own action is reasonable, the far end of the span is not
+    mine = [agent.act(state_from_context(env_id, c), deterministic=True).tolist() for c in CONTEXTS]
+    far = [[1.0 if a[0] < 0 else -1.0] for a in mine]
+    for stored, expected in ((mine, "yes"), (far, "no")):
+        replies = teacher.answer(_prompts("judge", env_id, spec, CONTEXTS, stored))
+        assert [parse_answer("judge", r.text, env_id, spec).value for r in replies] == [
+            expected == "yes"
+        ] * len(CONTEXTS)
+
+
+def test_a_pixel_agent_reads_the_one_frame_repeated(tmp_path):
+    env_id, space = "cartpole-swingup", gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    agent = _sac_checkpoint(tmp_path / "pix", env_id, "pixels", (32, 32, 3), space)
+    spec = action_space_spec(space)
+    teacher = PolicyTeacher(tmp_path / "pix", 1.0, 0)
+    (prompt,) = _prompts("action", env_id, spec, [{}], size=32)  # a pixel agent needs no context
+    (reply,) = teacher.answer([prompt])
+    frame = np.asarray(Image.open(io.BytesIO(prompt.frame_png)))
+    want = agent.act(FrameStacker(3, "pixels").reset(frame), deterministic=True)
+    np.testing.assert_allclose(parse_answer("action", reply.text, env_id, spec).value, want,
+                               atol=0.005)  # fmt: skip
+    (small,) = _prompts("action", env_id, spec, [{}], size=16)
+    with pytest.raises(ValueError, match=r"pixels agent cannot read the cartpole-swingup"):
+        teacher.answer([small])
+
+
+def test_a_discrete_agent_answers_a_choice(tmp_path):
+    env_id, space = "MountainCar-v0", gym.spaces.Discrete(3)
+    agent = ActorCritic(2, 3, 8)
+    agent.save(tmp_path / "ppo", {"method": "ppo", "env": env_id})
+    spec = action_space_spec(space)
+    teacher = PolicyTeacher(tmp_path / "ppo", 1.0, 0)
+    prompts = _prompts("action", env_id, spec, CONTEXTS)
+    for prompt, reply in zip(prompts, teacher.answer(prompts), strict=True):
+        want = agent.act(state_from_context(env_id, prompt.context), deterministic=True)
+        assert parse_answer("action", reply.text, env_id, spec).value == want
+    stored = [teacher.policy_action(p) for p in prompts]
+    replies = teacher.answer(_prompts("judge", env_id, spec, CONTEXTS, stored))
+    assert {r.text for r in replies} == {"reasonable: yes"}
+
+
+def test_teacher_id_is_the_checkpoints_content_hash(mcc, tmp_path):
+    _, ckpt, _ = mcc
+    teacher = PolicyTeacher(ckpt, 0.8, 3)
+    digest = teacher.teacher_id.split(":")[1]
+    assert teacher.teacher_id == f"policy:{digest}:reliability=0.8:seed=3" and len(digest) == 64
+    moved = shutil.copytree(ckpt, tmp_path / "elsewhere")
+    assert PolicyTeacher(moved, 0.8, 3).teacher_id == teacher.teacher_id  # where it sits: no
+    assert PolicyTeacher(moved, 0.7, 3).teacher_id != teacher.teacher_id
+    weights = moved / "agent.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of one weight
+    weights.write_bytes(bytes(data))
+    assert PolicyTeacher(moved, 0.8, 3).teacher_id != teacher.teacher_id
+
+
+def test_reliability_zero_gives_the_scripted_teachers_failures_only(mcc):
+    _, ckpt, spec = mcc
+    prompts = _prompts("action", "MountainCarContinuous-v0", spec, CONTEXTS * 4)
+    failed = [r.text for r in PolicyTeacher(ckpt, 0.0, 5).answer(prompts)]
+    assert failed == [r.text for r in ScriptedTeacher(0.0, 5).answer(prompts)]
+    assert not any(t.startswith("Describe: the policy") for t in failed)
+
+
+def test_cache_keys_are_its_own_and_answers_are_cached(mcc, tmp_path):
+    from pipeline.labels.cache import LabelCache
+
+    _, ckpt, spec = mcc
+    teacher = PolicyTeacher(ckpt, 1.0, 0)
+    (prompt,) = _prompts("action", "MountainCarContinuous-v0", spec, CONTEXTS[:1])
+    assert prompt_cache_key(prompt, teacher) != prompt_cache_key(prompt, ScriptedTeacher(1.0, 0))
+    cache = LabelCache(tmp_path / "cache")
+    first, hit = ask_through_cache(cache, teacher, prompt)
+    assert not hit
+    second, hit = ask_through_cache(cache, teacher, prompt)
+    assert hit and second.raw_text == first.text
+
+
+def test_it_refuses_what_it_cannot_answer(mcc):
+    _, ckpt, spec = mcc
+    teacher = PolicyTeacher(ckpt, 1.0, 0)
+    for task in ("milestone", "objects"):
+        prompts = _prompts(task, "MountainCarContinuous-v0", spec, CONTEXTS[:1])
+        with pytest.raises(ValueError, match=rf"only the action and judge tasks, not {task}"):
+            teacher.answer(prompts)
+    other = _prompts("action", "MountainCar-v0", action_space_spec(gym.spaces.Discrete(3)),
+                     CONTEXTS[:1])  # fmt: skip
+    with pytest.raises(ValueError, match=r"trained on MountainCarContinuous-v0; .*MountainCar-v0"):
+        teacher.answer(other)
+    assert label_schema("MountainCarContinuous-v0").action_choices is None
+
+
+# ---- configuration -----------------------------------------------------------------------------
+
+
+def _policy(checkpoint="models/expert", **extra):
+    return {"backend": "policy", "reliability": 1.0, "seed": 0,
+            "policy": {"checkpoint": checkpoint}, **extra}  # fmt: skip
+
+
+def test_config_needs_its_section_and_a_checkpoint_that_exists(tmp_path, mcc):
+    with pytest.raises(ValueError, match=r"backend 'policy' needs a `policy:` section"):
+        TeacherConfig(backend="policy", reliability=1.0, seed=0)
+    with pytest.raises(ValueError, match=r"`policy:` section is read by backend 'policy' only"):
+        TeacherConfig(**{**_policy(), "backend": "scripted"})
+    missing = tmp_path / "models" / "nope"
+    with pytest.raises(ValueError, match=rf"checkpoint directory {missing} does not exist"):
+        make_teacher(TeacherConfig(**_policy(str(missing))))
+    teacher = make_teacher(TeacherConfig(**_policy(str(mcc[1]))))
+    assert isinstance(teacher, PolicyTeacher) and teacher.teacher_id.startswith("policy:")
+
+
+def test_params_refuse_a_policy_teacher_asked_for_milestones_or_objects():
+    raw = tiny_params_dict()
+    raw["label"]["teacher"] = _policy()
+    with pytest.raises(ConfigError) as err:
+        parse_params(raw)
+    assert (
+        "label.tasks: asks MountainCar-v0's teacher (label.teacher, backend policy) for "
+        "milestone, objects, but a policy checkpoint answers only action and judge; set "
+        "`label.per_env.MountainCar-v0.tasks` to those tasks alone"
+    ) in str(err.value)
+    raw["label"]["per_env"]["MountainCar-v0"] = {"tasks": {"action": 5, "judge": 5}}
+    parse_params(raw)  # this env asks it for what it answers
+    raw["label"]["teacher"] = {"backend": "scripted", "reliability": 1.0, "seed": 0}
+    raw["label"]["per_env"]["MountainCar-v0"] = {"teacher": _policy()}
+    with pytest.raises(ConfigError, match=r"label\.tasks: .*\(label\.per_env\.MountainCar-v0\."
+                                          r"teacher, backend policy\)"):  # fmt: skip
+        parse_params(raw)

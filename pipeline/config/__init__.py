@@ -54,14 +54,20 @@ from pipeline.config.stages import (
     RoundConfig,
     TrainRun,
 )
-from pipeline.config.teachers import HFTeacherConfig, OpenAITeacherConfig, TeacherConfig
+from pipeline.config.teachers import (
+    POLICY_TASKS,
+    HFTeacherConfig,
+    OpenAITeacherConfig,
+    PolicyTeacherConfig,
+    TeacherConfig,
+)
 from pipeline.env_registry import KNOWN_ENVS
 
 __all__ = [
     "LABEL_OUTPUT_KEYS", "Behaviour", "CarlaConfig", "ClipDenseConfig", "ClipSegConfig",
     "CollectConfig", "ConfigError", "CriticConfig", "DatasetConfig", "EnvConfig",
     "EvaluateConfig", "HFTeacherConfig", "LabelConfig", "LabelEnvConfig", "LabelTaskName",
-    "MasksConfig", "OpenAITeacherConfig", "Params", "RayExecutorConfig", "RewardTerm", "RoundConfig", "Section", "TeacherConfig", "TrainRun",
+    "MasksConfig", "OpenAITeacherConfig", "Params", "PolicyTeacherConfig", "RayExecutorConfig", "RewardTerm", "RoundConfig", "Section", "TeacherConfig", "TrainRun",
     "load_params", "merge_settings", "parse_params", "threads_field", "validate_section",
 ]  # fmt: skip
 
@@ -132,6 +138,8 @@ class Params(Section):
                     f"reads `label.per_env.<env>`); add `{env_id}: {{}}` under `label.per_env` "
                     "(its own teacher or tasks, or none)"
                 )
+        if self.label is not None:
+            problems += _policy_task_problems(self.label)
         critic_envs = self.critic.envs if self.critic is not None else []
         for env_id in critic_envs:
             if env_id not in self.envs:
@@ -206,6 +214,27 @@ class Params(Section):
                     problems.append(f"{where}.{key}: {getattr(r, key)!r}; round {r.round} of "
                                     f"{r.run} follows {want!r}: write that")  # fmt: skip
         return problems
+
+
+def _policy_task_problems(label: LabelConfig) -> list[str]:
+    """A policy teacher (a trained agent) answers `action` and `judge` only: an env whose label
+    settings ask it for a milestone or objects is refused here, before any stage runs."""
+    problems = []
+    for env_id, own in label.per_env.items():
+        teacher = own.teacher if own.teacher is not None else label.teacher
+        tasks = own.tasks if own.tasks is not None else label.tasks
+        extra = [task for task in tasks if task not in POLICY_TASKS]
+        if teacher.backend != "policy" or not extra:
+            continue
+        where = f"label.per_env.{env_id}"
+        tasks_key = f"{where}.tasks" if own.tasks is not None else "label.tasks"
+        teacher_key = f"{where}.teacher" if own.teacher is not None else "label.teacher"
+        problems.append(
+            f"{tasks_key}: asks {env_id}'s teacher ({teacher_key}, backend policy) for "
+            f"{', '.join(extra)}, but a policy checkpoint answers only {' and '.join(POLICY_TASKS)};"
+            f" set `{where}.tasks` to those tasks alone"
+        )
+    return problems
 
 
 def parse_params(raw: Any, source: str = "params.yaml") -> Params:

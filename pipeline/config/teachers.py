@@ -53,26 +53,52 @@ class OpenAITeacherConfig(Section):
     )
 
 
+class PolicyTeacherConfig(Section):
+    """A trained agent as the teacher (`<teacher>.policy`): a teacher of known, dialable quality
+    (an expert, a half-trained agent, a corrupted one), to measure what guidance is worth."""
+
+    checkpoint: str = Field(
+        min_length=1,
+        description="An agent checkpoint directory (`models/<run>`, what train@<run> writes; "
+        "pipeline.methods.table.load_agent reads it). It answers the `action` task with its "
+        "deterministic action and `judge` by comparing the stored action with it (as `scripted` "
+        "does); it cannot answer `milestone` or `objects`. A state agent reads the state rebuilt "
+        "from the prompt's context, a pixel agent the prompt's one frame repeated frame_stack "
+        "times. The teacher id is the sha256 of the directory's files.",
+    )
+
+
+# What a policy teacher answers honestly: its action, and whether a stored action is near it.
+POLICY_TASKS = ("action", "judge")
+
+
 class TeacherConfig(Section):
     """A teacher: the one that labels (`label.teacher`) or the one that acts while collecting
     (`collect.<env>.teacher`)."""
 
-    backend: Literal["scripted", "random", "constant", "hf", "openai"] = Field(
+    backend: Literal["scripted", "random", "constant", "hf", "openai", "policy"] = Field(
         description="`scripted`: per-env reference scripts with injected failures, a stand-in for "
         "a VLM (offline default); `random`: ERPv table 4's Random Executor; `constant`: its Worst "
         "Model (all outputs 0); `hf`: a transformers VLM (section `hf`); `openai`: an "
-        "OpenAI-compatible server (section `openai`). A person's corrections are not a teacher: "
-        "they overlay this teacher's answers (corrections/<env>.jsonl, `stages.review import`)."
+        "OpenAI-compatible server (section `openai`); `policy`: a trained agent checkpoint "
+        "(section `policy`; tasks action and judge only). A person's corrections are not a "
+        "teacher: they overlay this teacher's answers (corrections/<env>.jsonl, "
+        "`stages.review import`)."
     )
     reliability: float = Field(
         ge=0.0,
         le=1.0,
-        description="scripted only: probability that an answer is the script's reference answer; "
-        "otherwise a failure of hybrid VLM-PPO table 1 is injected.",
+        description="scripted / policy: probability that an answer is the script's (the "
+        "checkpoint's) answer; otherwise a failure of hybrid VLM-PPO table 1 is injected.",
     )
-    seed: int = Field(ge=0, description="scripted / random: seed of the injected randomness.")
+    seed: int = Field(
+        ge=0, description="scripted / random / policy: seed of the injected randomness."
+    )
     hf: HFTeacherConfig | None = Field(default=None, description="Settings of backend `hf`.")
     openai: OpenAITeacherConfig | None = Field(default=None, description="Settings of `openai`.")
+    policy: PolicyTeacherConfig | None = Field(
+        default=None, description="Settings of backend `policy`."
+    )
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -92,5 +118,14 @@ class TeacherConfig(Section):
         if self.backend == "openai" and self.openai is None:
             raise ValueError(
                 "backend 'openai' needs an `openai:` section with `base_url` and `model`"
+            )
+        if self.backend == "policy" and self.policy is None:
+            raise ValueError(
+                "backend 'policy' needs a `policy:` section with `checkpoint: <agent directory>`"
+            )
+        if self.backend != "policy" and self.policy is not None:
+            raise ValueError(
+                f"a `policy:` section is read by backend 'policy' only (backend is "
+                f"{self.backend!r}); remove it or set `backend: policy`"
             )
         return self

@@ -34,4 +34,9 @@ def make_teacher(cfg: TeacherConfig) -> Teacher:
 
         assert cfg.openai is not None  # enforced by TeacherConfig
         return OpenAITeacher(**cfg.openai.model_dump())
+    if cfg.backend == "policy":
+        from pipeline.teachers.policy import PolicyTeacher
+
+        assert cfg.policy is not None  # enforced by TeacherConfig
+        return PolicyTeacher(cfg.policy.checkpoint, cfg.reliability, cfg.seed)
     raise ValueError(f"unknown teacher backend {cfg.backend!r}")
