@@ -22,7 +22,7 @@ from pipeline.labels.schema import EnvLabelSchema, label_schema
 from pipeline.labels.tasks import Prompt, format_action
 from pipeline.teachers.base import Reply, prompt_rng
 
-SCRIPTED_VERSION = 1  # bump when a reference policy or failure injection changes
+SCRIPTED_VERSION = 2  # bump when a reference policy or failure injection changes
 
 
 # ---- reference answers per env: action vector (or choice index) and milestone ----------------
@@ -72,14 +72,31 @@ def _carracing(ctx: dict[str, Any], frame: np.ndarray) -> tuple[list[float], str
     return [steer, gas, brake], milestone
 
 
+# LQR gains of the upright cart-pole, u = -K [x, theta, x_dot, theta_dot]: dm_control's
+# cartpole linearised by finite differences over one agent step (action repeat 8, 0.08 s, the
+# force held) and solved as a discrete Riccati equation with Q = diag(1, 10, 1, 1), R = 1.
+_CARTPOLE_LQR = np.array([-0.399, -5.339, -0.711, -1.415])
+# Pole energy over m g l_c, zero upright at rest: E = c theta_dot^2 / 2 + cos(theta) - 1 with
+# c = I / (m g l_c) for the 1 m pole about its hinge (I = m L^2 / 3, l_c = L / 2).
+_CARTPOLE_ENERGY_C = (1.0 / 3.0) / (9.81 * 0.5)
+
+
 def _cartpole(ctx: dict[str, Any], frame: np.ndarray) -> tuple[list[float], str]:
-    """Energy pumping far from upright, a PD balance near it."""
-    _, cos, sin = ctx["position"]
+    """Energy-based swing-up (Astrom & Furuta 2000) far from upright, LQR balance near it.
+
+    Pumping: pushing the cart against sign(theta_dot cos(theta)) feeds the pole energy; the push
+    shrinks as the energy reaches the upright's, and a weak spring keeps the cart on the rail.
+    Asked at every agent step this script returns about 800 (uniform random: about 120); held for
+    10 steps, as RAE acts and labels are carried, about 150 (tests/test_teacher_eval.py)."""
+    x, cos, sin = ctx["position"]
     cart_v, ang_v = ctx["velocity"]
-    if cos > 0.85:
-        u = 2.0 * sin + 0.3 * ang_v - 0.1 * cart_v
+    theta = float(np.arctan2(sin, cos))  # 0 upright; qpos[1] of the hinge
+    if cos > 0.7:
+        u = -float(_CARTPOLE_LQR @ np.array([x, theta, cart_v, ang_v]))
     else:
-        u = 1.0 if ang_v * cos > 0 else -1.0
+        energy = 0.5 * _CARTPOLE_ENERGY_C * ang_v**2 + cos - 1.0
+        pump = 1.0 if ang_v * cos > 0 else -1.0
+        u = -pump * float(np.clip(3.0 * (0.0 - energy), -1.0, 1.0)) - 0.3 * x
     if cos > 0.98 and abs(ang_v) < 1.0:
         milestone = "BALANCED"
     elif cos > 0.85:
