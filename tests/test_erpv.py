@@ -340,3 +340,51 @@ def test_an_erpv_checkpoint_needs_its_params_class_to_load_as_sac(tmp_path):
     with pytest.raises(CheckpointError, match="load_agent"):
         SACAgent.load(tmp_path / "a")
     assert SACAgent.load(tmp_path / "a", params_class=ERPvParams).cfg == cfg
+
+
+def test_gate_scalings():
+    """per_critic compares ranks under two critics; joint opens exactly where Q_v > Q_r; none is
+    table 3's M2 (no gate)."""
+    from pipeline.agents.erpv import vpg_gate
+
+    q_v = torch.tensor([10.0, 11.0, 12.0])  # C_V rates a_v below C_R's a_r on every row
+    q_r = torch.tensor([20.0, 21.0, 22.0])
+    # each scaled to [0, 1] on its own: the same ranks, a gate shut by rounding only
+    assert torch.allclose(vpg_gate(q_v, q_r, "per_critic"), torch.zeros(3))
+    assert torch.equal(vpg_gate(q_v, q_r, "joint"), torch.zeros(3))
+    # a_v worse everywhere, but its per-critic rank is higher on row 0: per_critic opens there
+    q_v2, q_r2 = torch.tensor([3.0, 1.0, 2.0]), torch.tensor([10.0, 30.0, 20.0])
+    assert vpg_gate(q_v2, q_r2, "per_critic")[0] == 1.0
+    assert torch.equal(vpg_gate(q_v2, q_r2, "joint"), torch.zeros(3))
+    # joint: open exactly where Q_v > Q_r, by the difference over the joint span
+    q_v3, q_r3 = torch.tensor([5.0, 0.0]), torch.tensor([1.0, 4.0])
+    assert torch.allclose(vpg_gate(q_v3, q_r3, "joint"), torch.tensor([0.8, 0.0]))
+    assert torch.equal(vpg_gate(q_v3, q_r3, "none"), torch.ones(2))
+
+
+def test_ver_target_readings():
+    from pipeline.agents.erpv import ver_target
+
+    g = torch.tensor([0.1, 1.0, 10.0])
+    printed, text = ver_target(g, "printed"), ver_target(g, "text")
+    assert torch.all(printed > 0.5) and torch.all(printed[1:] > printed[:-1])
+    # sec. 3.4's reading: lower confidence, higher target temperature
+    assert torch.all(text < 0.5) and torch.all(text[1:] < text[:-1])
+    assert torch.allclose(printed + text, torch.ones(3))
+
+
+def test_gate_diagnostics_are_logged_for_the_controls():
+    agent = ERPvAgent((1,), SPACE, small_cfg(lambda_1=1.0, gate_scaling="joint"), vlm_critic())
+    batch = {
+        "obs": torch.tensor([[0.0], [1.0], [2.0]]),
+        "a_v": torch.tensor([[0.5], [-0.5], [0.9]]),
+        "has_label": torch.tensor([True, True, True]),
+    }
+    h = agent.encoder(batch["obs"]).detach()
+    pi = torch.zeros(3, 1, requires_grad=True)
+    _, metrics = agent.policy_guidance(h, pi, torch.tensor([0.0, 1.0, 2.0]), batch)
+    for name in ("vpg/gate_open", "vpg/zeros/gate_open", "vpg/own/gate_open", "vpg/dist_pi_a_v"):
+        assert name in metrics
+    # the agent's own action (zeros here) and the all-zero a_v are the same control
+    assert metrics["vpg/zeros/q_f"] == metrics["vpg/own/q_f"]
+    assert metrics["vpg/dist_pi_a_v"] == pytest.approx((0.25 + 0.25 + 0.81) / 3)

@@ -22,20 +22,24 @@ Paper ambiguities, resolved here:
 - eq. 3 writes Q_f outside the batch mean; Q_f is per sample (step 4 of sec. 3.3), so
   L_V = mean_i Q_f,i ||a_v,i - a_r,i||^2, the squared L2 distance over action dimensions, and Q_f
   is a gate (no gradient flows through it), as "constraint factor" says.
-- min-max scaling is applied to Q_v and Q_r separately, each over the labelled rows of the batch.
+- min-max scaling: the text does not say over what. Default (`gate_scaling: per_critic`): Q_v and
+  Q_r separately, each over the labelled rows of the batch; `joint` (one min and max over both)
+  and `none` (no gate: table 3's M2) are the alternatives. Every update logs the gate's open rate
+  and mean Q_f for a_v and, on the same rows, for an all-zero a_v and the agent's own action.
 - eq. 14: G = 1 / L_T with eq. 12's L_T per row (mean over latent features). With a learned sigma
   L_T can be <= 0 (log sigma < 0); the denominator is floored at `confidence_eps`, so G saturates
   at 1 / eps and alpha_bar at 1. With figure 11's deterministic T (the default) L_T is the mean
   squared error and G > 0.
 - sec. 3.4 says a lower G should raise the entropy, yet alpha_bar = sigmoid(G) grows with G (and
-  is always > 0.5 since G > 0). The equations are implemented as printed; `ver/alpha_target` is
-  logged so that the effect is visible.
+  is always > 0.5 since G > 0). Default (`ver_target: printed`): the equation as printed;
+  `text`: alpha_bar = sigmoid(-G). `ver/alpha_target` is logged so that the effect is visible.
 """
 
 from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -71,6 +75,19 @@ class ERPvParams(SACParams):
     confidence_eps: float = Field(
         default=1e-6, gt=0, description="Floor of eq. 14's denominator (L_T): keeps G finite."
     )
+    gate_scaling: Literal["per_critic", "joint", "none"] = Field(
+        default="per_critic",
+        description="How sec. 3.3 step 3 scales Q_v and Q_r before the gate Q_f = max(0, Q_v - "
+        "Q_r): `per_critic` min-max scales each over the labelled rows (our reading of the text; "
+        "it compares ranks under two critics, not a_v with a_r); `joint` uses one min and max over "
+        "both critics' values; `none` drops the gate, Q_f = 1 (table 3's M2, w/o Q_f).",
+    )
+    ver_target: Literal["printed", "text"] = Field(
+        default="printed",
+        description="VER's target temperature from the confidence G: `printed` alpha_bar = "
+        "sigmoid(G) (eq. 7 as printed: > 0.5, grows with G); `text` alpha_bar = sigmoid(-G) (sec. "
+        "3.4's words: lower confidence, more entropy).",
+    )
 
 
 def minmax_scale(q: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -81,12 +98,35 @@ def minmax_scale(q: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return (q - lo) / (hi - lo).clamp_min(eps)
 
 
+GateScaling = Literal["per_critic", "joint", "none"]
+
+
+def vpg_gate(q_v: torch.Tensor, q_r: torch.Tensor, scaling: GateScaling) -> torch.Tensor:
+    """Q_f = max(0, scale(Q_v) - scale(Q_r)) (sec. 3.3 steps 3-4), (N,), without gradient.
+    `per_critic`: each of Q_v, Q_r min-max scaled over the rows on its own; `joint`: both by one
+    min and max over the two critics' values, so Q_f > 0 exactly where Q_v > Q_r; `none`: no gate,
+    Q_f = 1 (table 3's M2)."""
+    if scaling == "none":
+        return torch.ones_like(q_v)
+    if scaling == "joint":
+        lo = torch.minimum(q_v.min(), q_r.min())
+        span = (torch.maximum(q_v.max(), q_r.max()) - lo).clamp_min(1e-8)
+        diff = (q_v - q_r) / span
+    else:
+        diff = minmax_scale(q_v) - minmax_scale(q_r)
+    return diff.clamp_min(0.0).detach()
+
+
 def vpg_loss(
-    q_v: torch.Tensor, q_r: torch.Tensor, a_v: torch.Tensor, a_r: torch.Tensor
+    q_v: torch.Tensor,
+    q_r: torch.Tensor,
+    a_v: torch.Tensor,
+    a_r: torch.Tensor,
+    scaling: GateScaling = "per_critic",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ERPv eq. 3 over labelled rows: (L_V, Q_f). q_v, q_r (N,); a_v, a_r (N, A) in [-1, 1].
-    Q_f = max(0, scale(Q_v) - scale(Q_r)) (steps 3-4), a gate without gradient."""
-    q_f = (minmax_scale(q_v) - minmax_scale(q_r)).clamp_min(0.0).detach()  # (N,)
+    L_V = mean_i Q_f,i ||a_v,i - a_r,i||^2, Q_f the gate of `vpg_gate`."""
+    q_f = vpg_gate(q_v, q_r, scaling)  # (N,)
     return (q_f * (a_v - a_r).pow(2).sum(-1)).mean(), q_f
 
 
@@ -98,9 +138,17 @@ def action_confidence(
     return 1.0 / transition_nll(next_h, mu_v, sigma_v).clamp_min(eps)
 
 
-def ver_regulariser(alpha: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """eq. 7's second term without its weight: mean over rows of (alpha - sigmoid(G))^2."""
-    return (alpha - torch.sigmoid(g).detach()).pow(2).mean()
+def ver_target(g: torch.Tensor, reading: Literal["printed", "text"] = "printed") -> torch.Tensor:
+    """alpha_bar from G (N,): sigmoid(G) as eq. 7 prints it, or sigmoid(-G) as sec. 3.4 reads
+    (a lower confidence, a higher temperature)."""
+    return torch.sigmoid(g if reading == "printed" else -g)
+
+
+def ver_regulariser(
+    alpha: torch.Tensor, g: torch.Tensor, reading: Literal["printed", "text"] = "printed"
+) -> torch.Tensor:
+    """eq. 7's second term without its weight: mean over rows of (alpha - alpha_bar)^2."""
+    return (alpha - ver_target(g, reading).detach()).pow(2).mean()
 
 
 class VLMCritic(nn.Module):
@@ -301,17 +349,37 @@ class ERPvAgent(SACAgent):
         if labelled is None:
             return None, {}
         mask, a_v = labelled
-        with torch.no_grad():
-            q_v = self.vlm_critic(batch["obs"][mask], a_v)  # Q_v = C_V(o, a_v), (N,)
+        a_r = pi[mask]
         q_r = q_pi[mask].detach()  # Q_r = C_R(o, a_r), a_r ~ pi, (N,)
-        l_v, q_f = vpg_loss(q_v, q_r, a_v, pi[mask])  # eq. 3
+        scaling = self.cfg.gate_scaling
+        obs = batch["obs"][mask]
+        with torch.no_grad():
+            q_v = self.vlm_critic(obs, a_v)  # Q_v = C_V(o, a_v), (N,)
+            # the same gate for two controls on the same rows: an all-zero a_v (the Worst
+            # Model) and the agent's own action; a gate that tells a_v from these carries the
+            # teacher's knowledge, one that opens as often for them does not
+            controls = {
+                "zeros": torch.zeros_like(a_v),
+                "own": a_r.detach(),
+            }
+            gates = {
+                name: vpg_gate(self.vlm_critic(obs, a), q_r, scaling)
+                for name, a in controls.items()
+            }
+        l_v, q_f = vpg_loss(q_v, q_r, a_v, a_r, scaling)  # eq. 3
+        guidance = self.cfg.lambda_1 * l_v  # eq. 4: L_pi + lambda_1 L_V
         metrics = {
             "vpg/loss": l_v.detach(),
             "vpg/q_f": q_f.mean(),
             "vpg/gate_open": (q_f > 0).float().mean(),
+            "vpg/q_v_minus_q_r": (q_v - q_r).mean(),
+            "vpg/dist_pi_a_v": (a_v - a_r.detach()).pow(2).sum(-1).mean(),
             "labelled_fraction": mask.float().mean(),
         }
-        return self.cfg.lambda_1 * l_v, metrics  # eq. 4: L_pi + lambda_1 L_V
+        for name, gate in gates.items():
+            metrics[f"vpg/{name}/q_f"] = gate.mean()
+            metrics[f"vpg/{name}/gate_open"] = (gate > 0).float().mean()
+        return guidance, metrics
 
     def entropy_regulariser(
         self, h: torch.Tensor, next_h: torch.Tensor, batch: dict[str, torch.Tensor]
@@ -323,10 +391,10 @@ class ERPvAgent(SACAgent):
         with torch.no_grad():  # C.3: T (encoder and T_D) frozen for VER
             mu_v, sigma_v = self.transition(h[mask].detach(), a_v)  # P(s~_{t+1} | s_t, a_v)
             g = action_confidence(next_h[mask], mu_v, sigma_v, self.cfg.confidence_eps)  # eq. 14
-        regulariser = ver_regulariser(self.alpha, g)
+        regulariser = ver_regulariser(self.alpha, g, self.cfg.ver_target)
         metrics = {
             "ver/G": g.mean(),
-            "ver/alpha_target": torch.sigmoid(g).mean(),
+            "ver/alpha_target": ver_target(g, self.cfg.ver_target).mean(),
             "ver/loss": regulariser.detach(),
         }
         return self.cfg.lambda_2 * regulariser, metrics  # eq. 7

@@ -470,6 +470,10 @@ class OffPolicyAgent(ABC):
             self.actor_optimizer.zero_grad(set_to_none=True)
             (actor_loss if guidance is None else actor_loss + guidance).backward()  # eq. 4
         self.actor_optimizer.step()
+        if guidance is not None:  # how much of the actor's loss the guidance is
+            metrics["guidance/ratio"] = (
+                guidance.detach().abs() / actor_loss.detach().abs().clamp_min(1e-8)
+            )
 
         alpha_loss = sac_alpha_loss(self.alpha, log_pi, self.target_entropy)  # eq. 11
         regulariser, ver_metrics = self.entropy_regulariser(h, next_h, batch)
