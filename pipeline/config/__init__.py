@@ -52,6 +52,7 @@ from pipeline.config.stages import (
     RayExecutorConfig,
     RewardTerm,
     RoundConfig,
+    TeacherEvalConfig,
     TrainRun,
 )
 from pipeline.config.teachers import (
@@ -67,7 +68,7 @@ __all__ = [
     "LABEL_OUTPUT_KEYS", "Behaviour", "CarlaConfig", "ClipDenseConfig", "ClipSegConfig",
     "CollectConfig", "ConfigError", "CriticConfig", "DatasetConfig", "EnvConfig",
     "EvaluateConfig", "HFTeacherConfig", "LabelConfig", "LabelEnvConfig", "LabelTaskName",
-    "MasksConfig", "OpenAITeacherConfig", "Params", "PolicyTeacherConfig", "RayExecutorConfig", "RewardTerm", "RoundConfig", "Section", "TeacherConfig", "TrainRun",
+    "MasksConfig", "OpenAITeacherConfig", "Params", "PolicyTeacherConfig", "RayExecutorConfig", "RewardTerm", "RoundConfig", "Section", "TeacherConfig", "TeacherEvalConfig", "TrainRun",
     "load_params", "merge_settings", "parse_params", "threads_field", "validate_section",
 ]  # fmt: skip
 
@@ -99,6 +100,9 @@ class Params(Section):
         "between rounds of training; see RoundConfig.",
     )
     evaluate: EvaluateConfig | None = Field(default=None, description="The evaluate stage.")
+    teacher_eval: TeacherEvalConfig | None = Field(
+        default=None, description="The teacher_eval stage: each env's labelling teacher acting."
+    )
 
     def section(self, name: str) -> Any:
         """A method's section as written in params.yaml (None when absent)."""

@@ -4,7 +4,7 @@ method (pipeline.methods)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -349,6 +349,20 @@ class TrainRun(Section):
         if self.reward_terms is not None and not self.reward_terms:
             raise ValueError("reward_terms is empty: the agent would get no reward")
         return self
+
+
+class TeacherEvalConfig(Section):
+    """The teacher_eval stage (`teacher_eval`): each env's labelling teacher ACTS alone (ERPv's
+    "Only VLMs" / VBE row), beside uniform random actions on the same episode seeds."""
+
+    episodes: int = Field(ge=1, description="Episodes per query interval (and of random actions).")
+    seed: int = Field(ge=0, description="Seed of the first episode (then +1 each).")
+    every_k: list[Annotated[int, Field(ge=1)]] = Field(
+        min_length=1,
+        description="Query intervals to measure: the teacher is asked at t % k == 0 and its "
+        "answer held in between. 1: a fresh answer every agent step; 10: ERPv C.4's interval, how "
+        "RAE acts and how labels are carried between queried frames.",
+    )
 
 
 class EvaluateConfig(Section):
