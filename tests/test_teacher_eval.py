@@ -28,9 +28,15 @@ MARGINS = {
     "cartpole-swingup": 500.0,  # (810 vs 100) energy swing-up + LQR balance
     "MountainCarContinuous-v0": 80.0,  # (90 vs -33) energy pumping, every episode at the flag
     "MountainCar-v0": 40.0,  # (-124 vs -200) the same pumping, discrete
-    "highway-hw": 5.0,  # lane and gap keeping
+    "CarRacing-v3": 200.0,  # (445 vs -24, 3 episodes) steering toward the road ahead
+    "reacher-easy": 500.0,  # (954 vs 39, 3 episodes) Jacobian-transpose reaching
 }
-SLOW_ENVS = {"cartpole-swingup", "highway-hw"}  # rendering every step of long episodes
+# Scripts measured NOT to beat random (3 episodes, seed 1000, k = 1), kept as they are: their
+# teacher_eval rows say so on every build, and no guidance result on them tests a competent
+# teacher. highway-hw: 853 vs 794 (Welch p 0.46; the prompt's "stay in the lane, slow down
+# behind traffic" never overtakes); walker-walk 39 vs 58 and cheetah-run 1.8 vs 10.9 (a damped
+# neutral pose: poor on locomotion by design, as ERPv's VLMs were); ball_in_cup-catch 0 vs 0.
+SLOW_ENVS = {"cartpole-swingup", "CarRacing-v3", "reacher-easy"}  # rendering every step
 
 
 def env_cfg(env_id: str) -> EnvConfig:
@@ -51,6 +57,27 @@ def test_scripted_teacher_beats_random(env_id: str, tmp_path: Path) -> None:
     assert row["parse_status"] == {"ok": row["asks"]}  # reliability 1.0: every answer parses
     assert row["return_mean"] - floor["return_mean"] > MARGINS[env_id], (row, floor)
     assert calls == row["prompts"] > 0
+
+
+def test_cartpole_script_swings_up_and_balances() -> None:
+    """The cartpole script on the env's own context, without frames (its answer reads none):
+    the fast guard of the slow test above. Random actions stay below 200 on these seeds."""
+    from pipeline.envs import CONTEXT, make_env
+    from pipeline.teachers.scripted import reference_answer
+
+    env = make_env("cartpole-swingup", env_cfg("cartpole-swingup"), pixels=False)
+    returns = []
+    for seed in (1000, 1001):
+        _, info = env.reset(seed=seed)
+        total, done = 0.0, False
+        while not done:
+            action, _ = reference_answer("cartpole-swingup", info[CONTEXT], np.zeros((1, 1, 3)))
+            _, reward, terminated, truncated, info = env.step(np.asarray(action, np.float32))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    assert min(returns) > 700, returns
 
 
 def test_teacher_eval_pays_nothing_twice_and_is_deterministic(tmp_path: Path) -> None:
