@@ -29,7 +29,7 @@ from tqdm import tqdm
 from pipeline.config import EnvConfig, TeacherConfig
 from pipeline.envs import CONTEXT, PIXELS, env_info, make_env
 from pipeline.labels.cache import LabelCache
-from pipeline.labels.tasks import parse_answer, render_prompt
+from pipeline.labels.tasks import Prompt, parse_answer, render_prompt
 from pipeline.rollouts.behaviours import RandomBehaviour
 from pipeline.rollouts.format import action_space_spec
 from pipeline.rollouts.writer import encode_png
@@ -102,10 +102,19 @@ class _ActingTeacher:
         self.paid_fresh: set[str] = set()
         self.calls = 0  # made by this process (cache misses)
         self._held: Any = None
+        self._pending: dict[str, tuple[Prompt, Reply]] = {}  # answered, not yet cached
 
     def reset(self, seed: int) -> None:
         self.fallback.reset(seed)
         self._held = None
+
+    def flush(self) -> None:
+        """Cache the episode's new answers as one segment (not one file per answer): an
+        interrupted run loses at most one episode's calls."""
+        if self._pending:
+            prompts, replies = zip(*self._pending.values(), strict=True)
+            store_replies(self.cache, self.teacher, prompts, replies)
+            self._pending = {}
 
     def act(self, t: int, obs: dict[str, np.ndarray], info: dict[str, Any]) -> Any:
         if t % self.every_k == 0:
@@ -128,13 +137,17 @@ class _ActingTeacher:
         if hit is not None:
             text = hit.raw_text
         else:
-            (reply,) = self.teacher.answer([prompt])
-            store_replies(self.cache, self.teacher, [prompt], [reply])
-            self.calls += 1
-            text = reply.text if isinstance(reply, Reply) and reply.error is None else None
+            if key in self._pending:
+                reply = self._pending[key][1]
+            else:
+                (reply,) = self.teacher.answer([prompt])
+                self.calls += 1
+                if reply.error is None:  # transport failures are asked again, never cached
+                    self._pending[key] = (prompt, reply)
             if reply.error is not None:
                 self.statuses[str(reply.error)] += 1
                 return
+            text = reply.text
         parsed = parse_answer("action", text, self.env_id, self.spec)
         self.statuses[str(parsed.status)] += 1
         if parsed.value is None:
@@ -152,6 +165,7 @@ def _play(
     env_cfg: EnvConfig,
     act: Any,
     reset: Any,
+    end: Any,
     episodes: int,
     seed: int,
     pixels: bool,
@@ -170,6 +184,7 @@ def _play(
                 total += float(reward)
                 t += 1
                 done = terminated or truncated
+            end()
             returns.append(total)
             lengths.append(t)
             successes.append(bool(terminated))
@@ -197,7 +212,7 @@ def play_teacher(
     probe.close()
     actor = _ActingTeacher(teacher, cache, shared, env_id, action_space, every_k)
     returns, lengths, successes = _play(
-        env_id, env_cfg, actor.act, actor.reset, episodes, seed, True,
+        env_id, env_cfg, actor.act, actor.reset, actor.flush, episodes, seed, True,
         f"teacher_eval {env_id} k={every_k}",
     )  # fmt: skip
     success = env_info(env_id).success_on_termination
@@ -215,7 +230,7 @@ def play_random(env_id: str, env_cfg: EnvConfig, episodes: int, seed: int) -> Pl
     env.close()
     returns, lengths, successes = _play(
         env_id, env_cfg, lambda t, obs, info: behaviour.act(obs, info)[0], behaviour.reset,
-        episodes, seed, not env_cfg.include_state, f"teacher_eval {env_id} random",
+        lambda: None, episodes, seed, not env_cfg.include_state, f"teacher_eval {env_id} random",
     )  # fmt: skip
     success = env_info(env_id).success_on_termination
     return PlayResult("random", returns, lengths, successes if success else None)

@@ -87,6 +87,8 @@ def test_teacher_eval_pays_nothing_twice_and_is_deterministic(tmp_path: Path) ->
     first, calls = evaluate_teacher(*args, every_k=[1, 10], episodes=2, seed=7)
     again, calls_again = evaluate_teacher(*args, every_k=[1, 10], episodes=2, seed=7)
     assert calls > 0 and calls_again == 0
+    # one cache segment per episode that paid for answers, not one file per answer
+    assert 0 < len(list((tmp_path / "cache").glob("segment-*"))) <= 2 * 2
     assert json.dumps(first, sort_keys=True) == json.dumps(again, sort_keys=True)
     k1, k10 = first["teacher_rows"]
     assert k10["prompts"] < k1["prompts"]  # held answers: one prompt per 10 steps
