@@ -14,6 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
+# One OpenMP thread (torch's intra-op pool, the BLAS) for this run and every process it starts,
+# unless OMP_NUM_THREADS says otherwise: set before torch loads, which reads it once. The tests'
+# networks are tiny, so one thread is faster than two, and a second thread fighting a busy
+# neighbour for a core made the suite several times slower. Tests about thread counts set their
+# own (test_training.py).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from pipeline.agents.ppo import PPOParams
 from pipeline.config import CollectConfig, EnvConfig, LabelConfig, Params, parse_params
 
