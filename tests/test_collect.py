@@ -104,7 +104,8 @@ def _run_collect(params_path, out, wait=True):
 
 
 def test_killed_collect_resumes_without_duplicates_or_gaps(tmp_path):
-    params = write_params(tmp_path / "params.yaml", tiny_params_dict(episodes=60))
+    episodes = 30  # 21 samples each, 30 to a shard: the kill comes after 2 of 21 shards
+    params = write_params(tmp_path / "params.yaml", tiny_params_dict(episodes=episodes))
     out = tmp_path / "resumed"
     proc = _run_collect(params, out, wait=False)
     journal = out / JOURNAL_NAME
@@ -125,7 +126,7 @@ def test_killed_collect_resumes_without_duplicates_or_gaps(tmp_path):
     manifest = json.loads((out / MANIFEST_NAME).read_text())
     # every completed shard was kept as it was
     assert {s["name"]: s["sha256"] for s in manifest["shards"][: len(kept)]} == kept_hashes
-    assert [e["episode"] for e in manifest["episodes"]] == list(range(60))
+    assert [e["episode"] for e in manifest["episodes"]] == list(range(episodes))
     assert verify_rollouts(out).ok
     # and the result is byte-identical to a collection that was never interrupted
     fresh = _run_collect(params, tmp_path / "fresh")
