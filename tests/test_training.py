@@ -264,6 +264,9 @@ def test_bad_run_name_is_refused():
         parse_params(raw)
 
 
+# a train stage in a fresh interpreter; fast: the import closure of every method, below, and the
+# agents' imports in a fresh interpreter (test_sac.py)
+@pytest.mark.slow
 def test_train_stage_never_imports_a_teacher(labelled, tmp_path):
     """The design's contract: agents learn from cached labels only. The stage runs in a fresh
     interpreter (a hybrid run, which reads the label table), then lists what it imported."""
@@ -425,15 +428,19 @@ def test_a_killed_ppo_training_resumes_to_the_uninterrupted_result(labelled, tmp
     )
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
 
-    def start(out):
-        argv = ["--params", str(tmp_path / "params.yaml"), "--run", "long", "--rollouts",
+    def argv(out):
+        return ["--params", str(tmp_path / "params.yaml"), "--run", "long", "--rollouts",
                 str(labelled.rollouts), "--labels", str(labelled.labels), "--out",
                 f"{out}/model", "--live", f"{out}/live", "--summary", f"{out}/summary.json",
                 "--resume-dir", f"{out}/resume"]  # fmt: skip
-        code = f"from stages.train import main; raise SystemExit(main({argv!r}))"
+
+    def start(out):
+        code = f"from stages.train import main; raise SystemExit(main({argv(out)!r}))"
         return subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
 
-    assert start(tmp_path / "whole").wait(timeout=300) == 0
+    from stages import train
+
+    assert train.main(argv(tmp_path / "whole")) == 0  # uninterrupted, in this process
     killed = start(tmp_path / "killed")
     state = tmp_path / "killed" / "resume" / "state.pt"
     sigkill_once_saved(killed, state)
@@ -502,14 +509,21 @@ def test_the_train_stage_fixes_the_thread_count_the_weights_follow(labelled, tmp
         argv = ["--params", str(params), "--run", "hyb", "--rollouts", str(labelled.rollouts),
                 "--labels", str(labelled.labels), "--out", f"{out}/model", "--live",
                 f"{out}/live", "--summary", f"{out}/summary.json"]  # fmt: skip
-        code = (
-            "import torch, sys; from stages.train import main; rc = main(sys.argv[1:]); "
-            "print('threads', torch.get_num_threads()); raise SystemExit(rc)"
-        )
-        result = subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO, text=True,
-                                capture_output=True, env={**os.environ, "OMP_NUM_THREADS": omp})  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        assert f"threads {threads or omp}" in result.stdout
+        if threads and os.environ.get("OMP_NUM_THREADS") == omp:
+            # this process started with that default (tests/conftest.py): no fresh one needed
+            from stages import train
+
+            assert train.main(argv) == 0
+            assert torch.get_num_threads() == threads
+        else:
+            code = (
+                "import torch, sys; from stages.train import main; rc = main(sys.argv[1:]); "
+                "print('threads', torch.get_num_threads()); raise SystemExit(rc)"
+            )
+            result = subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO, text=True,
+                                    capture_output=True, env={**os.environ, "OMP_NUM_THREADS": omp})  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            assert f"threads {threads or omp}" in result.stdout
         weights.append((out / "model" / "agent.safetensors").read_bytes())
     if threads:
         assert weights[0] == weights[1]
