@@ -25,7 +25,7 @@ RUNS = {  # run name -> (method, section overrides)
     "semore": ("semore", {}),  # the preset's variant, m4
     "semore-m1": ("semore", {"variant": "m1"}),  # the ablation unlike the others: stacked input
 }
-STEPS = 48
+STEPS = 32  # updates from step 16: 17 of them
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +114,9 @@ def test_each_pixel_method_trains_from_a_pipeline_built_pixel_dataset(pixel_pipe
     assert result.episodes == 1
 
 
+# three train stages in fresh interpreters; fast: the in-process resume tests below and a
+# SIGKILLed train stage (PPO, test_training.py)
+@pytest.mark.slow
 def test_a_killed_pixel_run_resumes_to_the_uninterrupted_result(pixel_pipeline, tmp_path):
     """SIGKILL an erpv-shift train stage (frames on the training device, shifted, the labelled
     dataset and C_V) after its first resume state; the rerun ends byte-identical to the
@@ -141,7 +144,12 @@ def test_a_killed_pixel_run_resumes_to_the_uninterrupted_result(pixel_pipeline, 
         assert resumed.read_bytes() == whole.read_bytes(), part
 
 
-@pytest.mark.parametrize("name", ["sac", "drq", "semore"])
+@pytest.mark.parametrize(
+    "name",
+    # three runs each; drq's is sac's with shifted frames, whose resume the slow SIGKILL test
+    # above checks (erpv-shift)
+    ["sac", pytest.param("drq", marks=pytest.mark.slow), "semore"],
+)
 def test_an_interrupted_pixel_run_resumes_to_the_uninterrupted_result(
     pixel_pipeline, tmp_path, monkeypatch, name
 ):
@@ -281,6 +289,7 @@ def test_one_pixel_run_beside_a_state_run_of_the_same_method(pixel_pipeline, tmp
         assert meta["config"]["network"]["encoder_stride"] == 2
 
 
+@pytest.mark.slow  # four spawned evaluation workers, each a fresh interpreter
 def test_reevaluation_replays_each_cells_agent_and_checks_it_against_its_result(
     pixel_pipeline, tmp_path, capsys
 ):
