@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 import yaml
 
@@ -101,6 +102,9 @@ def test_a_reference_run_trains_and_evaluates_on_the_preset(tmp_path, monkeypatc
     assert main(argv) == 0 and path.stat().st_mtime_ns == mtime
 
 
+# three reference runs of rendered cartpole; fast: the reference run above and the train
+# stage's resume tests (test_pixel_methods.py)
+@pytest.mark.slow
 def test_an_interrupted_reference_run_resumes_to_the_uninterrupted_result(
     tmp_path, monkeypatch, capsys
 ):
@@ -108,8 +112,6 @@ def test_an_interrupted_reference_run_resumes_to_the_uninterrupted_result(
     the update of step 20: the same command goes on from step 12 (networks, optimisers, replay
     and RNGs as they were) and ends with the uninterrupted run's curves, evaluations and final
     returns; the resume state is gone once the result is written."""
-    import pytest
-
     monkeypatch.setenv("MUJOCO_GL", "egl")
     assert main(_tiny_run(tmp_path, "whole", resume_every=8, start_steps=8)) == 0
     update, calls = RefDrQAgent.update, [0]

@@ -139,6 +139,9 @@ def test_a_saved_and_reloaded_agent_acts_like_the_trained_one(pipeline_dir, tmp_
         assert np.array_equal(policy.act({"state": s}), agent.act(s, deterministic=True))
 
 
+# three train stages in fresh interpreters; fast: the in-process resume tests of the SAC family
+# (test_pixel_methods.py) and a SIGKILLed train stage (PPO, test_training.py)
+@pytest.mark.slow
 def test_a_killed_training_resumes_to_the_uninterrupted_result(pipeline_dir, tmp_path):
     """SIGKILL a train stage after its first resume state; the rerun goes on from there and
     ends with the checkpoint and curves byte-identical to a run never interrupted (CPU)."""

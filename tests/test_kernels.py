@@ -150,6 +150,7 @@ print(os.environ.get("MKL_CBWR"), hashlib.sha256((a @ b).numpy().tobytes()).hexd
 """
 
 
+@pytest.mark.slow  # three fresh interpreters; the variable that picks the branch: the tests above
 def test_importing_pipeline_runs_mkls_compatible_branch():
     """A product through torch's BLAS after `import pipeline` has the bytes of MKL's COMPATIBLE
     branch (the one Intel documents to agree on Intel and AMD CPUs), not this CPU's own."""
@@ -174,6 +175,7 @@ def test_benchmarks_keep_mkls_fast_branch_unless_told_otherwise():
     assert _python(code, MKL_CBWR="COMPATIBLE").stdout.strip() == "COMPATIBLE"
 
 
+@pytest.mark.slow  # the benchmark's two workers, each a fresh interpreter that trains
 def test_the_portable_kernels_benchmark_prints_both_rates_and_their_ratio(capsys):
     from benchmarks.portable_kernels import main
 

@@ -88,6 +88,8 @@ def served_tiny_vlm(tmp_path_factory):
         proc.wait(timeout=30)
 
 
+# `transformers serve` started with a tiny model; fast: the client against the scripted server
+@pytest.mark.slow
 def test_openai_teacher_against_transformers_serve(served_tiny_vlm, rollouts, tmp_path):
     base_url, model = served_tiny_vlm
     teacher = _teacher(base_url, model, concurrency=2)

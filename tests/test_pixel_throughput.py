@@ -60,6 +60,7 @@ def test_a_compiled_row_runs_beside_the_eager_ones(capsys):
     assert "failed" not in rows["ours: drq, compiled (default)"]
 
 
+@pytest.mark.slow  # every eager row again, beside two stubbed compiled ones; fast: the rows, above
 def test_compiled_rows_follow_their_agent_with_its_flops(capsys, monkeypatch):
     """`--compiled erpv semore` gives those agents' compiled rows, built with the agents'
     `compile` setting and counted with their eager row's FLOPs (compilation stubbed: fast)."""

@@ -128,6 +128,9 @@ label_rollouts(Path(rollouts), cfg, ScriptedTeacher(0.8, 0), Path(cache), Path(t
 """
 
 
+# a driver in a fresh interpreter, its teacher slowed down to be killed mid-job; fast: a raising
+# actor loses only unfinished batches, above
+@pytest.mark.slow
 def test_a_killed_driver_loses_only_unfinished_batches(cluster, rollouts, tmp_path):
     """The label stage's driver gets SIGKILL while its Ray job runs: the batches that came back
     are in the cache (no table is written); the rerun pays only for the rest and writes the

@@ -485,6 +485,9 @@ def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segm
     assert result.episodes == 1 and np.isfinite(result.return_mean)
 
 
+# three Semore runs on rendered CarRacing; fast: Semore's resume on the pixel pipeline
+# (test_pixel_methods.py)
+@pytest.mark.slow
 def test_an_interrupted_semore_training_resumes_to_the_uninterrupted_result(
     semore_pipeline, monkeypatch
 ):

@@ -44,6 +44,7 @@ def _digest(extra_env: dict[str, str]) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow  # a fresh interpreter per variant (five or six); the pin: test_kernels.py
 @pytest.mark.skipif(not cpu_dispatch.X86, reason="the dispatch variants are x86 CPU settings")
 def test_prototype_potentials_do_not_depend_on_blas_kernel_or_simd_path():
     digests = {str(v): _digest(v) for v in cpu_dispatch.variants()}

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 import yaml
 
@@ -71,6 +72,7 @@ def _mark_state(path) -> int:
     return int(state["step"])
 
 
+@pytest.mark.slow  # four sweeps, each with a spawned worker: eight fresh interpreters
 def test_only_resumes_a_killed_cell_and_cell_starts_it_over(tmp_path):
     raw = tiny_params_dict((ENV,))
     raw["env"][ENV].update(max_episode_steps=24)
