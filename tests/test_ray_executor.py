@@ -71,6 +71,9 @@ def test_ray_table_is_byte_identical_to_local(cluster, rollouts, tmp_path):
     assert len(LabelCache(tmp_path / "c2")) == len(LabelCache(tmp_path / "c1"))
 
 
+# three labelling runs, two through fresh Ray actors; fast: the local executor's interrupted run
+# pays nothing twice (test_label.py), and Ray's failed answers are recorded as locally, below
+@pytest.mark.slow
 def test_a_raising_actor_loses_only_unfinished_batches(cluster, rollouts, tmp_path):
     """An actor's teacher crashes after some batches: the stage fails with a message that says
     what survived; the rerun pays only for the prompts that were not answered."""
@@ -128,8 +131,7 @@ label_rollouts(Path(rollouts), cfg, ScriptedTeacher(0.8, 0), Path(cache), Path(t
 """
 
 
-# a driver in a fresh interpreter, its teacher slowed down to be killed mid-job; fast: a raising
-# actor loses only unfinished batches, above
+# a driver in a fresh interpreter, its teacher slowed down to be killed mid-job; fast: as above
 @pytest.mark.slow
 def test_a_killed_driver_loses_only_unfinished_batches(cluster, rollouts, tmp_path):
     """The label stage's driver gets SIGKILL while its Ray job runs: the batches that came back
