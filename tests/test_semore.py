@@ -432,7 +432,7 @@ def semore_pipeline(tmp_path_factory):
     raw["envs"] = [env]
     raw["env"][env].update(image_size=48, max_episode_steps=40)
     raw["collect"][env].update(episodes=2)
-    raw["semore"].update(start_steps=20, log_every=20, batch_size=8, ssim_window=5)
+    raw["semore"].update(start_steps=20, log_every=40, batch_size=8, ssim_window=5)
     raw["train"] = {"s": {"env": env, "method": "semore", "steps": 40, "seed": 0}}
     raw["evaluate"]["episodes"] = 1
     raw["critic"]["envs"] = []
