@@ -1,7 +1,7 @@
 """The DVC pipeline end to end, in a scratch copy of the repo with tiny budgets.
 
 Slow (about 8 minutes on 2 cores: a dozen `dvc repro` runs, each stage a fresh Python process):
-excluded from the default run, CI runs it with `pytest -m slow`.
+excluded from the default run (and from CI's); run it with `pytest -m slow`.
 """
 
 import importlib.util
