@@ -69,6 +69,8 @@ def tiny_params_dict(envs: tuple[str, ...] = ("MountainCar-v0",), **collect_over
         "masks": {"backend": "scripted", "batch_size": 16},
         "dataset": {"shard_max_samples": 100},
         "rounds": {},  # dvc.yaml iterates over it: none, but the key must be there
+        # teacher_eval@<env> reads it: one short episode, the fresh-answer interval only
+        "teacher_eval": {"episodes": 1, "seed": 0, "every_k": [1]},
     }
 
 

@@ -133,7 +133,7 @@ def test_page_holds_every_answer_the_timelines_and_a_second_teacher(rollouts, tm
     assert len(audit["browse"]["frames"]) == 5 and audit["browse"]["frames_total"] == 62
     assert sorted(audit["timelines"]) == [0, 1]
     comparison = audit["comparison"]
-    assert comparison["b"].startswith("scripted:v1:reliability=1")
+    assert comparison["b"].startswith("scripted:v2:reliability=1")
     assert comparison["tasks"]["action"]["rate"] == audit["agreement"]["action"]["rate"]
     for task, status, shown, total in audit["failure_kinds"]:
         rows = table.filter(pl.col("queried") & (pl.col("task") == task))
