@@ -41,6 +41,7 @@ from benchmarks.erpv_vs_sac import EVAL_SEED, finish, median_steps, with_steps_t
 from benchmarks.sweep import Cell, add_sweep_arguments, prepare_data, run_cells
 from pipeline.config import CollectConfig, LabelConfig, Params, TeacherConfig, load_params
 from pipeline.io import atomic_write_bytes, atomic_write_json
+from pipeline.teacher_eval import welch_p
 
 MCC, CARTPOLE = "MountainCarContinuous-v0", "cartpole-swingup"
 SCRIPTED = {"backend": "scripted", "reliability": 1.0, "seed": 0}
@@ -302,12 +303,6 @@ def gate_probe(agent_dir: Path, critics: Path, dataset: Path, env_id: str, seed:
 # ---- report ----------------------------------------------------------------------------------------
 
 
-def welch(a: list[float], b: list[float]) -> float | None:
-    from pipeline.teacher_eval import welch_p
-
-    return welch_p(a, b)
-
-
 def _tail_mean(logs: list[dict[str, float]], key: str, share: float = 0.2) -> float | None:
     values = [row[key] for row in logs if key in row]
     if not values:
@@ -336,7 +331,7 @@ def format_tables(results: list[dict[str, Any]], teachers: dict[str, Any], windo
             rs = [r for r in rs_e if r["method"] == arm]
             means = [r["eval_return_mean"] for r in rs]
             std = np.std(means, ddof=1) if len(means) > 1 else 0.0
-            p = welch(means, control) if arm != "sac-offline" else None
+            p = welch_p(means, control) if arm != "sac-offline" else None
             succ = [r["success_rate"] for r in rs if r["success_rate"] is not None]
             t = list(rs[0]["steps_to"])[-1]
             reached = [r["steps_to"][t] for r in rs]
