@@ -2,6 +2,7 @@
 
 import pytest
 
+from pipeline.labels.parsers import MAX_ANSWER_CHARS
 from pipeline.labels.schema import label_schema
 from pipeline.labels.status import ParseStatus as S
 from pipeline.labels.tasks import parse_answer
@@ -249,10 +250,62 @@ def test_an_answer_that_corrects_itself_is_not_read_as_its_first_values(
         assert result.value == pytest.approx(value)
 
 
+# What reasoning and chat models wrap around an answer (task, env, space, raw, status, value).
+CHAT_CASES = [
+    # a reasoning block is never the answer, even when it names the only label
+    ("action", MCC, MCC_SPACE, "<think>force: 0.9 would overshoot</think>\nforce: -0.5", S.OK, [-0.5]),
+    ("milestone", MC, MC_SPACE, "<think>milestone: GOAL?</think>", S.FORMAT_COLLAPSE, None),
+    ("milestone", MC, MC_SPACE, "<think>It looks like milestone: GOAL</think>\nmilestone: BOTTOM", S.OK, ("BOTTOM", None)),
+    ("action", MCC, MCC_SPACE, "<think>force: 0.9, no: 0.8", S.FORMAT_COLLAPSE, None),  # never closed
+    ("action", MCC, MCC_SPACE, "the chat template opened it: force: 0.9</think>force: 0.1", S.OK, [0.1]),
+    ("judge", MC, MC_SPACE, "<thinking>reasonable: yes</thinking> reasonable: no", S.OK, False),
+    # end-of-turn tokens, and a second turn after them
+    ("action", MCC, MCC_SPACE, "force: 0.5<|im_end|>\n<|im_start|>user\nforce: -0.9", S.OK, [0.5]),
+    ("action", MCC, MCC_SPACE, "force: 0.25<|eot_id|>", S.OK, [0.25]),
+    ("milestone", MC, MC_SPACE, "<start_of_turn>model\nmilestone: GOAL<end_of_turn>", S.OK, ("GOAL", None)),
+    ("action", MCC, MCC_SPACE, "force: -0.75</s>", S.OK, [-0.75]),
+    # typographic signs are the signs they stand for; a range is not a sign
+    ("action", MCC, MCC_SPACE, "force: \u22120.5", S.OK, [-0.5]),
+    ("action", MCC, MCC_SPACE, "force: \u20130.5", S.OK, [-0.5]),
+    ("action", MCC, MCC_SPACE, "force: \uff0d.5", S.OK, [-0.5]),
+    ("action", MCC, MCC_SPACE, "force: \uff0b0.5", S.OK, [0.5]),
+    ("action", CAR, CAR_SPACE, "steer: 0\u20131\ngas: 0.5\nbrake: 0", S.WRONG_ARITY, None),
+    # `key value` with one word after the key, and several one-word fields on a line
+    ("action", MCC, MCC_SPACE, "force -0.3", S.OK, [-0.3]),
+    ("action", MC, MC_SPACE, "Push left", S.OK, 0),
+    ("milestone", MC, MC_SPACE, "milestone GOAL", S.OK, ("GOAL", None)),
+    ("judge", MC, MC_SPACE, "Reasonable no", S.OK, False),
+    ("action", CAR, CAR_SPACE, "steer: -0.2 gas: 0.6 brake: 0", S.OK, [-0.2, 0.6, 0.0]),
+    ("action", CAR, CAR_SPACE, "**steer:** 0.1 **gas:** 1 **brake:** 0", S.OK, [0.1, 1.0, 0.0]),
+    ("action", MCC, MCC_SPACE, "force -0.3\nforce: 0.3", S.AMBIGUOUS, None),
+    # `key value` is not read for objects: their phrases have spaces
+    ("objects", MC, MC_SPACE, "Objects visible", S.FORMAT_COLLAPSE, None),
+    ("objects", MC, MC_SPACE, "objects: traffic light: red", S.OK, ["traffic light: red"]),
+    # an answer longer than any honest one is not read
+    ("action", MCC, MCC_SPACE, "force: 0.5\n" + "x" * MAX_ANSWER_CHARS, S.TOO_LONG, None),
+    ("objects", MC, MC_SPACE, "objects: " + ", ".join(f"thing {i}" for i in range(80_000)), S.TOO_LONG, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("task", "env_id", "space", "text", "status", "value"), CHAT_CASES)
+def test_what_chat_models_wrap_an_answer_in(task, env_id, space, text, status, value):
+    result = parse_answer(task, text, env_id, space)
+    assert result.status == status, result.detail
+    if value is None:
+        assert result.value is None
+    elif task == "milestone":
+        assert result.value[0] == value[0]
+    elif task == "action" and space["type"] == "box":
+        assert result.value == pytest.approx(value)
+    else:
+        assert result.value == value
+
+
 def test_suite_covers_the_taxonomy():
     malformed = [
         c
         for c in ACTION_CASES + MILESTONE_CASES + OBJECT_CASES + JUDGE_CASES + CORRECTION_CASES
+        + CHAT_CASES
         if c[-2] != S.OK
     ]
     assert len(malformed) >= 30

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.labels.parsers import MAX_ANSWER_CHARS
 from pipeline.labels.schema import label_schema
 from pipeline.labels.status import ParseStatus as S
 from pipeline.labels.tasks import answer_text, parse_answer
@@ -63,6 +64,10 @@ LONG_RUNS = [" " * 50_000, "\n" * 50_000, "\t \n" * 20_000, "steer: " + "* " * 2
              "objects: " + "'\"" * 25_000, "objects: " + "1. " * 15_000,
              "force: 0.5" + ", instead" * 5_000, "[" * 50_000 + "]" * 50_000,
              '{"a": ' * 50_000 + "1" + "}" * 50_000, 'objects: ["' + "[" * 50_000 + "]" * 50_000]  # fmt: skip
+
+
+# cut to the longest answer read, so that the parser itself (not the length cap) meets each run
+LONG_RUNS = [run[:MAX_ANSWER_CHARS] for run in LONG_RUNS]
 
 
 @pytest.mark.parametrize("text", LONG_RUNS, ids=lambda t: f"{t[:12]!r}x{len(t)}")
@@ -288,3 +293,74 @@ def test_an_answer_that_corrects_itself_is_never_read_as_its_first_value(
     result = parse_answer(task, text, env, space)
     assert not (result.status.has_value and result.value == first), (text, result)
     assert result.status == S.AMBIGUOUS, (text, result)
+
+
+# ---- what reasoning and chat models wrap an answer in -----------------------------------------
+
+VALID = st.one_of(
+    st.floats(-1, 1, allow_nan=False).map(lambda x: round(x, 3)).map(
+        lambda x: ("action", MCC, MCC_SPACE, f"force: {x}")
+    ),
+    st.sampled_from(list(label_schema(MC).milestones)).map(
+        lambda m: ("milestone", MC, MC_SPACE, f"milestone: {m}")
+    ),
+    st.sampled_from(["yes", "no"]).map(lambda v: ("judge", MC, MC_SPACE, f"reasonable: {v}")),
+    PHRASES.map(lambda ps: ("objects", MC, MC_SPACE, "objects: " + ", ".join(ps))),
+)
+TAGS = st.sampled_from(["think", "thinking", "reasoning", "THINK"])
+TURN_ENDS = st.sampled_from(["<|im_end|>", "<|eot_id|>", "</s>", "<end_of_turn>", "<|end|>"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=VALID, musing=ANSWERISH, tag=TAGS)
+def test_a_reasoning_block_changes_nothing_and_is_never_the_answer(case, musing, tag):
+    task, env, space, answer = case
+    musing = musing.replace("<", "")  # no tag of its own
+    plain = parse_answer(task, answer, env, space)
+    wrapped = parse_answer(task, f"<{tag}>{musing}</{tag}>\n{answer}", env, space)
+    assert (wrapped.status, wrapped.value) == (plain.status, plain.value)
+    template_opened = parse_answer(task, f"{musing}</{tag}>{answer}", env, space)
+    assert (template_opened.status, template_opened.value) == (plain.status, plain.value)
+    only_thought = parse_answer(task, f"<{tag}>{answer}</{tag}>", env, space)
+    assert only_thought.value is None and only_thought.status == S.FORMAT_COLLAPSE
+    cut_while_thinking = parse_answer(task, f"<{tag}>{answer}", env, space)
+    assert cut_while_thinking.value is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=VALID, end=TURN_ENDS, next_turn=ANSWERISH)
+def test_an_end_of_turn_token_ends_the_answer(case, end, next_turn):
+    task, env, space, answer = case
+    plain = parse_answer(task, answer, env, space)
+    ended = parse_answer(task, f"{answer}{end}{next_turn}", env, space)
+    assert (ended.status, ended.value) == (plain.status, plain.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(x=st.floats(0.001, 1, allow_nan=False).map(lambda x: round(x, 3)),
+       sign=st.sampled_from(["\u2212", "\u2013", "\u2012", "\ufe63", "\uff0d"]))  # fmt: skip
+def test_a_typographic_minus_is_a_minus(x, sign):
+    result = parse_answer("action", f"force: {sign}{x}", MCC, MCC_SPACE)
+    assert (result.status, result.value) == (S.OK, [-x])
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.tuples(st.floats(-1, 1), st.floats(0, 1), st.floats(0, 1)).map(
+    lambda t: [round(v, 3) for v in t]), bare=st.booleans())  # fmt: skip
+def test_one_word_fields_read_without_colons_or_commas(values, bare):
+    steer, gas, brake = values
+    text = (
+        f"steer {steer}\ngas {gas}\nbrake {brake}" if bare
+        else f"steer: {steer} gas: {gas} brake: {brake}"
+    )
+    result = parse_answer("action", text, CAR, CAR_SPACE)
+    assert (result.status, result.value) == (S.OK, values)
+
+
+@settings(max_examples=25, deadline=None)
+@given(text=st.text(max_size=50), extra=st.integers(1, 1000))
+@pytest.mark.parametrize(("task", "env", "space"), CASES)
+def test_an_answer_over_the_cap_is_too_long(task, env, space, text, extra):
+    long = (text or "x") * (MAX_ANSWER_CHARS // max(len(text), 1) + 1) + "x" * extra
+    result = parse_answer(task, long, env, space)
+    assert (result.status, result.value) == (S.TOO_LONG, None)

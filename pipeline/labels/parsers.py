@@ -11,6 +11,15 @@ free text after them (`push: left. Wait, actually right`): never "the first one 
 
 Every pattern here runs in time linear in the answer: a repetition loop up to the token limit (a
 run of blank lines, of `*`, of `[`) must not make one regex backtrack over the run at every offset.
+An answer longer than `MAX_ANSWER_CHARS` is `too_long` and not read at all.
+
+What current chat models add around an answer is taken off first (`_answer_text`): a reasoning
+block (`<think>...</think>`: what a model says while thinking is never the answer, even when it
+is the only place a label appears), end-of-turn tokens and anything after them, and typographic
+signs (U+2212 minus, en dash, full-width forms) before a number, read as the signs they stand
+for. A field may also be given as `key value` when the value is the line's only other word
+(`steer -0.2`; not for objects, whose phrases have spaces), and several one-word fields may share
+a line without commas (`throttle: 0.3 steer: -0.2`).
 """
 
 from __future__ import annotations
@@ -26,7 +35,12 @@ from pipeline.labels.schema import EnvLabelSchema
 from pipeline.labels.status import ParseStatus
 
 # Part of every cache key: bump it when a parser changes what it returns for some text.
-PARSER_VERSION = "4"
+# Not in the cache key (raw answers do not depend on the parser, so a new parser re-reads the
+# cached answers instead of asking again); recorded in every label row.
+PARSER_VERSION = "5"
+# The longest answer read: max_tokens is at most 4,096, so an honest answer is far shorter; a
+# longer one is an attack or a runaway server and is stored raw, its status `too_long`.
+MAX_ANSWER_CHARS = 32_768
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _NON_FINITE = r"[-+]?(?:nan|inf(?:inity)?)"
@@ -44,11 +58,15 @@ class ParseResult:
     detail: str = ""  # why, for the audit
 
 
-def _key_line(key: str) -> re.Pattern[str]:
+def _key_line(key: str, bare: bool = False) -> re.Pattern[str]:
     """`key: value` on its own line, tolerating markdown (`**key:** v`, `- key = v`); `key` is a
-    regex. The value may start on the next line (`steer:\n0.5`); read it with `_values`."""
+    regex. The value may start on the next line (`steer:\n0.5`); read it with `_values`. `bare`:
+    also `key value` where the value is the line's only other word (`steer -0.2`)."""
+    separator = r"[ \t*_`]*[:=][\s*_`]*"
+    if bare:  # the lookahead reads one line once per line start: linear
+        separator = rf"(?:{separator}|[ \t]+(?=[^\s:=]+[ \t\r]*$))"
     return re.compile(
-        rf"^[ \t>*_`#-]*(?:{key})[ \t*_`]*[:=][\s*_`]*(?P<value>[^\n]*)",
+        rf"^[ \t>*_`#-]*(?:{key}){separator}(?P<value>[^\n]*)",
         re.IGNORECASE | re.MULTILINE,
     )
 
@@ -95,17 +113,102 @@ def _json_as_lines(text: str) -> str:
 _NEXT_FIELD = re.compile(r"(?<!\s)\s*[,;]\s*(?=[*_`]*[A-Za-z][A-Za-z_ ]{0,24}?[*_`]*[ \t]*[:=])")
 
 
+# a field name and its `:` / `=` inside a line (`throttle: 0.3 steer: -0.2`)
+_INLINE_KEY = re.compile(r"(?:^|(?<=\s))[*_`]*[A-Za-z][A-Za-z_]{0,24}[*_`]*[ \t]*[:=]")
+
+
+def _split_pairs(line: str) -> list[str]:
+    """`throttle: 0.3 steer: -0.2` as two lines when every field on the line has a one-word value;
+    any other line (prose, a phrase list, `objects: light: red`) as it is."""
+    keys = list(_INLINE_KEY.finditer(line))
+    if len(keys) < 2 or line[: keys[0].start()].strip(" \t>*_`#-"):
+        return [line]
+    if re.search(_OBJECTS_KEY, keys[0].group(), re.IGNORECASE):
+        return [line]  # phrases may hold a colon: `objects: traffic light: red`
+    starts = [key.start() for key in keys]
+    parts = [line[a:b] for a, b in zip(starts, [*starts[1:], len(line)], strict=True)]
+    values = [_INLINE_KEY.sub("", part, count=1).strip(" \t\r*_`.,;") for part in parts]
+    if not all(value and len(value.split()) == 1 for value in values):
+        return [line]
+    return [part.rstrip() for part in parts]
+
+
 def _normalise(text: str) -> str:
-    """JSON objects and one-line `a: 1, b: 2` answers as one `key: value` line per field."""
-    return "\n".join(_NEXT_FIELD.sub("\n", line) for line in _json_as_lines(text).split("\n"))
+    """JSON objects and one-line `a: 1, b: 2` or `a: 1 b: 2` answers as one `key: value` line
+    per field."""
+    lines = (_NEXT_FIELD.sub("\n", line) for line in _json_as_lines(text).split("\n"))
+    return "\n".join(part for line in lines for sub in line.split("\n") for part in _split_pairs(sub))
+
+
+# ---- what chat models wrap an answer in -------------------------------------------------------
+
+# A reasoning block's tags (DeepSeek-R1, Qwen3, QwQ: `think`; others: `thinking`, `reasoning`).
+_REASONING_TAG = re.compile(r"<(/?)(?:think|thinking|reasoning|reflection)>", re.IGNORECASE)
+# End-of-turn and end-of-text tokens (ChatML, Llama 3, Gemma, Phi, SentencePiece) and turn starts
+_TURN_TOKEN = re.compile(
+    r"<\|(?:im_end|im_start|eot_id|eom_id|end|endoftext|end_of_text|start_header_id)\|>"
+    r"|</s>|<eos>|<end_of_turn>|<start_of_turn>",
+    re.IGNORECASE,
+)
+# A minus or plus sign written typographically, directly before a number (not a range `0–1`)
+_TYPOGRAPHIC_SIGN = re.compile(r"(?<![\w.])([\u2212\u2012\u2013\ufe63\uff0d\u2796]|\uff0b)(?=\.?\d)")
+
+
+def _outside_reasoning(text: str) -> tuple[str, bool]:
+    """The text outside reasoning blocks, and whether there was one. A closing tag with no
+    opening one (a chat template that opens the block in the prompt) ends reasoning that began
+    at the start; an opening tag never closed (generation stopped while thinking) runs to the
+    end. One pass over the tags: linear."""
+    kept: list[str] = []
+    depth, position, found = 0, 0, False
+    for tag in _REASONING_TAG.finditer(text):
+        found = True
+        if tag.group(1):  # closing
+            if depth == 0:
+                kept = []  # everything so far was reasoning
+            depth = max(depth - 1, 0)
+        else:
+            if depth == 0:
+                kept.append(text[position : tag.start()])
+            depth += 1
+        position = tag.end()
+    if depth == 0:
+        kept.append(text[position:])
+    return "".join(kept), found
+
+
+def _without_turn_tokens(text: str) -> str:
+    """The first stretch of text between turn tokens that says anything: what follows an
+    end-of-turn token after the answer is another turn, not the answer."""
+    return next((piece for piece in _TURN_TOKEN.split(text) if piece.strip()), "")
+
+
+def _answer_text(text: str) -> tuple[str | None, ParseResult | None]:
+    """The answer a parser reads (reasoning, turn tokens and typographic signs dealt with), or
+    the result for an answer with nothing to read."""
+    if len(text) > MAX_ANSWER_CHARS:
+        return None, ParseResult(
+            ParseStatus.TOO_LONG, detail=f"{len(text):,} characters, over {MAX_ANSWER_CHARS:,}"
+        )
+    answer, reasoned = _outside_reasoning(text)
+    answer = _without_turn_tokens(answer)
+    if _blank(answer):
+        if reasoned:
+            return None, ParseResult(
+                ParseStatus.FORMAT_COLLAPSE, detail="only a reasoning block, no answer after it"
+            )
+        return None, ParseResult(ParseStatus.EMPTY)
+    answer = _TYPOGRAPHIC_SIGN.sub(lambda m: "+" if m.group(1) == "\uff0b" else "-", answer)
+    return answer, None
 
 
 def _field(
-    text: str, key: str, pattern: str | None = None
+    text: str, key: str, pattern: str | None = None, bare: bool = True
 ) -> tuple[str | None, ParseResult | None]:
     """The value of `key` (None: absent), or an `ambiguous` result when the answer gives the
-    field more than once with different values. `pattern`: a regex for the key, else `key`."""
-    values = [v.strip() for v in _values(_key_line(pattern or re.escape(key)), text)]
+    field more than once with different values. `pattern`: a regex for the key, else `key`.
+    `bare`: also read `key value` lines (see `_key_line`)."""
+    values = [v.strip() for v in _values(_key_line(pattern or re.escape(key), bare), text)]
     if not values:
         return None, None
     distinct = list(dict.fromkeys(v.lower() for v in values))
@@ -221,7 +324,10 @@ def parse_action(
     """Continuous: one number per named dimension. Discrete: one of the named choices."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
-    text = _normalise(text)
+    answer, failed = _answer_text(text)
+    if failed is not None:
+        return failed
+    text = _normalise(answer)
     keys = [re.escape(name) for name in schema.action_names] + ["action"]
     choices = schema.action_choices
     if choices is not None:
@@ -350,9 +456,12 @@ def parse_milestone(text: str | None, schema: EnvLabelSchema) -> ParseResult:
     """One label of the env's milestone set; value = (label, Phi_raw)."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
+    answer, failed = _answer_text(text)
+    if failed is not None:
+        return failed
     labels = tuple(schema.milestones)
     return _self_corrected(
-        _normalise(text),
+        _normalise(answer),
         ["milestone"],
         lambda t: _parse_milestone(t, schema),
         lambda value, rest: _renamed_choice("milestone", labels, value[0], rest),
@@ -450,11 +559,14 @@ def parse_objects(text: str | None) -> ParseResult:
     """
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
-    return _self_corrected(_normalise(text), [_OBJECTS_KEY], _parse_objects, _renamed_phrases)
+    answer, failed = _answer_text(text)
+    if failed is not None:
+        return failed
+    return _self_corrected(_normalise(answer), [_OBJECTS_KEY], _parse_objects, _renamed_phrases)
 
 
 def _parse_objects(text: str) -> ParseResult:
-    value, conflict = _field(text, "objects", _OBJECTS_KEY)
+    value, conflict = _field(text, "objects", _OBJECTS_KEY, bare=False)
     if conflict is not None:
         return conflict
     header = _OBJECTS_HEADER.search(text)
@@ -533,12 +645,13 @@ def _clean_phrase(phrase: str) -> str:
 def _phrases(raw: list[str], delimited: bool, status: ParseStatus) -> ParseResult:
     """Clean, split (`the car and the road`, unless `delimited`), deduplicate and check the phrases
     of a list."""
-    phrases: list[str] = []
+    unique: dict[str, None] = {}  # ordered, and a lookup in constant time: linear in the list
     for part in raw:
         part = _clean_phrase(part)
         for phrase in [part] if delimited else _AND_NEXT_PHRASE.split(part):
-            if phrase not in _LIST_END and phrase not in phrases:
-                phrases.append(phrase)
+            if phrase not in _LIST_END:
+                unique.setdefault(phrase)
+    phrases = list(unique)
     if not phrases:
         return ParseResult(ParseStatus.EMPTY, detail="empty objects line")
     corrected = [p for p in phrases if _CORRECTION.search(p)]
@@ -597,7 +710,10 @@ def parse_judge(text: str | None) -> ParseResult:
     """Semore's selective-buffer judgement: is the stored action reasonable here? value = bool."""
     if _blank(text):
         return ParseResult(ParseStatus.EMPTY)
-    return _self_corrected(_normalise(text), ["reasonable"], _parse_judge, _renamed_judgement)
+    answer, failed = _answer_text(text)
+    if failed is not None:
+        return failed
+    return _self_corrected(_normalise(answer), ["reasonable"], _parse_judge, _renamed_judgement)
 
 
 def _renamed_judgement(said: bool, rest: str) -> str | None:

@@ -27,6 +27,8 @@ class ParseStatus(StrEnum):
     FORMAT_COLLAPSE = "format_collapse"  # text came back, nothing in it is the asked-for answer
     # no text, only whitespace, an empty list, or a "none" where a list was asked for
     EMPTY = "empty"
+    # longer than any honest answer (parsers.MAX_ANSWER_CHARS): stored raw, never read
+    TOO_LONG = "too_long"
     TRUNCATED = "truncated"  # generation stopped at the token limit before a parseable answer
     HTTP_ERROR = "http_error"  # the server answered with an error
     TIMEOUT = "timeout"  # no answer within the timeout, after all retries
