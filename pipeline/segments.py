@@ -15,12 +15,19 @@ segments are refused with the format found and the command that rebuilds them, n
 first format (`segment-000000.parquet`, numbered) has no checksum, so a damaged one would be served
 and then renamed with a valid-looking checksum of its damaged bytes (issue 26). Read-only layers (`read_also`) let one stage reuse entries
 another stage paid for without writing into its output.
+
+A checksum says a segment is intact, not that it is honest: a segment with forged rows renamed to
+its own sha256 verifies. Where two segments hold one key, the store serves the row of the segment
+whose name sorts last (segments load in name order, later rows replace earlier ones; the store's
+own directory after its `read_also` layers); `verify_store` names every key two segments of a
+directory answer differently, both segments, and which one is served.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -144,11 +151,39 @@ class SegmentStore:
 
 def verify_store(root: str | Path) -> list[str]:
     """Problems of a store directory, one line each with what to do (empty: all segments match
-    their checksums). For `vlmrl-verify`."""
+    their checksums and no two segments answer one key differently). For `vlmrl-verify`."""
     problems = []
+    answers: dict[str, dict[str, list[Path]]] = {}  # key -> digest of a row -> its segments
+    last: dict[str, Path] = {}  # key -> the segment whose row the store serves
     for path in sorted(Path(root).glob(SEGMENT_GLOB)):
         try:
-            verify_segment(path)
+            data = verify_segment(path)
+            frame = pl.read_parquet(io.BytesIO(data))
         except StoreError as exc:
             problems.append(str(exc))
+            continue
+        except (Exception, pl.exceptions.PanicException) as exc:  # the reader's own errors
+            problems.append(f"{path} is unreadable ({type(exc).__name__}: {exc}); move it out of the directory and rerun the stage that writes it")  # fmt: skip
+            continue
+        if "key" not in frame.columns:
+            problems.append(f"{path} has no `key` column; move it out of the directory")
+            continue
+        for row in frame.iter_rows(named=True):
+            text = json.dumps(row, sort_keys=True, default=str)  # NaN equals NaN here
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            answers.setdefault(row["key"], {}).setdefault(digest, []).append(path)
+            last[row["key"]] = path
+    disputed: dict[tuple[tuple[str, ...], str], list[str]] = {}  # (segments, served) -> keys
+    for key, rows in answers.items():
+        if len(rows) > 1:
+            names = tuple(sorted(p.name for paths in rows.values() for p in paths))
+            disputed.setdefault((names, last[key].name), []).append(key)
+    for (names, served), keys in disputed.items():
+        problems.append(
+            f"{' and '.join(names)} in {root} answer {len(keys)} key(s) differently (first: "
+            f"{keys[0]}); the cache serves {served} (segments load in name order, the last "
+            f"wins). One of them is wrong or forged: move the one you do not trust out of the "
+            f"directory (e.g. `mv {Path(root) / served} {Path(root) / served}.suspect`) and rerun "
+            f"the stage that writes it; only its entries are recomputed"
+        )
     return problems

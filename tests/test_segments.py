@@ -1,9 +1,12 @@
 """The segment store under the label and mask caches: checksummed names, older formats refused
 (never migrated), verification for vlmrl-verify."""
 
+import shutil
+
 import polars as pl
 import pytest
 
+from pipeline.labels.cache import CachedAnswer, LabelCache
 from pipeline.segments import SegmentStore, StoreError, segment_name, verify_store
 
 SCHEMA = {"key": pl.String, "value": pl.Int64}
@@ -76,3 +79,36 @@ def test_vlmrl_verify_checks_caches_and_names_the_damaged_segment(tmp_path, caps
     assert main(["--caches", str(tmp_path / "good"), str(tmp_path / "bad")]) == 1
     out = capsys.readouterr().out
     assert f"{tmp_path / 'good'} (cache): ok" in out and f"{path} is damaged" in out
+
+
+def _answer(key: str, text: str) -> CachedAnswer:
+    return CachedAnswer(key, "scripted:v2", "action", "f" * 64, "p" * 64, text, "stop")
+
+
+def test_two_segments_answering_one_key_differently_are_flagged(tmp_path, capsys):
+    """Issue 47: with two segments holding one key, the later name won silently and vlmrl-verify
+    said ok. Now both segments and the key are named, with the one the cache serves."""
+    from pipeline.integrity import main
+
+    LabelCache(tmp_path / "honest").put_many([_answer("k1", "LEFT"), _answer("k2", "UP")])
+    LabelCache(tmp_path / "forged").put_many([_answer("k1", "RIGHT")])
+    (honest,) = (tmp_path / "honest").glob("segment-*.parquet")
+    (forged,) = (tmp_path / "forged").glob("segment-*.parquet")
+    shutil.move(forged, tmp_path / "honest" / forged.name)
+    served = LabelCache(tmp_path / "honest").get("k1").raw_text
+    served_name = forged.name if served == "RIGHT" else honest.name
+    (problem,) = verify_store(tmp_path / "honest")
+    assert honest.name in problem and forged.name in problem and "k1" in problem
+    assert f"serves {served_name}" in problem, problem
+    assert main(["--caches", str(tmp_path / "honest")]) == 1
+    assert "k1" in capsys.readouterr().out
+
+
+def test_two_segments_holding_the_same_answer_are_not_flagged(tmp_path):
+    """Two runs that paid for one key and got the same answer disagree on nothing."""
+    LabelCache(tmp_path / "a").put_many([_answer("k1", "LEFT"), _answer("k2", "UP")])
+    LabelCache(tmp_path / "b").put_many([_answer("k1", "LEFT")])
+    for path in (tmp_path / "b").glob("segment-*.parquet"):
+        shutil.move(path, tmp_path / "a" / path.name)
+    assert len(list((tmp_path / "a").glob("segment-*.parquet"))) == 2
+    assert verify_store(tmp_path / "a") == []
