@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from pipeline.errors import print_error
+
 SEED = re.compile(r"(^|\.)seed$")
 EVAL_METRIC = re.compile(r"^metrics/eval/(?P<run>.+)\.json:(?P<name>.+)$")
 
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         params = yaml.safe_load(params_path.read_text())
         rows = dvc.api.exp_show(repo=str(args.repo))
     except (OSError, yaml.YAMLError, DvcException) as exc:
-        print(f"error: {params_path.parent}: {exc}", file=sys.stderr)
+        print_error(f"{params_path.parent}: {exc}")
         return 2
     print(format_table(summarise(rows, param_keys(params), args.metric, args.runs), args.metric))
     return 0

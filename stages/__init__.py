@@ -6,11 +6,11 @@ numpy and torch, and no stage writes outputs with machine-specific kernels."""
 import sys
 
 import pipeline  # noqa: F401  (first: pipeline/kernels.py)
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 from pipeline.kernels import check_portable_kernels
 
 try:
     check_portable_kernels()
 except PipelineError as error:
-    print(f"error: {error}", file=sys.stderr)
+    print_error(error)
     sys.exit(2)

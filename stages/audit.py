@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 from pipeline.labelling.audit import MAX_EMBEDDED_FRAMES, write_audit
 
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             against=args.against, max_frames=args.max_frames,
         )  # fmt: skip
     except (PipelineError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     agreement = ", ".join(f"{t} {100 * s['rate']:.0f} %" for t, s in audit["agreement"].items())
     print(

@@ -2,8 +2,11 @@
 
 Every stage depends on its output, so DVC runs it first and stops at a bad value with the
 project's message (one line per problem: the key, the bad value, the allowed values or the fix)
-before it deletes any other stage's outputs or reaches a params key that does not exist. Its
-output is constant, so a valid change of params reruns only the stages that read it.
+before it deletes any other stage's outputs or reaches a params key that does not exist. It
+reads each listed env's corrections file (`corrections/<env>.jsonl`, which the label stage
+overlays) for the same reason: a malformed line stops the pipeline here, not after DVC has
+deleted the env's label table. Its output is constant, so a valid change of params reruns only
+the stages that read it.
 
     python -m stages.check_params --params params.yaml --out data/params_checked.json
 """
@@ -14,8 +17,9 @@ import argparse
 import sys
 
 from pipeline.config import load_params
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 from pipeline.io import atomic_write_json
+from pipeline.labelling.corrections import corrections_path, read_corrections
 from pipeline.methods.table import check_params
 
 
@@ -25,12 +29,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--out", required=True, help="marker file to write when params are valid")
+    parser.add_argument(
+        "--corrections", default="corrections", help="directory of <env>.jsonl corrections"
+    )
     args = parser.parse_args(argv)
     try:
-        check_params(load_params(args.params))
+        params = load_params(args.params)
+        check_params(params)
     except PipelineError as exc:
-        print(f"error: {exc}\nNothing was run: fix {args.params} and rerun.", file=sys.stderr)
+        print_error(f"{exc}\nNothing was run: fix {args.params} and rerun.")
         return 2
+    for env_id in params.envs:
+        path = corrections_path(env_id, args.corrections)
+        try:
+            read_corrections(path)
+        except PipelineError as exc:
+            print_error(f"{exc}\nNothing was run: fix {path} and rerun.")
+            return 2
     atomic_write_json(
         args.out, {"params": "valid"}
     )  # constant: dependants rerun on their own params

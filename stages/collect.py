@@ -10,7 +10,7 @@ import logging
 import sys
 
 from pipeline.config import ConfigError, load_params
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 from pipeline.rollouts.collect import collect
 from pipeline.teachers import make_teacher
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             telemetry_dir=args.telemetry,
         )
     except PipelineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     totals = manifest["totals"]
     print(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pipeline.config import load_params
 from pipeline.curves import plot_curves, read_metric
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, run in (params.train or {}).items():
             by_env[run.env][f"{name} ({run.method})"] = read_metric(args.curves / name)
     except (PipelineError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     for env_id, curves in by_env.items():

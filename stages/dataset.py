@@ -12,7 +12,7 @@ import sys
 
 from pipeline.config import ConfigError, load_params
 from pipeline.dataset.build import build_dataset
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
             shard_max_samples=params.dataset.shard_max_samples,
         )
     except (PipelineError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     c = info["counts"]
     print(

@@ -12,7 +12,7 @@ import sys
 
 from pipeline.agents.checkpoint import read_meta
 from pipeline.config import ConfigError, load_params
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 from pipeline.evaluation import deployed, eval_metrics, evaluate_policy
 from pipeline.io import atomic_write_json
 from pipeline.kernels import portable_torch
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=f"evaluate {args.agent}",
         )  # fmt: skip
     except (PipelineError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     metrics = eval_metrics(result, policy.meta)
     atomic_write_json(args.out, metrics)

@@ -14,7 +14,7 @@ import logging
 import sys
 
 from pipeline.config import ConfigError, load_params
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 from pipeline.labelling.label import label_rollouts
 from pipeline.rollouts.reader import load_manifest
 from pipeline.teachers import make_teacher
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             telemetry_dir=args.telemetry, corrections=args.corrections,
         )  # fmt: skip
     except (PipelineError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     statuses = ", ".join(f"{s} {n}" for s, n in summary.statuses.most_common())
     print(

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from pipeline.config import ConfigError, MasksConfig, load_params
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 from pipeline.masks import make_mask_backend
 from pipeline.masks.compute import compute_masks
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             **ray_settings(params.masks),
         )
     except (PipelineError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     print(
         f"{args.out}: {summary.samples} frames, {summary.statuses['ok']} with masks "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pipeline.config import load_params
 from pipeline.curves import write_training_log
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 from pipeline.kernels import portable_torch
 from pipeline.methods.erpv import critic_params, pretrain_critic, write_no_critic
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         portable_torch(critic_params(params, args.env).threads)
         logs = pretrain_critic(args.env, params, args.dataset, args.out)
     except (PipelineError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     write_training_log(args.live, args.summary, rows=logs)
     last = logs[-1] if logs else {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 from pipeline.labelling.exchange import export_label_studio, import_label_studio
 from pipeline.labels.tasks import TASKS
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"commit {result.path} with git"
             )
     except (PipelineError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     return 0
 

@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pipeline.config import load_params
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 from pipeline.rounds import run_round
 from pipeline.training import set_threads
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             resume_dir=args.resume_dir,
         )  # fmt: skip
     except (PipelineError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     costs = ", ".join(f"{k} {v}" for k, v in asdict(summary).items())  # calls_made_now too
     print(f"round {args.round}: {costs}")

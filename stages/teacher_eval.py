@@ -16,7 +16,7 @@ import argparse
 import sys
 
 from pipeline.config import ConfigError, load_params
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 from pipeline.io import atomic_write_json
 
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             args.read_cache, cfg.every_k, cfg.episodes, cfg.seed,
         )  # fmt: skip
     except (PipelineError, OSError, ValueError) as exc:
-        print(f"error: teacher_eval@{args.env}: {exc}", file=sys.stderr)
+        print_error(f"teacher_eval@{args.env}: {exc}")
         return 2
     atomic_write_json(args.out, metrics)
     floor = metrics["random"]

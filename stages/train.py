@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from pipeline.config import load_params
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, print_error
 from pipeline.methods.base import TrainInputs
 from pipeline.training import set_threads, train_run
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             args.run, params, inputs, args.out, args.live, args.summary, args.resume_dir
         )
     except (PipelineError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     tail = [r for _, r in curve[-10:]]
     last = (

@@ -150,3 +150,33 @@ def test_page_holds_every_answer_the_timelines_and_a_second_teacher(rollouts, tm
     assert any(f"{shown} of {total}" in page for _, _, shown, total in audit["failure_kinds"])
     assert audit_stage.main(["--rollouts", str(rollouts), "--labels", str(weak), "--out",
                              str(out), "--against", str(tmp_path / "none.parquet")]) == 2  # fmt: skip
+
+
+def test_one_huge_answer_does_not_make_a_huge_page_or_export(rollouts, tmp_path):
+    """A 5 MB answer (or correction) is kept whole in the label table; the page and the Label
+    Studio export show a bounded part of it and say how much more there is."""
+    from pipeline.labelling.exchange import export_label_studio
+
+    labels = _labels(rollouts, tmp_path, ScriptedTeacher(0.5, 0))
+    small = render_audit(build_audit(rollouts, labels))
+    table = pl.read_parquet(labels)
+    huge = "objects: " + ", ".join(f"thing {i}" for i in range(600_000))
+    first = (pl.col("task") == "objects") & pl.col("queried")
+    index = table.with_row_index().filter(first)["index"][0]
+    bloated = table.with_columns(
+        raw_text=pl.when(pl.int_range(pl.len()) == index).then(pl.lit(huge)).otherwise("raw_text"),
+        parse_detail=pl.when(pl.int_range(pl.len()) == index)
+        .then(pl.lit("x" * 1_000_000))
+        .otherwise("parse_detail"),
+        objects=pl.when(pl.int_range(pl.len()) == index)
+        .then(pl.lit([f"thing {i}" for i in range(100_000)]))
+        .otherwise("objects"),
+    )
+    assert len(huge) > 5_000_000
+    bloated.write_parquet(labels)
+    page = render_audit(build_audit(rollouts, labels))
+    assert len(page) - len(small) < 20_000, len(page) - len(small)
+    assert "more characters in the label table" in page
+    export_label_studio(rollouts, labels, tmp_path / "export", tasks=["objects"])
+    exported = (tmp_path / "export" / "objects.json").read_text()
+    assert len(exported) < 1_000_000 and "more characters in the label table" in exported

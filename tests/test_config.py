@@ -276,3 +276,62 @@ def test_every_commented_option_in_params_yaml_is_valid():
     raw["train"].update(yaml.safe_load(run))
     params = parse_params(raw)
     check_params(params)
+
+
+def test_non_finite_numbers_are_refused_before_any_stage_runs(tmp_path, capsys):
+    """`.inf` and `.nan` are valid YAML and pass `gt=0`-style checks; the gate names each one and
+    the check_params stage stops before DVC deletes any output."""
+    from stages import check_params as check_params_stage
+
+    repo = yaml.safe_load((REPO / "params.yaml").read_text())
+    path = tmp_path / "params.yaml"
+    # a stage's section (parse_params), then a method's (checked once the stages' sections pass)
+    repo["label"]["teacher"]["reliability"] = float("nan")
+    stage_text = yaml.safe_dump(repo)
+    repo["label"]["teacher"]["reliability"] = 0.8
+    repo["sac"]["actor_lr"] = float("inf")
+    repo["sac"]["adam_betas"] = [float("nan"), 0.999]
+    for text, keys in [
+        (stage_text, ["label.teacher.reliability"]),
+        (yaml.safe_dump(repo), ["sac.actor_lr", "sac.adam_betas.0"]),
+    ]:
+        path.write_text(text)
+        out = tmp_path / "c.json"
+        assert check_params_stage.main(["--params", str(path), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        for key in keys:
+            assert f"{key}: Input should be a finite number" in err, (key, err)
+        assert "Traceback" not in err and not out.exists()
+
+
+def test_control_characters_in_a_message_are_escaped(tmp_path, capsys):
+    """An ESC sequence in a params key (or any file a message quotes) never reaches the terminal
+    raw: it could clear or retitle the reader's terminal."""
+    from stages import check_params as check_params_stage
+
+    raw = tiny_params_dict()
+    raw["env"]["MountainCar-v0"]["\x1b]0;owned\x07\x1b[2J"] = 1
+    path = write_params(tmp_path / "params.yaml", raw)
+    assert check_params_stage.main(["--params", str(path), "--out", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err
+    assert "\\x1b]0;owned\\x07\\x1b[2J" in err
+
+
+def test_a_malformed_corrections_file_stops_the_gate(tmp_path, capsys):
+    """The label stage overlays corrections/<env>.jsonl; a bad line found there would come after
+    DVC deleted the env's label table. The gate reads every listed env's file first."""
+    from stages import check_params as check_params_stage
+
+    path = write_params(tmp_path / "params.yaml", tiny_params_dict(("MountainCar-v0",)))
+    corrections = tmp_path / "corrections"
+    corrections.mkdir()
+    out = tmp_path / "c.json"
+    argv = ["--params", str(path), "--out", str(out), "--corrections", str(corrections)]
+    assert check_params_stage.main(argv) == 0  # no file: no corrections
+    out.unlink()
+    (corrections / "MountainCar-v0.jsonl").write_text('{"sample_key": "0/0", "task": "action"\n')
+    assert check_params_stage.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "MountainCar-v0.jsonl:1: not JSON" in err and "Nothing was run" in err
+    assert not out.exists()

@@ -82,7 +82,9 @@ class Params(Section):
     whether each section is valid is the method table's check (pipeline.methods.table.
     check_params), which the check_params stage and stage two run."""
 
-    model_config = ConfigDict(extra="allow", frozen=True, protected_namespaces=())
+    model_config = ConfigDict(
+        extra="allow", frozen=True, protected_namespaces=(), allow_inf_nan=False
+    )
 
     envs: list[str] = Field(min_length=1, description="Env ids the pipeline runs, in order.")
     env: dict[str, EnvConfig] = Field(description="Per-env settings, keyed by env id.")

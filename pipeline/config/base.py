@@ -18,9 +18,12 @@ class ConfigError(PipelineError, ValueError):
 
 class Section(BaseModel):
     """Base of every typed section. Unknown keys are typos until proven otherwise; frozen so a stage
-    cannot mutate its params."""
+    cannot mutate its params; no number is NaN or infinite (`.inf` and `.nan` are valid YAML, and
+    a learning rate of either passes every range check written as `gt=0`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, protected_namespaces=(), allow_inf_nan=False
+    )
 
 
 def format_error(err: dict[str, Any], root: type[BaseModel], prefix: str = "") -> str:

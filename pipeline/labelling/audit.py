@@ -22,7 +22,9 @@ from PIL import Image
 from pipeline.io import atomic_write_bytes
 from pipeline.labelling.review import (
     ACTION_AGREEMENT_TOLERANCE,
+    VALUE_CHARS_SHOWN,
     browse_rows,
+    clip,
     compare_teachers,
     episode_timelines,
     to_json,
@@ -222,7 +224,7 @@ def build_audit(
         raw = row["raw_text"]
         return {
             "key": row["sample_key"], "task": row["task"], "status": row["parse_status"],
-            "detail": row["parse_detail"], "value": value_text(row),
+            "detail": clip(row["parse_detail"], VALUE_CHARS_SHOWN), "value": value_text(row),
             "reference": row.get("reference"),
             "raw": "(no answer)" if raw is None else raw[:RAW_TEXT_CHARS] + ("…" if len(raw) > RAW_TEXT_CHARS else ""),
             "thumbnail": _thumbnail(samples[row["sample_key"]].frame_png),

@@ -35,6 +35,7 @@ from pipeline.labelling.corrections import (
     corrections_path,
     merge_corrections,
 )
+from pipeline.labelling.review import RAW_CHARS_SHOWN, clip
 from pipeline.labels.cache import frame_sha256
 from pipeline.labels.schema import label_schema
 from pipeline.labels.tasks import answer_text, parse_answer
@@ -187,7 +188,7 @@ def export_label_studio(
                 "task": task,
                 "env_id": env_id,
                 "teacher_id": row["teacher_id"],
-                "teacher_answer": row["raw_text"] or "(no answer)",
+                "teacher_answer": clip(row["raw_text"], RAW_CHARS_SHOWN) or "(no answer)",
                 "parse_status": row["parse_status"],
                 "context": json.dumps(sample.record["context"], sort_keys=True),
             }

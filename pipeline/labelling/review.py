@@ -36,16 +36,31 @@ BROWSE_COLUMNS = (
 )  # fmt: skip
 
 
+# What one row may put on a page or in an export, whatever the size of one answer: a 5 MB
+# correction must not make a 250 MB page. The label table keeps every character.
+RAW_CHARS_SHOWN = 2_000
+VALUE_CHARS_SHOWN = 300
+
+
+def clip(text: str | None, limit: int) -> str | None:
+    """`text` cut to `limit` characters, saying how many more there were."""
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters in the label table)"
+
+
 def value_text(row: dict[str, Any]) -> str:
     """A row's parsed value as one short string ('-' when it has none)."""
     for column in VALUE_COLUMNS:
         if row.get(column) is not None:
             value = row[column]
             if column == "action":
-                return ", ".join(f"{v:.2f}" for v in value)
-            if column == "objects":
-                return ", ".join(value)
-            return str(value)
+                text = ", ".join(f"{v:.2f}" for v in value)
+            elif column == "objects":
+                text = ", ".join(value)
+            else:
+                text = str(value)
+            return clip(text, VALUE_CHARS_SHOWN) or ""
     return "-"
 
 
@@ -182,8 +197,9 @@ def browse_rows(
             [
                 key, row["episode"], row["t"], tasks.index(row["task"]),
                 teachers.index(row["teacher_id"]), statuses.index(row["parse_status"]),
-                int(row["queried"]), row["source_key"], value_text(row), row["parse_detail"],
-                row["raw_text"], prompt,
+                int(row["queried"]), row["source_key"], value_text(row),
+                clip(row["parse_detail"], VALUE_CHARS_SHOWN), clip(row["raw_text"], RAW_CHARS_SHOWN),
+                prompt,
             ]
         )  # fmt: skip
     return {
