@@ -14,7 +14,9 @@ E2  No training: on each E1 erpv agent (RAE data) and its C_V, the gate's open r
     action}, under each gate scaling.
 E3  cartpole-swingup, the pipeline's RAE rollouts labelled at every frame by a `policy` teacher
     (a SAC agent trained here for `--expert-steps` steps) at reliability 1.0, 0.5 and 0.0 and by
-    the Worst Model. Arms: sac, sac-offline, erpv per teacher. Final return and steps to 700.
+    the Worst Model. Arms: sac, sac-offline, erpv per teacher, and erpv-l1k (lambda_1 = 1000:
+    VPG's term at cartpole's Q scale, where lambda_1 = 10 makes |lambda_1 L_V| ~0.1 % of |L_pi|)
+    with the reliability-1.0 and 0.0 teachers and the Worst Model. Final return, steps to 700.
 
 Every teacher is first evaluated acting alone (pipeline.teacher_eval, asked every step). Cells run
 through benchmarks.sweep (one result file per cell; a rerun skips finished cells; `--only`,
@@ -57,7 +59,9 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "erpv-joint": ("erpv", {"gate_scaling": "joint"}),
     "erpv-nogate": ("erpv", {"gate_scaling": "none"}),
     "erpv-vertext": ("erpv", {"ver_target": "text"}),
+    "erpv-l1k": ("erpv", {"lambda_1": 1000.0}),
 }
+L1K_RELIABILITIES = (1.0, 0.0)  # E3's erpv-l1k arms: the best and the worst policy teacher
 DIAGNOSTICS = (
     "vpg/gate_open", "vpg/zeros/gate_open", "vpg/own/gate_open", "vpg/q_f", "vpg/zeros/q_f",
     "vpg/own/q_f", "vpg/dist_pi_a_v", "guidance/ratio", "alpha", "ver/alpha_target",
@@ -94,12 +98,17 @@ def experiment_rows() -> list[tuple[str, str, str, str, str]]:
     for r in RELIABILITIES:
         rows.append(("E3", CARTPOLE, _arm(r), "erpv", f"{CARTPOLE}:rae:policy{r:g}"))
     rows.append(("E3", CARTPOLE, "erpv-worst", "erpv", f"{CARTPOLE}:rae:constant"))
+    for r in L1K_RELIABILITIES:
+        rows.append(
+            ("E3", CARTPOLE, _arm(r, "erpv-l1k"), "erpv-l1k", f"{CARTPOLE}:rae:policy{r:g}")
+        )
+    rows.append(("E3", CARTPOLE, "erpv-l1k-worst", "erpv-l1k", f"{CARTPOLE}:rae:constant"))
     return rows
 
 
-def _arm(reliability: float) -> str:
-    """erpv's arm under a policy teacher of `reliability` (a run name: no dot)."""
-    return f"erpv-policy{reliability:g}".replace(".", "p")
+def _arm(reliability: float, arm: str = "erpv") -> str:
+    """`arm`'s label under a policy teacher of `reliability` (a run name: no dot)."""
+    return f"{arm}-policy{reliability:g}".replace(".", "p")
 
 
 def table_cells(args: argparse.Namespace) -> list[Cell]:
@@ -370,20 +379,29 @@ def plot_reliability(results: list[dict[str, Any]], teachers: dict[str, Any], ou
     if not rs:
         return
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    xs, ys, es, ts = [], [], [], []
+    ts = []
+    for arm, label in (("erpv", "erpv, lambda_1 10"), ("erpv-l1k", "erpv, lambda_1 1000")):
+        xs, ys, es = [], [], []
+        for rel in RELIABILITIES:
+            vals = [r["eval_return_mean"] for r in rs if r["method"] == _arm(rel, arm)]
+            if vals:
+                xs.append(rel)
+                ys.append(np.mean(vals))
+                es.append(np.std(vals, ddof=1) if len(vals) > 1 else 0.0)
+        if xs:
+            ax.errorbar(xs, ys, yerr=es, marker="o", capsize=4, label=f"{label} (mean +- std)")
     for rel in RELIABILITIES:
-        vals = [r["eval_return_mean"] for r in rs if r["method"] == _arm(rel)]
-        if vals:
-            xs.append(rel)
-            ys.append(np.mean(vals))
-            es.append(np.std(vals, ddof=1) if len(vals) > 1 else 0.0)
         t = teachers.get(f"{CARTPOLE}:policy{rel:g}")
         if t:
             ts.append((rel, t["teacher_rows"][0]["return_mean"]))
-    ax.errorbar(xs, ys, yerr=es, marker="o", capsize=4, label="erpv (mean +- std, ddof 1)")
     if ts:
         ax.plot(*zip(*ts, strict=True), "k^--", label="teacher acting alone")
-    for arm, style in (("sac-offline", "C1:"), ("sac", "C2:"), ("erpv-worst", "C3:")):
+    for arm, style in (
+        ("sac-offline", "C2:"),
+        ("sac", "C3:"),
+        ("erpv-worst", "C4:"),
+        ("erpv-l1k-worst", "C5:"),
+    ):
         vals = [r["eval_return_mean"] for r in rs if r["method"] == arm]
         if vals:
             ax.axhline(np.mean(vals), color=style[:2], linestyle=":", label=f"{arm} (mean)")
