@@ -31,7 +31,7 @@ def _run(args, cwd, extra_env=None):
         "HF_DATASETS_OFFLINE": "1",
         **(extra_env or {}),
     }
-    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
     assert result.returncode == 0, f"{args} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout + result.stderr
 
@@ -127,7 +127,7 @@ def _lock_diff():
 
 def _run_failing(args, cwd):
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
-    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
     assert result.returncode != 0, f"{args} should have failed:\n{result.stdout}"
     return result.stdout + result.stderr
 

@@ -142,7 +142,5 @@ def test_dmc_rendering_and_triton_coexist_in_one_process():
         "import transformers.generation.continuous_batching.cache  # imports triton\n"
         "print('ok')\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
-    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]

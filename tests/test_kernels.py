@@ -84,7 +84,7 @@ def _python(code: str, **variables: str) -> subprocess.CompletedProcess:
     """`code` in a fresh python, without this process's kernel variables, with `variables`."""
     env = {k: v for k, v in os.environ.items() if k not in VARIABLES} | variables
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
     )
 
 

@@ -33,7 +33,7 @@ def test_dvc_plots_show_draws_every_plot_with_no_network(tmp_path):
     out = tmp_path / "plots"
     dvc = REPO / ".venv" / "bin" / "dvc"
     subprocess.run([str(dvc), "plots", "show", "--out", str(out)], cwd=REPO, check=True,
-                   capture_output=True, timeout=600)  # fmt: skip
+                   capture_output=True)  # fmt: skip
     page = (out / "index.html").read_text()
     assert not re.search(r"<script[^>]+src=", page), "the page loads a script from elsewhere"
     plots = page.count("vegaEmbed(")

@@ -73,13 +73,12 @@ def served_tiny_vlm(tmp_path_factory):
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     try:
-        deadline = time.monotonic() + 180
-        while True:
+        while True:  # until it answers or exits: a loaded machine only makes this longer
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
                 break
             except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
+                if proc.poll() is not None:
                     pytest.fail(f"transformers serve did not start:\n{log.read_text()[-3000:]}")
                 time.sleep(0.5)
         yield f"http://127.0.0.1:{port}/v1", str(model)

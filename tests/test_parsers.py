@@ -304,7 +304,11 @@ def test_what_chat_models_wrap_an_answer_in(task, env_id, space, text, status, v
 def test_suite_covers_the_taxonomy():
     malformed = [
         c
-        for c in ACTION_CASES + MILESTONE_CASES + OBJECT_CASES + JUDGE_CASES + CORRECTION_CASES
+        for c in ACTION_CASES
+        + MILESTONE_CASES
+        + OBJECT_CASES
+        + JUDGE_CASES
+        + CORRECTION_CASES
         + CHAT_CASES
         if c[-2] != S.OK
     ]

@@ -298,9 +298,9 @@ def test_an_answer_that_corrects_itself_is_never_read_as_its_first_value(
 # ---- what reasoning and chat models wrap an answer in -----------------------------------------
 
 VALID = st.one_of(
-    st.floats(-1, 1, allow_nan=False).map(lambda x: round(x, 3)).map(
-        lambda x: ("action", MCC, MCC_SPACE, f"force: {x}")
-    ),
+    st.floats(-1, 1, allow_nan=False)
+    .map(lambda x: round(x, 3))
+    .map(lambda x: ("action", MCC, MCC_SPACE, f"force: {x}")),
     st.sampled_from(list(label_schema(MC).milestones)).map(
         lambda m: ("milestone", MC, MC_SPACE, f"milestone: {m}")
     ),
@@ -350,7 +350,8 @@ def test_a_typographic_minus_is_a_minus(x, sign):
 def test_one_word_fields_read_without_colons_or_commas(values, bare):
     steer, gas, brake = values
     text = (
-        f"steer {steer}\ngas {gas}\nbrake {brake}" if bare
+        f"steer {steer}\ngas {gas}\nbrake {brake}"
+        if bare
         else f"steer: {steer} gas: {gas} brake: {brake}"
     )
     result = parse_answer("action", text, CAR, CAR_SPACE)
