@@ -15,12 +15,16 @@ read it without the builder's dependencies.
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import posixpath
+import re
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import yaml
 
 from pipeline.errors import PipelineError
 from pipeline.io import sha256_file
@@ -34,6 +38,9 @@ PARQUET_DIR = "data"
 PARQUET_PATTERN = "train-%05d-of-%05d.parquet"
 PARQUET_GLOB = f"{PARQUET_DIR}/train-*.parquet"
 WDS_DIR = "wds"
+# The card's YAML header as the Hub and `datasets` find it (huggingface_hub's REGEX_YAML_BLOCK).
+_CARD_HEADER = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 # Label columns per task, as they appear in the parquet and in the shards' `labels.json`.
 LABEL_COLUMNS: dict[str, list[str]] = {
@@ -90,6 +97,88 @@ def verify_dataset(dataset_dir: str | Path) -> list[str]:
     for path in sorted(dataset_dir.glob(PARQUET_GLOB)):
         if str(path.relative_to(dataset_dir)) not in recorded:
             problems.append(f"{path} is not part of this dataset ({INFO_PATH}); remove it")
+    return problems + _card_problems(dataset_dir, recorded, fix)
+
+
+def _data_file_patterns(data_files: Any) -> list[str]:
+    """The patterns of a card config's `data_files`, in every form `datasets` accepts (its
+    `sanitize_patterns`: a string, a list, `{split: path(s)}`, `[{split, path}]`)."""
+    if isinstance(data_files, str):
+        return [data_files]
+    if isinstance(data_files, dict):
+        return [p for value in data_files.values() for p in _data_file_patterns(value)]
+    if isinstance(data_files, list):
+        out = []
+        for entry in data_files:
+            out += _data_file_patterns(entry["path"] if isinstance(entry, dict) else entry)
+        return out
+    raise ValueError(f"unreadable data_files {data_files!r}")
+
+
+def _matches(pattern: str, relpath: str) -> bool:
+    # fnmatch's `*` also crosses `/`, so it matches at least what datasets' glob does; `**/`
+    # may also match no folder at all, as in fsspec
+    return any(fnmatch.fnmatchcase(relpath, p) for p in {pattern, pattern.replace("**/", "")})
+
+
+def _card_problems(dataset_dir: Path, recorded: dict[str, str], fix: str) -> list[str]:
+    """The card's `configs` (what `load_dataset(dir)` reads) may name only files that
+    meta/info.json records: a card edited to point at another parquet would otherwise be served
+    by `load_dataset` while every recorded file still matches its checksum."""
+    card = dataset_dir / CARD_NAME
+    if not card.exists():
+        return []
+    try:
+        match = _CARD_HEADER.search(card.read_text())
+        header = yaml.safe_load(match.group(2)) if match else None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        return [f"{card}: its YAML header is unreadable ({type(exc).__name__}); {fix}"]
+    configs = header.get("configs") if isinstance(header, dict) else None
+    if not isinstance(configs, list) or not configs:
+        return [
+            f"{card} has no `configs` naming the dataset's parquet files (`load_dataset` would "
+            f"guess which files to read); {fix}"
+        ]
+    present = [
+        p.relative_to(dataset_dir).as_posix() for p in sorted(dataset_dir.rglob("*")) if p.is_file()
+    ]
+    problems = []
+    for config in configs:
+        name = config.get("config_name", "?") if isinstance(config, dict) else "?"
+        try:
+            if not isinstance(config, dict):
+                raise ValueError(f"a config is {config!r}")
+            data_dir = config.get("data_dir") or ""
+            if config.get("data_files") is None:  # datasets infers them from the folder
+                patterns = [posixpath.join(data_dir, "**")]
+            else:
+                patterns = [
+                    posixpath.join(data_dir, p) for p in _data_file_patterns(config["data_files"])
+                ]
+        except (ValueError, KeyError, TypeError) as exc:
+            problems.append(f"{card}: config {name!r} is malformed ({exc}); {fix}")
+            continue
+        for pattern in patterns:
+            if not isinstance(pattern, str):
+                problems.append(f"{card}: config {name!r} names {pattern!r}; {fix}")
+                continue
+            normal = posixpath.normpath(pattern)
+            if _URL.match(pattern) or normal.startswith(("/", "..")) or Path(pattern).is_absolute():
+                problems.append(
+                    f"{card}: config {name!r} reads {pattern!r}, outside the dataset (only files "
+                    f"{INFO_PATH} records may be read); {fix}"
+                )
+                continue
+            for relpath in present:
+                if (
+                    relpath not in recorded
+                    and relpath not in (CARD_NAME, INFO_PATH)
+                    and _matches(normal, relpath)
+                ):
+                    problems.append(
+                        f"{card}: config {name!r} makes `load_dataset` read {relpath}, which is "
+                        f"not recorded in {INFO_PATH}; {fix}"
+                    )
     return problems
 
 
