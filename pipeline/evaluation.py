@@ -16,6 +16,11 @@ from tqdm import tqdm
 from pipeline.config import EnvConfig
 from pipeline.dataset.stacking import FrameStacker
 from pipeline.envs import PIXELS, env_info, make_env
+from pipeline.errors import PipelineError
+
+
+class EvaluationError(PipelineError, ValueError):
+    """An agent cannot be evaluated on the env asked for; the message says why and the fix."""
 
 
 class Agent(Protocol):
@@ -124,9 +129,28 @@ def evaluate_policy(
     env = make_env(env_id, env_cfg, pixels=policy.obs == PIXELS)
     success = env_info(env_id).success_on_termination
     try:
+        check_fits(policy.meta, env.action_space, env_id)
         return play_episodes(env, policy, episodes, seed, success, progress)
     finally:
         env.close()
+
+
+def check_fits(meta: dict[str, Any], space: gym.Space, env_id: str) -> None:
+    """An agent's recorded env and action bounds (agent.json) are `env_id`'s: a checkpoint made
+    for another env, or whose bounds were edited, would otherwise act with the wrong scale."""
+    saved = meta.get("env")
+    if isinstance(saved, str) and saved != env_id:
+        raise EvaluationError(f"the agent was trained on {saved}, not {env_id}")
+    if isinstance(space, gym.spaces.Box) and "action_low" in meta:
+        low, high = np.asarray(meta["action_low"]), np.asarray(meta["action_high"])
+        if low.shape != space.low.shape or not (
+            np.allclose(low, space.low) and np.allclose(high, space.high)
+        ):
+            raise EvaluationError(
+                f"agent.json's action bounds [{low.tolist()}, {high.tolist()}] are not {env_id}'s "
+                f"[{space.low.tolist()}, {space.high.tolist()}]: the checkpoint was edited or made "
+                "for another env; restore it with `dvc checkout` or retrain it (`dvc repro`)"
+            )
 
 
 def eval_metrics(result: EvalResult, meta: dict[str, Any]) -> dict[str, Any]:

@@ -42,12 +42,53 @@ def module_tensors(modules: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
     }
 
 
-def load_module_tensors(modules: dict[str, nn.Module], tensors: dict[str, torch.Tensor]) -> None:
-    """Inverse of `module_tensors` (strict: a missing or unexpected key is an error)."""
+def check_tensors(
+    expected: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor], source: str | Path
+) -> None:
+    """`tensors` (read from `source`) hold exactly the keys of `expected`, each with its dtype and
+    shape. `load_state_dict` alone would cast an edited dtype silently (an F32 header changed to
+    I32 loads and plays worse) and fail on a shape with a traceback that names no file."""
+    fix = f"restore it with `dvc checkout {Path(source).parent}` or retrain it (`dvc repro`)"
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{source}: tensors missing {missing[:3]}, unexpected {unexpected[:3]}: not the "
+            f"weights of this agent's networks; {fix}"
+        )
+    for key, want in expected.items():
+        got = tensors[key]
+        if got.dtype != want.dtype or got.shape != want.shape:
+            raise CheckpointError(
+                f"{source}: tensor {key} is {got.dtype} {tuple(got.shape)}, the network needs "
+                f"{want.dtype} {tuple(want.shape)}; {fix}"
+            )
+
+
+def load_module_tensors(
+    modules: dict[str, nn.Module],
+    tensors: dict[str, torch.Tensor],
+    source: str | Path,
+    others: dict[str, torch.Tensor] | None = None,
+) -> None:
+    """Inverse of `module_tensors`: every key, dtype and shape checked first (`check_tensors`);
+    `others`: the tensors saved beside the modules' (e.g. log_alpha), checked the same way and
+    left for the caller to load."""
+    expected = {
+        f"{name}.{key}": value for name, module in modules.items()
+        for key, value in module.state_dict().items()
+    }  # fmt: skip
+    check_tensors({**expected, **(others or {})}, tensors, source)
     for name, module in modules.items():
         prefix = f"{name}."
         state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
         module.load_state_dict(state, strict=True)
+
+
+def load_module(module: nn.Module, tensors: dict[str, torch.Tensor], source: str | Path) -> None:
+    """`module.load_state_dict(tensors)` after `check_tensors`."""
+    check_tensors(module.state_dict(), tensors, source)
+    module.load_state_dict(tensors, strict=True)
 
 
 def write_checkpoint(
@@ -82,6 +123,10 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
             f"{FORMAT_VERSION}; retrain it (`dvc repro`)"
         )
     return meta
+
+
+def weights_path(directory: str | Path) -> Path:
+    return Path(directory) / AGENT_WEIGHTS
 
 
 def read_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:

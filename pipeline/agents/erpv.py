@@ -49,7 +49,13 @@ from pydantic import Field
 from torch import nn
 from tqdm import tqdm
 
-from pipeline.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from pipeline.agents.checkpoint import (
+    CheckpointError,
+    load_module,
+    read_checkpoint,
+    weights_path,
+    write_checkpoint,
+)
 from pipeline.agents.networks import Critic, make_encoder, transition_nll
 from pipeline.agents.off_policy import (
     ActionScale,
@@ -217,7 +223,7 @@ class VLMCritic(nn.Module):
             np.asarray(meta["action_high"]), NetworkParams.model_validate(meta["network"]),
             meta["data_hashes"],
         )  # fmt: skip
-        critic.load_state_dict(tensors, strict=True)
+        load_module(critic, tensors, weights_path(path))
         return critic.to(device).freeze()
 
 

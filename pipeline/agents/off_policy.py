@@ -34,6 +34,7 @@ from pipeline.agents.checkpoint import (
     module_tensors,
     read_checkpoint,
     read_meta,
+    weights_path,
     write_checkpoint,
 )
 from pipeline.config import Section, threads_field
@@ -557,7 +558,10 @@ class OffPolicyAgent(ABC):
             raise CheckpointError(
                 f"{path}: saved with another config or observation shape than this agent"
             )
-        load_module_tensors(self._modules(), tensors)
+        load_module_tensors(
+            self._modules(), tensors, weights_path(path),
+            others={"log_alpha": self.log_alpha.detach().reshape(1)},
+        )  # fmt: skip
         with torch.no_grad():
             self.log_alpha.copy_(tensors["log_alpha"][0])
         self.update_step = int(meta["update_step"])

@@ -112,4 +112,13 @@ def load_agent(directory: str | Path, device: torch.device | str = "cpu") -> Age
             f"{Path(directory) / 'agent.json'}: unknown method {name!r} (known: "
             f"{', '.join(METHODS)})"
         )
-    return METHODS[name].load(directory, device)
+    try:
+        return METHODS[name].load(directory, device)
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as exc:  # an agent.json edited by hand
+        raise CheckpointError(
+            f"{Path(directory) / 'agent.json'}: the {name} agent it describes cannot be rebuilt "
+            f"({type(exc).__name__}: {exc}); restore it with `dvc checkout {directory}` or "
+            "retrain it (`dvc repro`)"
+        ) from exc
