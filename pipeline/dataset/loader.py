@@ -4,7 +4,8 @@ masks decoded beside them.
 `iter_stacked` checks every shard against the sha256 its dataset's meta/info.json records before
 reading any sample (a shard with swapped labels is still a valid tar: nothing downstream could
 tell). Each shard is hashed once per process while its file is unchanged (same inode, size and
-mtime): the check costs one read of the data per process, not one per epoch.
+mtime): the check costs one read of the data per process, not one per epoch (1.3-2.2 % of one
+pass over the shipped envs' datasets; docs/guide.md, Sharing).
 """
 
 from __future__ import annotations
