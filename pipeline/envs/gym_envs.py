@@ -59,6 +59,9 @@ def make_gym_base(env_id: str, max_episode_steps: int | None) -> gym.Env:
     # pygame renders off-screen; without a display SDL would print a spurious error at init.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    # SDL turns SIGINT and SIGTERM into quit events nobody reads: `dvc` stopping a stage would
+    # leave it running, writing into a DVC output
+    os.environ.setdefault("SDL_NO_SIGNAL_HANDLERS", "1")
     render_mode = "state_pixels" if env_id.startswith("CarRacing") else "rgb_array"
     kwargs: dict[str, Any] = {"render_mode": render_mode}
     if max_episode_steps is not None:

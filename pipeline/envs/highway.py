@@ -127,4 +127,5 @@ def highway_state(env: gym.Env, obs: Any) -> np.ndarray:
 def make_highway_base(max_episode_steps: int | None) -> gym.Env:
     # pygame: no window, no sound (HighwayEnv renders off-screen; see HighwayStandIn.render)
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("SDL_NO_SIGNAL_HANDLERS", "1")  # SIGTERM stops it (see gym_envs.py)
     return HighwayStandIn(max_episode_steps)
