@@ -273,3 +273,53 @@ def test_continuous_action_controls_are_named():
 def test_human_backend_names_the_overlay():
     with pytest.raises(ValueError, match=r"corrections/<env>\.jsonl"):
         TeacherConfig(backend="human", reliability=1.0, seed=0)
+
+
+def _hostile(items):
+    """Hand-edited or hostile exports: each must be refused with a ReviewImportError naming the
+    file, never a traceback (they were 13 raw tracebacks and one hang)."""
+    item = items[0]
+    data = item["data"]
+    milestone = _choice("milestone", "GOAL")
+
+    def result(name, value):
+        return [{**item, "annotations": [{"result": [{"from_name": name, "value": value}]}]}]
+
+    return {
+        "item not an object": ["task"],
+        "data missing": [{"annotations": milestone}],
+        "data not an object": [{**item, "data": [1, 2]}],
+        "sample_key not a string": [{**item, "data": {**data, "sample_key": 7}}],
+        "task missing": [{**item, "data": {k: v for k, v in data.items() if k != "task"}}],
+        "unknown task": [{**item, "data": {**data, "task": "dance"}}],
+        "annotations not a list": [{**item, "annotations": "yes"}],
+        "annotation not an object": [{**item, "annotations": [3]}],
+        "result not a list": [{**item, "annotations": [{"result": {"a": 1}}]}],
+        "value not an object": result("milestone", 5),
+        "two choices": result("milestone", {"choices": ["GOAL", "BOTTOM"]}),
+        "choices not a list": result("milestone", {"choices": 12}),
+        "cancelled flag a string": [
+            {**item, "annotations": [{**milestone[0], "was_cancelled": "x"}]}
+        ],
+        "escape sequences": [{**item, "data": {**data, "env_id": "\x1b]0;owned\x07"}}],
+        "a huge answer": [
+            {
+                **result("objects", {"text": ["car, " * 2_000_000]})[0],
+                "data": {**data, "task": "objects"},
+            }
+        ],
+    }
+
+
+def test_a_hostile_export_is_refused_naming_the_file(rollouts, tmp_path):
+    labels = _label(rollouts, tmp_path, ScriptedTeacher(1.0, 0))
+    export_label_studio(rollouts, labels, tmp_path / "ls", tasks=["milestone"])
+    items = json.loads((tmp_path / "ls" / "milestone.json").read_text())
+    out = tmp_path / "c.jsonl"
+    path = tmp_path / "e.json"
+    for name, export in _hostile(items).items():
+        path.write_text(json.dumps(export))
+        with pytest.raises(ReviewImportError) as err:
+            import_label_studio(path, rollouts, "bob", corrections=out)
+        assert str(path) in str(err.value), (name, str(err.value))
+    assert not out.exists()  # nothing refused was written

@@ -24,6 +24,7 @@ from typing import Any
 from xml.sax.saxutils import quoteattr
 
 import polars as pl
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pipeline.errors import PipelineError
 from pipeline.io import atomic_write_bytes, check_writable
@@ -38,7 +39,7 @@ from pipeline.labelling.corrections import (
 from pipeline.labelling.review import RAW_CHARS_SHOWN, clip
 from pipeline.labels.cache import frame_sha256
 from pipeline.labels.schema import label_schema
-from pipeline.labels.tasks import answer_text, parse_answer
+from pipeline.labels.tasks import TASKS, answer_text, parse_answer
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.tables import read_label_table
 
@@ -142,6 +143,48 @@ def _value(
     text = need("objects", "text")
     joined = ", ".join(text) if isinstance(text, list) else str(text)
     return [p.strip() for p in joined.replace("\n", ",").split(",") if p.strip()]
+
+
+class _Exported(BaseModel):
+    """What the import reads of one exported Label Studio task (the rest is Label Studio's)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class _ResultItem(_Exported):
+    from_name: str | None = None
+    value: dict[str, Any] = {}
+
+
+class _Annotation(_Exported):
+    was_cancelled: bool = False
+    result: list[_ResultItem] = []
+
+
+class _TaskData(_Exported):
+    sample_key: str
+    task: str
+    env_id: str
+
+
+class _Task(_Exported):
+    id: int | str | None = None
+    data: _TaskData
+    annotations: list[_Annotation] = []
+
+
+def _task(item: Any, n: int, export_path: str | Path) -> _Task:
+    """Exported task `n`, checked for the fields the import reads (a hand-edited or hostile export
+    is named, not a traceback)."""
+    try:
+        return _Task.model_validate(item)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the task"
+        raise ReviewImportError(
+            f"{export_path} task #{n}: {where}: {first['msg']}; export it again from Label Studio "
+            "(JSON) or fix the file"
+        ) from None
 
 
 def _data_url(png: bytes) -> str:
@@ -249,23 +292,33 @@ def import_label_studio(
     summary = ImportSummary(f"{HUMAN_PREFIX}{reviewer}", path)
     wanted: list[tuple[str, str, str]] = []  # (sample_key, task, answer text)
     for n, item in enumerate(exported):
-        data = item.get("data", {})
-        where = (
-            f"{export_path} task {item.get('id', n)} ({data.get('sample_key')}, {data.get('task')})"
-        )
-        if data.get("env_id") != env_id:
-            raise ReviewImportError(f"{where}: exported from {data.get('env_id')}, not {env_id}")
-        annotations = [a for a in item.get("annotations", []) if not a.get("was_cancelled")]
+        exported_task = _task(item, n, export_path)
+        data = exported_task.data
+        where = f"{export_path} task {exported_task.id or n} ({data.sample_key}, {data.task})"
+        if data.env_id != env_id:
+            raise ReviewImportError(f"{where}: exported from {data.env_id}, not {env_id}")
+        if data.task not in TASKS:
+            raise ReviewImportError(f"{where}: unknown task; known: {sorted(TASKS)}")
+        annotations = [a for a in exported_task.annotations if not a.was_cancelled]
         if not annotations:
             summary.skipped += 1
             continue
-        task = data["task"]
-        value = _value(task, annotations[-1].get("result", []), schema, space, where)
-        text = answer_text(task, value, env_id, space)
+        task = data.task
+        result = [r.model_dump() for r in annotations[-1].result]
+        try:
+            value = _value(task, result, schema, space, where)
+            text = answer_text(task, value, env_id, space)
+        except (ValueError, TypeError, IndexError, OverflowError) as exc:
+            if isinstance(exc, PipelineError):
+                raise
+            raise ReviewImportError(
+                f"{where}: the annotation is not a {task} answer ({type(exc).__name__}: {exc}); "
+                "correct it in the tool and export again"
+            ) from None
         parsed = parse_answer(task, text, env_id, space)
         if not parsed.status.has_value:
             raise ReviewImportError(f"{where}: the correction {value!r} is not a valid {task} label: {parsed.detail}")  # fmt: skip
-        wanted.append((data["sample_key"], task, text))
+        wanted.append((data.sample_key, task, text))
     keys = {k for k, _, _ in wanted}
     frames = {s.key: frame_sha256(s.frame_png) for s in iter_rollouts(rollout_dir) if s.key in keys}
     missing = sorted(keys - set(frames))
