@@ -51,6 +51,7 @@ from pipeline.masks.compute import compute_masks
 from pipeline.methods.base import TrainInputs
 from pipeline.methods.table import check_params, get_method, load_agent
 from pipeline.rollouts.collect import Acting, collect
+from pipeline.rollouts.format import TEACHER_CACHE_DIR
 from pipeline.tables import read_label_table
 from pipeline.teachers import make_teacher
 
@@ -180,7 +181,9 @@ def run_round(
     labels = data_dir / "labels.parquet"
     labelled = label_rollouts(
         rollouts, label_cfg, make_teacher(label_cfg.teacher), caches_dir / LABEL_CACHE, labels,
+        # the acting teacher's answers bought while collecting the env's data (RAE) count too
         read_also=[Path("data/label_cache") / env_id,
+                   *[p for p in [Path("data/rollouts") / env_id / TEACHER_CACHE_DIR] if p.is_dir()],
                    *(caches_dir.parent / n / LABEL_CACHE for n in earlier)],
         progress=progress,
         rebuild=f"`dvc repro round@{name}`",
