@@ -137,7 +137,9 @@ def _normalise(text: str) -> str:
     """JSON objects and one-line `a: 1, b: 2` or `a: 1 b: 2` answers as one `key: value` line
     per field."""
     lines = (_NEXT_FIELD.sub("\n", line) for line in _json_as_lines(text).split("\n"))
-    return "\n".join(part for line in lines for sub in line.split("\n") for part in _split_pairs(sub))
+    return "\n".join(
+        part for line in lines for sub in line.split("\n") for part in _split_pairs(sub)
+    )
 
 
 # ---- what chat models wrap an answer in -------------------------------------------------------
@@ -150,8 +152,11 @@ _TURN_TOKEN = re.compile(
     r"|</s>|<eos>|<end_of_turn>|<start_of_turn>",
     re.IGNORECASE,
 )
-# A minus or plus sign written typographically, directly before a number (not a range `0–1`)
-_TYPOGRAPHIC_SIGN = re.compile(r"(?<![\w.])([\u2212\u2012\u2013\ufe63\uff0d\u2796]|\uff0b)(?=\.?\d)")
+# A minus or plus sign written typographically, directly before a number (an en dash between
+# two numbers is a range, not a sign)
+_TYPOGRAPHIC_SIGN = re.compile(
+    r"(?<![\w.])([\u2212\u2012\u2013\ufe63\uff0d\u2796]|\uff0b)(?=\.?\d)"
+)
 
 
 def _outside_reasoning(text: str) -> tuple[str, bool]:
