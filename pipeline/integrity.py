@@ -156,15 +156,19 @@ def verify_against_dvc(directory: str | Path) -> tuple[str, list[str]]:
             continue
         if _md5(path) == md5:
             continue
+        # DVC trusts its own record of a file it checked out (inode, size, mtime): a tampered
+        # copy it wrote itself stays through `dvc checkout --force`, so the fixes remove it first
         cached = objects / md5[:2] / md5[2:]
-        if cached.is_file() and _md5(cached) != md5:
+        if not cached.is_file():
+            fix = f"restore it: `rm {path} && dvc pull {shown}`"
+        elif _md5(cached) != md5:
             fix = (
-                f"the DVC cache holds the same changed copy ({cached}), e.g. pulled from a remote "
-                f"without `verify`: remove it (`rm -f {cached}`), set `verify = true` on the remote "
-                f"(`dvc remote modify <name> verify true`) and `dvc pull --force {shown}`"
+                f"the DVC cache holds a changed copy too ({cached}), e.g. pulled from a remote "
+                f"without `verify`: `rm -f {cached} {path}`, set `verify = true` on the remote "
+                f"(`dvc remote modify <name> verify true`) and `dvc pull {shown}`"
             )
         else:
-            fix = f"restore it with `dvc checkout --force {shown}` (or `dvc pull --force {shown}`)"
+            fix = f"restore it: `rm {path} && dvc checkout --force {shown}`"
         problems.append(
             f"{path} does not match the md5 {record} records for it (changed after DVC wrote it, "
             f"or a tampered copy was pulled); {fix}"
@@ -172,10 +176,7 @@ def verify_against_dvc(directory: str | Path) -> tuple[str, list[str]]:
     recorded = {r.removeprefix(prefix) for r in entries if r.startswith(prefix)}
     for path in sorted(p for p in given.rglob("*") if p.is_file()):
         if path.relative_to(given).as_posix() not in recorded:
-            problems.append(
-                f"{path} is not part of {shown} as {record} records it; remove it (or "
-                f"`dvc checkout --force {shown}`)"
-            )
+            problems.append(f"{path} is not part of {shown} as {record} records it; remove it")
     return checked, problems
 
 

@@ -211,10 +211,13 @@ def _dvc_repo(built: Path, root: Path) -> Path:
     return repo
 
 
-def test_vlmrl_verify_checks_a_dataset_against_the_hashes_in_dvc_lock(built, tmp_path, capsys):
+def test_vlmrl_verify_checks_a_dataset_against_the_hashes_in_dvc_lock(
+    built, tmp_path, capsys, monkeypatch
+):
     """The issue's attack: a parquet overwritten and meta/info.json's sha256 fixed up passes every
     check against files beside the data; dvc.lock (in git) still says what was shared."""
     repo = _dvc_repo(built, tmp_path)
+    monkeypatch.chdir(repo)
     ds = repo / "data" / "ds"
     assert vlmrl_verify(["--datasets", str(ds)]) == 0
     assert "dvc.lock" in capsys.readouterr().out  # says what it checked against
@@ -225,14 +228,22 @@ def test_vlmrl_verify_checks_a_dataset_against_the_hashes_in_dvc_lock(built, tmp
     assert verify_dataset(ds) == []  # meta/info.json alone cannot tell
     card = ds / CARD_NAME
     card.write_text(card.read_text().replace("MIT license", "a license"))
-    assert vlmrl_verify(["--datasets", str(ds)]) == 1
+    assert vlmrl_verify(["--datasets", "data/ds"]) == 1
     out = capsys.readouterr().out
+    fixes = []
     for tampered in (parquet, ds / INFO_PATH, card):
-        line = next(line for line in out.splitlines() if str(tampered) in line)
-        assert "dvc.lock" in line and "dvc checkout" in line and "dvc pull --force" in line
+        shown = tampered.relative_to(repo)
+        line = next(line for line in out.splitlines() if f" {shown} does not match" in line)
+        assert "dvc.lock" in line, line
+        fixes += re.findall(r"restore it: `([^`]+)`", line)
+    assert fixes == [
+        f"rm {p.relative_to(repo)} && dvc checkout --force data/ds"
+        for p in (parquet, ds / INFO_PATH, card)
+    ]
     assert not any("shard-" in line for line in out.splitlines())  # untouched files pass
 
-    _run(["dvc", "checkout", "--force", "data/ds"], repo)  # the fix it names
+    # the fix it names (DVC alone would keep a changed file it trusts: remove it first)
+    _run(["bash", "-euo", "pipefail", "-c", "\n".join(fixes)], repo)
     assert vlmrl_verify(["--datasets", str(ds)]) == 0
 
 
@@ -290,4 +301,12 @@ def test_the_sharing_recipe_makes_dvc_pull_refuse_a_tampered_remote(built, tmp_p
     out = capsys.readouterr().out
     cached = plain / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
     assert f"{taken} does not match the md5 dvc.lock records" in out
-    assert f"rm -f {cached}" in out and "dvc remote modify shared verify true" in out
+    assert f"rm -f {cached} {taken}" in out and "dvc remote modify shared verify true" in out
+
+    # once the remote's owner restores the object, the fix it names restores the file
+    obj.write_bytes(honest)
+    _run(["rm", "-f", str(cached), str(taken)], plain)
+    _run(["dvc", "remote", "modify", "shared", "verify", "true"], plain)
+    _run(["dvc", "pull", "-q", "data/ds"], plain)
+    assert taken.read_bytes() == honest
+    assert vlmrl_verify(["--datasets", str(plain / "data" / "ds")]) == 0
