@@ -4,7 +4,9 @@
 seed, and `dvc exp show` one row each. This groups the experiments (and the commit they branch
 from) by every param of params.yaml that differs between them except seeds (`*.seed`), and gives
 each run's evaluation metric (`metrics/eval/<run>.json`, `return_mean` by default) as mean +- std
-over the group's rows:
+(ddof 1) over the group's distinct seeds (the run's `train.<run>.seed`). Experiments that repeat a
+seed are one seed, not several that agree: their values are averaged into one and the row is
+flagged, so a std of 0 over one seed run three times never reads as three agreeing seeds.
 
     vlmrl-seeds                       # every run of every configuration
     vlmrl-seeds --runs 'cartpole.*'   # runs whose name matches
@@ -46,14 +48,38 @@ class SeedSummary:
     config: tuple[tuple[str, Any], ...]  # the non-seed params that tell this group apart
     run: str
     values: tuple[float, ...]  # one per experiment of the group that has the metric
+    seeds: tuple[Any, ...] = ()  # the run's seed in each of those experiments (None: unknown)
+
+    def per_seed(self) -> dict[Any, float]:
+        """The metric per distinct seed (experiments repeating a seed averaged into one)."""
+        seeds = self.seeds or tuple(range(len(self.values)))  # unknown: each row its own
+        groups: dict[Any, list[float]] = {}
+        for seed, value in zip(seeds, self.values, strict=True):
+            groups.setdefault(seed, []).append(value)
+        return {seed: float(np.mean(v)) for seed, v in groups.items()}
+
+    @property
+    def n(self) -> int:
+        """Distinct seeds."""
+        return len(self.per_seed())
+
+    @property
+    def repeated(self) -> dict[Any, int]:
+        """Seeds that more than one experiment ran, and how many times."""
+        counts: dict[Any, int] = {}
+        for seed in self.seeds:
+            counts[seed] = counts.get(seed, 0) + 1
+        return {seed: k for seed, k in counts.items() if k > 1}
 
     @property
     def mean(self) -> float:
-        return float(np.mean(self.values))
+        return float(np.mean(list(self.per_seed().values())))
 
     @property
     def std(self) -> float:
-        return float(np.std(self.values))
+        """Sample std (ddof 1) over distinct seeds; NaN for one seed."""
+        values = list(self.per_seed().values())
+        return float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
 
 
 def summarise(
@@ -79,19 +105,29 @@ def summarise(
     out = []
     for config, members in groups.items():
         for column, run in sorted(columns.items(), key=lambda item: item[1]):
-            values = tuple(float(r[column]) for r in members if r.get(column) is not None)
-            if values:
-                out.append(SeedSummary(config, run, values))
+            present = [r for r in members if r.get(column) is not None]
+            if present:
+                values = tuple(float(r[column]) for r in present)
+                seeds = tuple(r.get(f"train.{run}.seed") for r in present)
+                out.append(SeedSummary(config, run, values, seeds))
     return out
 
 
 def format_table(summaries: list[SeedSummary], metric: str) -> str:
     if not summaries:
         return f"no experiment has a metrics/eval/<run>.json:{metric}"
-    lines = [f"{'configuration':40s} {'run':36s} {'n':>3s}  {metric} (mean +- std over seeds)"]
+    lines = [
+        f"{'configuration':40s} {'run':36s} {'seeds':>5s} {'exps':>4s}  {metric} "
+        "(mean +- std over distinct seeds, ddof 1)"
+    ]
     for s in summaries:
         config = ", ".join(f"{k}={v}" for k, v in s.config) or "(all rows alike but seeds)"
-        lines.append(f"{config:40s} {s.run:36s} {len(s.values):3d}  {s.mean:.1f} +- {s.std:.1f}")
+        std = f"{s.std:.1f}" if s.n > 1 else "n/a (one seed)"
+        line = f"{config:40s} {s.run:36s} {s.n:5d} {len(s.values):4d}  {s.mean:.1f} +- {std}"
+        if s.repeated:
+            repeats = ", ".join(f"seed {seed} x{k}" for seed, k in s.repeated.items())
+            line += f"  [{repeats}: repeats of a seed count once]"
+        lines.append(line)
     return "\n".join(lines)
 
 
