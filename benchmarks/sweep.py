@@ -64,10 +64,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 import yaml
 
-from pipeline.agents.resume import Resume
+from pipeline.agents.resume import ResumeStateError, read_plain
 from pipeline.config import LabelConfig, Params, parse_params
 from pipeline.io import atomic_write_json, sha256_file
 from pipeline.methods.base import TrainInputs
@@ -419,7 +418,10 @@ def _run_cell(job: _Job) -> dict[str, Any]:
     cell, out = job.cell, Path(job.out)
     params = cell_params(job.params, cell)
     live = out / "live" / cell.name
-    state = peek(out / "resume" / cell.name)  # where train_run goes on from, if anywhere
+    try:
+        state = peek(out / "resume" / cell.name)  # where train_run goes on from, if anywhere
+    except ResumeStateError:
+        state = None  # damaged: train_run warns and starts over
     started = time.perf_counter()
     curve = train_run(
         cell.name,
@@ -515,12 +517,12 @@ def _select(cells: list[Cell], patterns: list[str]) -> list[Cell]:
 def peek(directory: str | Path) -> dict[str, Any] | None:
     """Where the run whose resume state (pipeline.agents.resume) is in `directory` stands: `step`,
     the last periodic evaluation (`eval_step`, `eval_return`; None before the first, and for PPO)
-    and the last finished episode's return (`episode_return`). None: no resume state. The file
-    is memory-mapped, so the replay it holds is not read."""
-    path = Path(directory) / Resume.STATE
-    if not path.exists():
+    and the last finished episode's return (`episode_return`). None: no resume state. Only its
+    `state.json` is read (no tensor, so not the replay it holds, and nothing is unpickled);
+    ResumeStateError where that file is damaged."""
+    state = read_plain(directory)
+    if state is None:
         return None
-    state = torch.load(path, mmap=True, weights_only=False, map_location="cpu")  # our own file
     evals = [row for row in state.get("logs") or [] if "eval_return" in row]
     curve = state.get("curve") or []
     return {
@@ -545,7 +547,7 @@ def _resume_state(out: Path, name: str) -> str | None:
     step N, ...`); None without one."""
     try:
         where = peek(out / "resume" / name)
-    except Exception as exc:  # the listing goes on; the run itself will refuse the file
+    except (ValueError, KeyError, TypeError) as exc:  # the listing goes on; the run warns
         return f"resume state unreadable ({type(exc).__name__}: {exc})"
     if where is None:
         return None

@@ -5,6 +5,7 @@ disk can do to the pipeline.
   headless Chromium, with every row opened), and the Label Studio export must carry it as data.
 - A saved actor is a shared file: loading it must unpickle nothing (torch.export.load does).
 - Every call site that could unpickle is listed here with the reason it is safe; a new one fails.
+  Resume states and sweep states are read without unpickling (none is listed).
 - An API key reaches no output, cache, telemetry, card, export or log.
 - 5 MB answers, invalid UTF-8, lone surrogates and control characters get a status, not a crash.
 - A full disk during label or masks leaves nothing a later run serves; two label processes on one
@@ -161,19 +162,10 @@ def test_a_plain_actor_still_loads(actor):
 
 # ---- every call site that could unpickle, with the reason it is safe --------------------------
 
-# (file, enclosing function, call) -> why it never unpickles what someone else wrote
+# (file, enclosing function, call) -> why it never unpickles what someone else wrote. Resume
+# states are not here: they hold no pickle (safetensors + JSON, PPO's envs as plain values;
+# tests/test_resume_state.py), so a garbled or planted one is a warning, never code run.
 SAFE_UNPICKLING = {
-    ("pipeline/agents/resume.py", "load", "torch.load"): (
-        "a run's own resume state under .resume/ (gitignored, never a DVC output, never shared): "
-        "PPO pickles its envs mid-episode, which weights_only cannot hold"
-    ),
-    ("pipeline/agents/ppo.py", "train_ppo", "pickle.loads"): (
-        "the envs inside that same resume state"
-    ),
-    ("benchmarks/sweep.py", "peek", "torch.load"): (
-        "the same kind of state, a sweep cell's own under <out>/resume/ (its worker wrote it, never "
-        "shared), read memory-mapped by --list-cells to say how far the cell has got"
-    ),
     ("pipeline/distributed.py", "__call__", "pickle.loads"): (
         "items this process sent to its own Ray actors, in Ray's object store: never a file"
     ),

@@ -126,7 +126,7 @@ def test_an_interrupted_reference_run_resumes_to_the_uninterrupted_result(
     monkeypatch.setattr(RefDrQAgent, "update", failing)
     with pytest.raises(KeyboardInterrupt):
         main(argv)
-    state = tmp_path / "killed" / "resume" / "drq-reference-k1-seed3" / "state.pt"
+    state = tmp_path / "killed" / "resume" / "drq-reference-k1-seed3" / "state.json"
     assert state.exists()
     monkeypatch.setattr(RefDrQAgent, "update", update)
     capsys.readouterr()

@@ -164,7 +164,7 @@ def test_a_killed_training_resumes_to_the_uninterrupted_result(pipeline_dir, tmp
 
     assert run(tmp_path / "whole").wait(timeout=300) == 0
     killed = run(tmp_path / "killed")
-    state = tmp_path / "killed" / "resume" / "state.pt"
+    state = tmp_path / "killed" / "resume" / "state.json"
     sigkill_once_saved(killed, state)
     assert state.exists() and not (tmp_path / "killed" / "model" / "agent.json").exists()
     assert run(tmp_path / "killed").wait(timeout=300) == 0

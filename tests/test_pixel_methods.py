@@ -135,7 +135,7 @@ def test_a_killed_pixel_run_resumes_to_the_uninterrupted_result(pixel_pipeline, 
 
     assert run(tmp_path / "whole").wait(timeout=300) == 0
     killed = run(tmp_path / "killed")
-    state = tmp_path / "killed" / "resume" / "state.pt"
+    state = tmp_path / "killed" / "resume" / "state.json"
     sigkill_once_saved(killed, state)
     assert state.exists() and not (tmp_path / "killed" / "model" / "agent.json").exists()
     assert run(tmp_path / "killed").wait(timeout=300) == 0
@@ -180,7 +180,7 @@ def test_an_interrupted_pixel_run_resumes_to_the_uninterrupted_result(
     monkeypatch.setattr(OffPolicyAgent, "update", dies_at_update_20)
     with pytest.raises(KeyboardInterrupt):
         method.train(name, run, params, inputs, progress=False, resume_dir=tmp_path / "k")
-    assert (tmp_path / "k" / "state.pt").exists()
+    assert (tmp_path / "k" / "state.json").exists()
     monkeypatch.setattr(OffPolicyAgent, "update", update)
     resumed = method.train(name, run, params, inputs, progress=False, resume_dir=tmp_path / "k")
     assert resumed.curve == whole.curve and resumed.logs == whole.logs

@@ -92,7 +92,7 @@ def test_a_killed_round_resumes_to_the_uninterrupted_result(built, tmp_path):
     name = f"{RUN}-r1"
     for outputs in ("data/rounds", "data/round_caches", "models/rounds"):
         shutil.rmtree(repo / outputs / name)
-    state = repo / ".resume" / "rounds" / name / "state.pt"
+    state = repo / ".resume" / "rounds" / name / "state.json"
     cmd = [
         sys.executable, "-m", "stages.round", "--params", "params.yaml", "--round", name,
         "--data", f"data/rounds/{name}", "--caches", f"data/round_caches/{name}",

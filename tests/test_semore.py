@@ -516,7 +516,7 @@ def test_an_interrupted_semore_training_resumes_to_the_uninterrupted_result(
     monkeypatch.setattr(SemoreAgent, "update", dies_at_update_25)
     with pytest.raises(KeyboardInterrupt):
         method.train("s", run, params, inputs, progress=False, resume_dir=d / "killed")
-    assert (d / "killed" / "state.pt").exists()
+    assert (d / "killed" / "state.json").exists()
     monkeypatch.setattr(SemoreAgent, "update", update)
     resumed = method.train("s", run, params, inputs, progress=False, resume_dir=d / "killed")
     assert resumed.curve == whole.curve and resumed.logs == whole.logs

@@ -11,7 +11,6 @@ import sys
 import time
 
 import pytest
-import torch
 import yaml
 
 from pipeline.agents.resume import Resume
@@ -66,9 +65,11 @@ def _finish(proc) -> str:
 def _mark_state(path) -> int:
     """Put MARK first in the saved run's curve, the fingerprint kept: a run that resumes from
     this state ends with MARK in its curve, one that starts over cannot."""
-    state = torch.load(path, weights_only=False)  # the test's own file
+    header = json.loads(path.read_text())
+    resume = Resume(path.parent, header["fingerprint"], every=1)
+    state = resume.load()
     state["curve"] = [MARK, *state["curve"]]
-    torch.save(state, path)
+    resume.save(state)
     return int(state["step"])
 
 
@@ -90,7 +91,7 @@ def test_only_resumes_a_killed_cell_and_cell_starts_it_over(tmp_path):
     sigkill_once_saved(killed, state)
     time.sleep(1)  # the worker gets SIGTERM as its sweep dies: no later state may replace this one
     assert state.exists() and not result.exists()
-    saved = state.read_bytes()
+    saved = {p.name: p.read_bytes() for p in state.parent.iterdir()}  # state.json, tensors
     step = _mark_state(state)
 
     out = _finish(_sweep(tmp_path, "--only", "sac-*", "--progress-every", "0.01"))
@@ -102,7 +103,8 @@ def test_only_resumes_a_killed_cell_and_cell_starts_it_over(tmp_path):
 
     # the same killed state again, now under --cell: deleted, said so, and the run starts over
     state.parent.mkdir(parents=True)
-    state.write_bytes(saved)
+    for name, data in saved.items():
+        (state.parent / name).write_bytes(data)
     _mark_state(state)
     out = _finish(_sweep(tmp_path, "--cell", CELL))
     assert f"{CELL}: --cell deletes its resume state at step {step}" in out

@@ -442,7 +442,7 @@ def test_a_killed_ppo_training_resumes_to_the_uninterrupted_result(labelled, tmp
 
     assert train.main(argv(tmp_path / "whole")) == 0  # uninterrupted, in this process
     killed = start(tmp_path / "killed")  # a fresh interpreter, SIGKILLed
-    state = tmp_path / "killed" / "resume" / "state.pt"
+    state = tmp_path / "killed" / "resume" / "state.json"
     sigkill_once_saved(killed, state)
     assert state.exists() and not (tmp_path / "killed" / "model" / "agent.json").exists()
     assert train.main(argv(tmp_path / "killed")) == 0  # the rerun, in this process

@@ -8,7 +8,6 @@ reward comes from pipeline.shaping, applied by an env wrapper, so this file know
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from torch import nn
 from torch.distributions import Categorical
 from tqdm import tqdm
 
+from pipeline.agents import env_state
 from pipeline.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from pipeline.agents.resume import Resume
 from pipeline.config import Section, threads_field
@@ -298,9 +298,9 @@ def train_ppo(
 
     With `resume`, the whole loop state is saved every `resume.every` updates: networks,
     optimiser, normalisation statistics, the torch RNG, counters, the curve so far, and the
-    vector env's envs themselves (pickled mid-episode: cart states, time limits, episode
-    statistics, their RNGs, the hybrid wrapper's lock). A run that finds a saved state goes on
-    from it, to the uninterrupted run's result bit for bit on CPU."""
+    vector env's envs themselves (mid-episode, as plain values, pipeline.agents.env_state: cart
+    states, time limits, episode statistics, their RNGs, the hybrid wrapper's lock). A run that
+    finds a saved state goes on from it, to the uninterrupted run's result bit for bit on CPU."""
     torch.manual_seed(seed)
     envs = gym.vector.SyncVectorEnv(
         [lambda: _with_episode_stats(make_env) for _ in range(cfg.num_envs)],
@@ -345,13 +345,13 @@ def train_ppo(
     step, first = 0, 0
     if resume is not None:
         try:  # fail now, not at the first save
-            pickle.dumps(envs.envs)
-        except Exception as exc:
+            env_state.capture(envs.envs)
+        except TypeError as exc:
             envs.close()
             raise ValueError(
-                f"resumable PPO pickles its envs mid-episode, and these cannot be pickled ({exc}); "
-                f"set resume_every: 0 (or, for hybrid_ppo on MountainCar, "
-                f"position_table_spacing, which renders no frames)"
+                f"resumable PPO saves its envs mid-episode as plain values, and these hold "
+                f"something that has none ({exc}); set resume_every: 0 (or, for hybrid_ppo on "
+                f"MountainCar, position_table_spacing, which renders no frames)"
             ) from exc
     saved = resume.load() if resume is not None else None
     if saved is not None:
@@ -361,7 +361,7 @@ def train_ppo(
         obs_stats.mean, obs_stats.var, obs_stats.count = saved["obs_stats"]
         return_stats.mean, return_stats.var, return_stats.count = saved["return_stats"]
         discounted, x_t = saved["discounted"], saved["x_t"]
-        envs.envs = pickle.loads(saved["envs"])
+        env_state.restore(envs.envs, saved["envs"])  # into the envs just built, in place
         torch.set_rng_state(saved["torch_rng"])
     bar = tqdm(total=updates * batch, initial=step, desc="ppo", unit="step", disable=not progress)
     for update in range(first, updates):
@@ -373,7 +373,7 @@ def train_ppo(
                     "obs_stats": (obs_stats.mean, obs_stats.var, obs_stats.count),
                     "return_stats": (return_stats.mean, return_stats.var, return_stats.count),
                     "discounted": discounted.copy(), "x_t": x_t.clone(),
-                    "envs": pickle.dumps(envs.envs), "torch_rng": torch.get_rng_state(),
+                    "envs": env_state.capture(envs.envs), "torch_rng": torch.get_rng_state(),
                 }
             )  # fmt: skip
         if cfg.anneal_lr:
