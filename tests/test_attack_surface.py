@@ -3,7 +3,9 @@ disk can do to the pipeline.
 
 - A VLM answer is untrusted text: rendered into the audit page it must run nothing (checked in
   headless Chromium, with every row opened), and the Label Studio export must carry it as data.
-- A saved actor is a shared file: loading it must unpickle nothing (torch.export.load does).
+- A saved actor is a shared file: collect acts with an agent directory (safetensors), and loads a
+  torch.export file only when trusted (its loader can run code without a pickle; the sympify
+  payload is in tests/test_collect.py); even then nothing is unpickled.
 - Every call site that could unpickle is listed here with the reason it is safe; a new one fails.
   Resume states and sweep states are read without unpickling (none is listed).
 - An API key reaches no output, cache, telemetry, card, export or log.
@@ -173,7 +175,9 @@ SAFE_UNPICKLING = {
         "results of this process's own Ray actors, in Ray's object store: never a file"
     ),
     ("pipeline/rollouts/behaviours.py", "load_actor_program", "torch.export.load"): (
-        "refuses pickled payloads first, then loads with torch.load forced to weights_only"
+        "reached only for a file the user trusts (collect.<env>.trust_checkpoint_code: its sizes "
+        "are sympified, which can run code; tests/test_collect.py); refuses pickled payloads "
+        "first, then loads with torch.load forced to weights_only"
     ),
 }
 UNPICKLERS = {

@@ -1,14 +1,24 @@
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import zipfile
+from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
+from pipeline.agents.checkpoint import CheckpointError
+from pipeline.agents.off_policy import NetworkParams, SACParams
+from pipeline.agents.ppo import ActorCritic
+from pipeline.agents.sac import SACAgent
+from pipeline.config import ConfigError, parse_params
+from pipeline.rollouts.behaviours import CheckpointSourceError
 from pipeline.rollouts.collect import CollectError, collect, episode_seed
 from pipeline.rollouts.format import JOURNAL_NAME, MANIFEST_NAME
 from pipeline.rollouts.reader import iter_rollouts
@@ -16,6 +26,7 @@ from pipeline.rollouts.verify import verify_rollouts
 from tests.conftest import REPO, collect_cfg, env_cfg, tiny_params_dict, write_params
 
 MC = "MountainCar-v0"
+MCC = "MountainCarContinuous-v0"
 
 
 def _samples(rollout_dir):
@@ -150,7 +161,9 @@ def test_checkpoint_behaviour_runs_a_saved_actor(tmp_path):
     actor = Actor().eval()
     path = tmp_path / "actor.pt2"
     torch.export.save(torch.export.export(actor, (torch.zeros(1, 2),)), path)
-    cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(path), episodes=1)
+    cfg = collect_cfg(
+        behaviour="checkpoint", checkpoint=str(path), episodes=1, trust_checkpoint_code=True
+    )
     collect("MountainCarContinuous-v0", env_cfg(), cfg, tmp_path / "out", progress=False)
     samples = list(iter_rollouts(tmp_path / "out"))
     assert verify_rollouts(tmp_path / "out").ok
@@ -165,6 +178,123 @@ def test_checkpoint_behaviour_runs_a_saved_actor(tmp_path):
 def test_checkpoint_that_is_not_an_actor_is_a_clear_error(tmp_path):
     bogus = tmp_path / "actor.pt2"
     bogus.write_bytes(b"not a program")
-    cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(bogus))
+    cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(bogus), trust_checkpoint_code=True)
     with pytest.raises(ValueError, match=r"is not a torch\.export program"):
+        collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False)
+
+
+# ---- acting checkpoints: an agent directory, or a torch.export file only when trusted ---------
+
+
+def _sympify_payload(path: Path, marker: Path) -> Path:
+    """A torch.export program with a dynamic batch size whose symbolic size in models/model.json
+    makes `marker` when torch's deserializer sympifies it (issue 47, finding 1): no pickle."""
+
+    class Actor(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(2, 1)
+
+        def forward(self, state):
+            return torch.tanh(self.net(state))
+
+    clean = path.with_suffix(".clean.pt2")
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(
+        Actor(), (torch.zeros(2, 2),), dynamic_shapes={"state": {0: batch}}
+    )
+    torch.export.save(program, clean)
+    payload = f"__import__('os').mkdir({str(marker)!r}) or Symbol('"
+
+    def edit(name: str, data: bytes) -> bytes:
+        if not name.endswith("models/model.json"):
+            return data
+        text, n = re.subn(r"Symbol\('", lambda m: payload, data.decode(), count=1)
+        assert n == 1, "the program has a symbolic size to carry the payload"
+        return text.encode()
+
+    with zipfile.ZipFile(clean) as zin, zipfile.ZipFile(path, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info, edit(info.filename, zin.read(info.filename)))
+    return path
+
+
+def test_a_sympify_payload_runs_nothing_without_the_trust_setting(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # params.yaml paths are relative to the repository root
+    marker = tmp_path / "ran"
+    hostile = _sympify_payload(tmp_path / "actor.pt2", marker)
+    torch.export.load(hostile)  # the attack is real: plain loading runs the file's code
+    assert marker.is_dir(), "precondition: torch.export.load runs the payload"
+    marker.rmdir()
+
+    # refused by the params check, before DVC runs anything
+    raw = tiny_params_dict((MCC,), behaviour="checkpoint", checkpoint="actor.pt2")
+    with pytest.raises(
+        ConfigError, match=r"collect\.MountainCarContinuous-v0: .*trust_checkpoint_code: true"
+    ):
+        parse_params(raw)
+    # and by collect, for a file that appeared after the params were read
+    cfg = collect_cfg(behaviour="checkpoint", checkpoint="later.pt2", episodes=1)
+    hostile.rename(tmp_path / "later.pt2")
+    with pytest.raises(CheckpointSourceError) as caught:
+        collect(MCC, env_cfg(), cfg, tmp_path / "out", progress=False)
+    message = str(caught.value)
+    assert (
+        "\n" not in message and "collect.MountainCarContinuous-v0.trust_checkpoint_code" in message
+    )
+    assert not marker.exists() and not (tmp_path / "out").exists()
+    # the stage: one line on stderr, exit status 2, nothing run
+    from stages.collect import main
+
+    raw["collect"][MCC]["checkpoint"] = "later.pt2"
+    params = write_params(tmp_path / "params.yaml", raw)
+    capsys.readouterr()
+    assert main(["--params", str(params), "--env", MCC, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "trust_checkpoint_code: true" in err, err
+    assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+def test_a_trained_agents_directory_acts_in_collect(tmp_path):
+    """`checkpoint: models/<run>`: the agent train@<run> writes (safetensors and agent.json),
+    acting as deployed, deterministic; its weights are part of the collection's fingerprint."""
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    network = NetworkParams(obs="state", hidden_dim=16, feature_dim=8, frame_stack=1)
+    agent = SACAgent((2,), space, SACParams(network=network), seed=1)
+    directory = tmp_path / "models" / "tiny"
+    agent.save(directory, {"env": MCC, "run": "tiny"})
+    cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(directory), episodes=1)
+    collect(MCC, env_cfg(), cfg, tmp_path / "out", progress=False)
+    assert verify_rollouts(tmp_path / "out").ok
+    samples = list(iter_rollouts(tmp_path / "out"))
+    assert len(samples) > 2
+    for sample in samples[:-1]:
+        rec = sample.record
+        want = agent.act(np.asarray(rec["state"], np.float32), deterministic=True)
+        assert rec["behaviour"] == "checkpoint"
+        np.testing.assert_allclose(rec["action"], want, atol=1e-6)
+    # another agent in the same directory is another collection
+    SACAgent((2,), space, SACParams(network=network), seed=2).save(directory, {"env": MCC})
+    with pytest.raises(CollectError, match="--replace"):
+        collect(MCC, env_cfg(), cfg, tmp_path / "out", progress=False)
+
+
+def test_a_discrete_agents_directory_acts_in_collect(tmp_path):
+    agent = ActorCritic(2, 3, 8)
+    agent.save(tmp_path / "ppo", {"method": "ppo", "env": MC})
+    cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(tmp_path / "ppo"), episodes=1)
+    collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False)
+    for sample in list(iter_rollouts(tmp_path / "out"))[:-1]:
+        rec = sample.record
+        want = agent.act(np.asarray(rec["state"], np.float32), deterministic=True)
+        assert rec["action"] == want and rec["behaviour"] == "checkpoint"
+
+
+def test_a_checkpoint_that_is_missing_or_no_agent_is_one_line(tmp_path):
+    cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(tmp_path / "models" / "none"))
+    with pytest.raises(CheckpointSourceError, match=r"does not exist; point it at an agent"):
+        collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False)
+    (tmp_path / "models" / "empty").mkdir(parents=True)
+    cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(tmp_path / "models" / "empty"))
+    with pytest.raises(CheckpointError, match=r"agent\.json does not exist"):
         collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False)

@@ -4,6 +4,7 @@ method (pipeline.methods)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
@@ -16,12 +17,22 @@ from pipeline.config.teachers import TeacherConfig
 Behaviour = Literal["random", "checkpoint", "teacher", "rae", "agent"]
 
 
+def untrusted_checkpoint_message(checkpoint: str, where: str = "") -> str:
+    """Why a checkpoint file is refused without `trust_checkpoint_code`, and the two fixes."""
+    key = f"{where}.trust_checkpoint_code" if where else "trust_checkpoint_code"
+    return (
+        f"checkpoint {checkpoint} is a file (a torch.export program), and loading one can run code "
+        f"from it; point `checkpoint` at an agent directory (models/<run>) or, for a file you "
+        f"trust, set `{key}: true`"
+    )
+
+
 class CollectConfig(Section):
     """Rollout collection for one env (`collect.<env_id>` in params.yaml)."""
 
     behaviour: Behaviour = Field(
-        description="Who acts: `random` samples the action space; `checkpoint` runs a saved actor "
-        "(a torch.export program, see pipeline.rollouts.behaviours); `teacher` acts on the "
+        description="Who acts: `random` samples the action space; `checkpoint` runs a trained "
+        "agent (`checkpoint:`, see pipeline.rollouts.behaviours); `teacher` acts on the "
         "action answers of this section's `teacher`; `rae` alternates an explorer and the teacher (ERPv "
         "D.1, Random Alternating Exploration). Teacher answers go through the label cache."
     )
@@ -38,7 +49,19 @@ class CollectConfig(Section):
     )
     checkpoint: str | None = Field(
         default=None,
-        description="Actor file for behaviour `checkpoint`; must be null for other behaviours.",
+        description="Behaviour `checkpoint` (and an rae `checkpoint` explorer): an agent checkpoint "
+        "directory (`models/<run>`, what train@<run> writes: safetensors weights and a known "
+        "architecture, loaded without running anything from the files), or, only with "
+        "`trust_checkpoint_code: true`, a torch.export program file (`.pt2`). Must be null for "
+        "other behaviours.",
+    )
+    trust_checkpoint_code: bool = Field(
+        default=False,
+        description="Allow `checkpoint` to be a torch.export program file. Loading one can run "
+        "code from the file (torch's deserializer evaluates the program's symbolic sizes as "
+        "Python expressions; torch documents torch.export.load as unsafe for untrusted files), so "
+        "set it only for a file you made or trust. Not needed for an agent directory; default "
+        "false. It does not change the data, so it is not part of the collection's fingerprint.",
     )
     teacher_every_k: int = Field(
         default=10,
@@ -64,8 +87,9 @@ class CollectConfig(Section):
     )
     checkpoint_obs: Literal["state", "pixels"] = Field(
         default="state",
-        description="Which observation the checkpoint actor reads: `state` (float32, (1, n)) "
-        "or `pixels` (uint8, (1, 3, H, W)).",
+        description="Which observation a torch.export checkpoint reads: `state` (float32, "
+        "(1, n)) or `pixels` (uint8, (1, 3, H, W)). An agent directory reads what it was trained "
+        "on (its agent.json).",
     )
 
     @property
@@ -82,13 +106,21 @@ class CollectConfig(Section):
     def _checkpoint_matches_behaviour(self) -> CollectConfig:
         if self.uses_checkpoint and not self.checkpoint:
             raise ValueError(
-                f"behaviour {self.behaviour!r} needs `checkpoint: <path to actor file>`"
+                f"behaviour {self.behaviour!r} needs `checkpoint: <agent directory, models/<run>>`"
             )
         if not self.uses_checkpoint and self.checkpoint is not None:
             raise ValueError(
                 f"`checkpoint` is only read by behaviour 'checkpoint' or an rae checkpoint explorer "
                 f"(got behaviour {self.behaviour!r}); set it to null or change the behaviour"
             )
+        if self.trust_checkpoint_code and not self.uses_checkpoint:
+            raise ValueError(
+                f"`trust_checkpoint_code` applies to a checkpoint file, which behaviour "
+                f"{self.behaviour!r} does not read; remove it"
+            )
+        if self.checkpoint and Path(self.checkpoint).is_file() and not self.trust_checkpoint_code:
+            # early, before DVC runs anything; collect refuses it again at load (a file made later)
+            raise ValueError(untrusted_checkpoint_message(self.checkpoint))
         low, high = self.rae_switch_steps
         if not 1 <= low <= high:
             raise ValueError(

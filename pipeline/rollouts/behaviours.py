@@ -10,6 +10,7 @@ class here, with no change to the collector or the shard writer.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import pickle
@@ -21,10 +22,16 @@ from typing import Any, Protocol
 import numpy as np
 from gymnasium import spaces
 
+from pipeline.agents.checkpoint import AGENT_JSON, AGENT_WEIGHTS
 from pipeline.config import CollectConfig
+from pipeline.config.stages import untrusted_checkpoint_message
 from pipeline.envs import CONTEXT, PIXELS, STATE
+from pipeline.errors import PipelineError
+from pipeline.evaluation import deployed
+from pipeline.io import sha256_file
 from pipeline.labels.cache import LabelCache
 from pipeline.labels.tasks import parse_answer, render_prompt
+from pipeline.methods.table import load_agent
 from pipeline.rollouts.format import action_space_spec
 from pipeline.rollouts.writer import encode_png
 from pipeline.teachers.base import Reply, Teacher
@@ -56,6 +63,48 @@ class RandomBehaviour:
 
 class UnsafeActorError(ValueError):
     """A saved actor that could run code when loaded (it holds pickled objects)."""
+
+
+class CheckpointSourceError(PipelineError, ValueError):
+    """`collect.<env>.checkpoint` names nothing collect may load: a missing path, or a file (a
+    torch.export program, which can run code when loaded) without `trust_checkpoint_code`."""
+
+
+def check_checkpoint_source(cfg: CollectConfig, env_id: str) -> Path | None:
+    """The checkpoint `cfg` acts with, refused before anything is loaded or written where it is
+    missing, or a file without `collect.<env>.trust_checkpoint_code`: torch's deserializer of a
+    torch.export program evaluates the program's symbolic sizes as Python (`sympify`), so a
+    shared `.pt2` can run any command during collect, with no pickle in it. An agent directory
+    (safetensors and a known architecture) loads without running anything from its files."""
+    if not cfg.uses_checkpoint:
+        return None
+    assert cfg.checkpoint is not None  # enforced by CollectConfig
+    path = Path(cfg.checkpoint)
+    where = f"collect.{env_id}" if env_id else "collect.<env>"
+    if path.is_dir():
+        return path
+    if not path.exists():
+        raise CheckpointSourceError(
+            f"{where}.checkpoint: {path} does not exist; point it at an agent directory "
+            f"(models/<run>, train it first: `dvc repro train@<run>`)"
+        )
+    if not cfg.trust_checkpoint_code:
+        raise CheckpointSourceError(f"{where}: {untrusted_checkpoint_message(str(path), where)}")
+    return path
+
+
+def checkpoint_sha256(path: str | Path) -> str:
+    """What decides a checkpoint's actions, hashed: a file's bytes, or an agent directory's
+    agent.json and agent.safetensors (names and bytes; not a training state beside them)."""
+    path = Path(path)
+    if not path.is_dir():
+        return sha256_file(path)
+    digest = hashlib.sha256()
+    for name in (AGENT_JSON, AGENT_WEIGHTS):
+        file = path / name
+        digest.update(name.encode() + b"\0")
+        digest.update(sha256_file(file).encode() if file.exists() else b"missing")
+    return digest.hexdigest()
 
 
 @contextlib.contextmanager
@@ -95,11 +144,14 @@ def _pickled_members(archive: zipfile.ZipFile) -> list[str]:
 
 
 def load_actor_program(path: Path) -> Any:
-    """`torch.export.load(path)` of a saved actor, which may come from anyone (a shared checkpoint,
-    a download), without unpickling anything: torch.export.load unpickles payloads that are not
-    plain tensors (`torch.load(weights_only=False)`, `pickle.loads`), and unpickling runs code.
-    An archive with such payloads is refused (UnsafeActorError); every other `torch.load` inside
-    is forced to `weights_only=True`."""
+    """`torch.export.load(path)` of a saved actor without unpickling anything: torch.export.load
+    unpickles payloads that are not plain tensors (`torch.load(weights_only=False)`,
+    `pickle.loads`), and unpickling runs code. An archive with such payloads is refused
+    (UnsafeActorError); every other `torch.load` inside is forced to `weights_only=True`.
+
+    That is not enough to make a file from anyone safe: the deserializer also evaluates every
+    symbolic size in models/model.json as Python (`sympify`), which no check here can make safe.
+    Collect calls this only for a file the user trusts (`check_checkpoint_source`)."""
     import torch
 
     if not path.is_file():
@@ -124,9 +176,41 @@ def load_actor_program(path: Path) -> Any:
         raise ValueError(f"{path} is not a torch.export program ({hint}): {exc}") from exc
 
 
+class AgentCheckpointBehaviour:
+    """A trained agent of this pipeline (`models/<run>`: agent.json and agent.safetensors, rebuilt
+    by the method its agent.json names, `pipeline.methods.table.load_agent`), acting as deployed:
+    deterministic, frames stacked as in training, the observation it was trained on."""
+
+    tag = "checkpoint"
+
+    def __init__(self, directory: str | Path) -> None:
+        import torch
+
+        agent = load_agent(directory)
+        self.obs_key, self.directory = agent.obs_kind, Path(directory)
+        self.policy = deployed(agent, deterministic=True)
+        self._torch, self._fresh = torch, True
+
+    def reset(self, seed: int) -> None:
+        self._torch.manual_seed(seed)  # deterministic agents ignore it
+        self._fresh = True
+
+    def act(self, obs: dict[str, np.ndarray], info: dict[str, Any]) -> tuple[Any, str]:
+        if self.obs_key not in obs:
+            raise KeyError(
+                f"the agent in {self.directory} reads obs[{self.obs_key!r}] but the env returns "
+                f"{sorted(obs)}; set env.<id>.include_state: true"
+            )
+        if self._fresh:
+            self.policy.begin(obs)
+            self._fresh = False
+        return self.policy.act(obs), self.tag
+
+
 class CheckpointBehaviour:
     """A saved actor: a `torch.export` program (`torch.export.save`) mapping one observation
-    batch to actions, deterministic at collection time.
+    batch to actions, deterministic at collection time. Loading one can run code from the file
+    (see `check_checkpoint_source`): only with `collect.<env>.trust_checkpoint_code`.
 
     Input: `state` as float32 (1, n), or `pixels` as uint8 (1, 3, H, W).
     Output: continuous envs, an action (1, action_dim), clipped to the action bounds, because the
@@ -175,7 +259,7 @@ def make_behaviour(
     if cfg.behaviour == "random":
         return RandomBehaviour(action_space)
     if cfg.behaviour == "checkpoint":
-        return _checkpoint(cfg, action_space)
+        return _checkpoint(cfg, action_space, env_id)
     if cfg.behaviour == "agent":
         raise ValueError("behaviour 'agent' acts with an agent that the round stage passes in")
     if teacher is None or cache is None:
@@ -185,7 +269,7 @@ def make_behaviour(
         return acting_teacher
     if cfg.behaviour == "rae":
         explorer = (
-            _checkpoint(cfg, action_space)
+            _checkpoint(cfg, action_space, env_id)
             if cfg.explorer == "checkpoint"
             else RandomBehaviour(action_space)
         )
@@ -193,10 +277,15 @@ def make_behaviour(
     raise ValueError(f"unknown behaviour {cfg.behaviour!r}")
 
 
-def _checkpoint(cfg: CollectConfig, action_space: spaces.Space) -> CheckpointBehaviour:
-    assert cfg.checkpoint is not None  # enforced by CollectConfig
+def _checkpoint(
+    cfg: CollectConfig, action_space: spaces.Space, env_id: str
+) -> AgentCheckpointBehaviour | CheckpointBehaviour:
+    path = check_checkpoint_source(cfg, env_id)
+    assert path is not None  # the behaviour uses a checkpoint
+    if path.is_dir():
+        return AgentCheckpointBehaviour(path)
     obs_key = STATE if cfg.checkpoint_obs == "state" else PIXELS
-    return CheckpointBehaviour(cfg.checkpoint, obs_key, action_space)
+    return CheckpointBehaviour(path, obs_key, action_space)
 
 
 class TeacherBehaviour:

@@ -31,7 +31,12 @@ from pipeline.labels.cache import LabelCache
 from pipeline.labels.parsers import PARSER_VERSION
 from pipeline.labels.schema import label_schema
 from pipeline.labels.tasks import load_template
-from pipeline.rollouts.behaviours import Behaviour, make_behaviour
+from pipeline.rollouts.behaviours import (
+    Behaviour,
+    check_checkpoint_source,
+    checkpoint_sha256,
+    make_behaviour,
+)
 from pipeline.rollouts.format import (
     FORMAT_VERSION,
     JOURNAL_NAME,
@@ -90,6 +95,11 @@ class Acting:
     record: dict[str, Any]
 
 
+# settings that decide nothing about the samples: out of the fingerprint and the manifest, so
+# that adding one leaves existing collections (and their DVC hashes) as they are
+_NOT_DATA = {"trust_checkpoint_code"}
+
+
 def collection_fingerprint(
     env_id: str,
     env_cfg: EnvConfig,
@@ -103,13 +113,13 @@ def collection_fingerprint(
         "env_id": env_id,
         "env": env_cfg.model_dump(),
         # the acting teacher is identified below by what decides its answers, not its settings
-        "collect": collect_cfg.model_dump(exclude={"episodes", "teacher"}),
+        "collect": collect_cfg.model_dump(exclude={"episodes", "teacher", *_NOT_DATA}),
     }
     if acting is not None:
         settings["acting_agent"] = acting.record
     if collect_cfg.checkpoint is not None:
         # the actor's bytes, not its path, decide what it does
-        settings["checkpoint_sha256"] = sha256_file(collect_cfg.checkpoint)
+        settings["checkpoint_sha256"] = checkpoint_sha256(collect_cfg.checkpoint)
     if collect_cfg.uses_teacher:
         if teacher is None:
             raise CollectError(
@@ -135,7 +145,7 @@ def _settings_record(
     return {
         **extra,
         "env": env_cfg.model_dump(),
-        "collect": collect_cfg.model_dump(mode="json", exclude={"teacher"}),
+        "collect": collect_cfg.model_dump(mode="json", exclude={"teacher", *_NOT_DATA}),
         # who acted in the teacher phases (None: no teacher acted); labels come from label@<env>
         "acting_teacher": None
         if teacher is None or not collect_cfg.uses_teacher
@@ -310,6 +320,7 @@ def collect(
     and attempts in `telemetry_dir` (outside the rollouts: not hashed by DVC) when given.
     """
     out_dir = Path(out_dir)
+    check_checkpoint_source(collect_cfg, env_id)  # before anything is loaded or written
     out_dir.mkdir(parents=True, exist_ok=True)
     if (collect_cfg.behaviour == "agent") != (acting is not None):
         raise CollectError(
