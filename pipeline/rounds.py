@@ -45,7 +45,7 @@ from pipeline.errors import PipelineError
 from pipeline.evaluation import Agent, deployed
 from pipeline.io import atomic_write_json, sha256_file
 from pipeline.labelling.audit import write_audit
-from pipeline.labelling.label import label_rollouts
+from pipeline.labelling.label import label_rollouts, teacher_settings
 from pipeline.masks import make_mask_backend
 from pipeline.masks.compute import compute_masks
 from pipeline.methods.base import TrainInputs
@@ -180,7 +180,8 @@ def run_round(
             raise RoundError(f"{data_dir.parent / n} is not built: run `dvc repro round@{n}` first")
     labels = data_dir / "labels.parquet"
     labelled = label_rollouts(
-        rollouts, label_cfg, make_teacher(label_cfg.teacher), caches_dir / LABEL_CACHE, labels,
+        rollouts, label_cfg, make_teacher(label_cfg.teacher, teacher_settings(params.label, env_id)),
+        caches_dir / LABEL_CACHE, labels,
         # the acting teacher's answers bought while collecting the env's data (RAE) count too
         read_also=[Path("data/label_cache") / env_id,
                    *[p for p in [Path("data/rollouts") / env_id / TEACHER_CACHE_DIR] if p.is_dir()],

@@ -40,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--env {args.env!r} is not in {args.params} `envs`: {params.envs}")
         collect_cfg = params.collect[args.env]
         # the acting teacher (collect.<env>.teacher), not the labelling one (label.teacher)
-        teacher = make_teacher(collect_cfg.teacher) if collect_cfg.uses_teacher else None
+        teacher = (
+            make_teacher(collect_cfg.teacher, f"collect.{args.env}.teacher")
+            if collect_cfg.uses_teacher
+            else None
+        )
         manifest = collect(
             args.env,
             params.env[args.env],

@@ -335,3 +335,19 @@ def test_a_malformed_corrections_file_stops_the_gate(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "MountainCar-v0.jsonl:1: not JSON" in err and "Nothing was run" in err
     assert not out.exists()
+
+
+def test_an_unset_api_key_is_named_by_the_gate(tmp_path, capsys, monkeypatch):
+    """A warning, not a refusal: a run the cache answers alone needs no key."""
+    from stages import check_params as check_params_stage
+
+    monkeypatch.delenv("VLMRL_UNSET_KEY", raising=False)
+    raw = tiny_params_dict(("MountainCar-v0",))
+    raw["label"]["per_env"]["MountainCar-v0"] = {"teacher": {
+        "backend": "openai", "reliability": 1.0, "seed": 0,
+        "openai": {"base_url": "http://127.0.0.1:1/v1", "model": "m", "revision": "r",
+                   "api_key_env": "VLMRL_UNSET_KEY"}}}  # fmt: skip
+    path = write_params(tmp_path / "params.yaml", raw)
+    assert check_params_stage.main(["--params", str(path), "--out", str(tmp_path / "c")]) == 0
+    err = capsys.readouterr().err
+    assert "label.per_env.MountainCar-v0.teacher.openai.api_key_env: $VLMRL_UNSET_KEY" in err

@@ -17,12 +17,13 @@ import polars as pl
 import pytest
 
 from pipeline.config import TeacherConfig
-from pipeline.labelling.label import LabelError, label_rollouts
+from pipeline.labelling.label import label_rollouts
 from pipeline.labels.status import ParseStatus
 from pipeline.labels.tasks import render_prompt
 from pipeline.rollouts.collect import collect
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.teachers import make_teacher
+from pipeline.teachers.base import TeacherUnavailableError
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 from tests.factories import build_tiny_qwen2_vl
 
@@ -118,6 +119,23 @@ class _Scripted(BaseHTTPRequestHandler):
 
     script: ClassVar[list] = []
     seen: ClassVar[list] = []
+    # GET /v1/models: (status, body) or (delay_s, status, body); None: no such endpoint (404)
+    models: ClassVar[tuple | None] = None
+
+    def do_GET(self):
+        reply = type(self).models
+        if reply is None:
+            self.send_response(404)
+            self.end_headers()
+            return
+        delay, status, body = reply if len(reply) == 3 else (0, *reply)
+        time.sleep(delay)
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self):
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -150,7 +168,7 @@ class _Scripted(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def scripted_server():
-    _Scripted.script, _Scripted.seen = [], []
+    _Scripted.script, _Scripted.seen, _Scripted.models = [], [], None
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -219,19 +237,68 @@ def test_length_limited_answers_are_truncated(scripted_server, rollouts, tmp_pat
     assert set(pl.read_parquet(tmp_path / "t.parquet")["parse_status"]) == {"truncated"}
 
 
-def test_unreachable_server_is_a_clear_error(rollouts, tmp_path):
+def _label(rollouts, tmp_path, teacher):
+    return label_rollouts(
+        rollouts, label_cfg(), teacher, tmp_path / "c", tmp_path / "t.parquet", progress=False
+    )
+
+
+def test_unreachable_server_is_named_with_its_setting_before_any_prompt(rollouts, tmp_path):
     url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    teacher = make_teacher(
+        TeacherConfig(backend="openai", reliability=1.0, seed=0, openai={
+            "base_url": url, "model": "tiny", "revision": "r1"}),  # the defaults: 3 retries
+        "label.per_env.MountainCar-v0.teacher",
+    )  # fmt: skip
     with pytest.raises(
-        LabelError, match=r"answered none of the first .* cannot reach http://127\.0\.0\.1"
+        TeacherUnavailableError,
+        match=rf"cannot reach {url} \(label\.per_env\.MountainCar-v0\.teacher\.openai\.base_url\)",
     ):
-        label_rollouts(
-            rollouts,
-            label_cfg(),
-            _teacher(url, max_retries=0),
-            tmp_path / "c",
-            tmp_path / "t.parquet",
-            progress=False,
-        )
+        _label(rollouts, tmp_path, teacher)
+
+
+def test_a_server_that_refuses_the_key_names_the_key_setting(scripted_server, rollouts, tmp_path,
+                                                            monkeypatch):  # fmt: skip
+    url, handler = scripted_server
+    handler.models = (401, {"error": {"message": "invalid api key"}})
+    monkeypatch.setenv("VLMRL_TEST_KEY", "sk-wrong-key-123456")
+    with pytest.raises(TeacherUnavailableError, match=r"refused the request \(HTTP 401\).*"
+                       r"\$VLMRL_TEST_KEY \(<teacher>\.openai\.api_key_env\)"):  # fmt: skip
+        _label(rollouts, tmp_path, _teacher(url, api_key_env="VLMRL_TEST_KEY"))
+    monkeypatch.delenv("VLMRL_TEST_KEY")
+    with pytest.raises(TeacherUnavailableError, match=r"VLMRL_TEST_KEY .*api_key_env\) is not set"):
+        _teacher(url, api_key_env="VLMRL_TEST_KEY")
+    assert handler.seen == []  # no prompt was sent
+
+
+def test_a_hung_server_fails_at_the_probe_naming_timeout_s(scripted_server, rollouts, tmp_path):
+    url, handler = scripted_server
+    handler.models = (2.0, 200, {"data": []})  # answers after the timeout
+    with pytest.raises(
+        TeacherUnavailableError, match=r"within 0\.5 s \(<teacher>\.openai\.timeout_s\)"
+    ):
+        _label(rollouts, tmp_path, _teacher(url, timeout_s=0.5))
+
+
+def test_another_model_served_is_named(scripted_server, rollouts, tmp_path):
+    url, handler = scripted_server
+    handler.models = (200, {"object": "list", "data": [{"id": "qwen", "object": "model",
+                                                        "created": 0, "owned_by": "me"}]})  # fmt: skip
+    with pytest.raises(
+        TeacherUnavailableError, match=r"serves \['qwen'\], not 'tiny' \(<teacher>\.openai\.model\)"
+    ):
+        _label(rollouts, tmp_path, _teacher(url))
+
+
+def test_the_circuit_breaker_stops_a_server_that_dies_mid_run(scripted_server, rollouts, tmp_path):
+    """Two answers, then every request fails: the stage stops after max_consecutive_failures
+    requests in a row, not after every prompt of the run."""
+    url, handler = scripted_server
+    handler.script = [(0, 200, "milestone: BOTTOM")] * 2 + [(0, 503, "")] * 1000
+    teacher = _teacher(url, max_retries=0, concurrency=1, max_consecutive_failures=3)
+    with pytest.raises(TeacherUnavailableError, match=r"3 requests in a row .*\.max_consecutive_failures"):
+        _label(rollouts, tmp_path, teacher)
+    assert len(handler.seen) == 2 + 3
 
 
 def test_teacher_id_names_the_revision_and_answers_record_the_server_build(

@@ -51,6 +51,14 @@ class OpenAITeacherConfig(Section):
         default=False,
         description="Send a JSON-schema response_format (structured output; vLLM supports it).",
     )
+    max_consecutive_failures: int = Field(
+        default=16,
+        ge=1,
+        description="Circuit breaker: this many requests in a row that get no answer (after "
+        "their retries) stop the stage with an error, instead of labelling on against a server "
+        "that died or hung. Each such request costs up to (1 + max_retries) * timeout_s plus "
+        "the backoff, `concurrency` at a time.",
+    )
 
 
 class PolicyTeacherConfig(Section):

@@ -50,6 +50,12 @@ class LabelError(PipelineError, RuntimeError):
     pass
 
 
+def teacher_settings(label: LabelConfig, env_id: str) -> str:
+    """Where in params.yaml the teacher that labels `env_id` is configured (for messages)."""
+    own = label.per_env.get(env_id)
+    return f"label.per_env.{env_id}.teacher" if own and own.teacher else "label.teacher"
+
+
 @dataclass
 class LabelSummary:
     queried: int = 0  # prompts (queried frames x tasks)
@@ -245,9 +251,16 @@ def label_rollouts(
         disable=not progress,
     )
 
+    probed = [False]
+
     def flush() -> None:
         if not batch:
             return
+        if not probed[0]:  # before the first call, not before a run the cache answers alone
+            probe = getattr(teacher, "probe", None)
+            if probe is not None:
+                probe()  # a served teacher says what is wrong, naming the setting
+            probed[0] = True
         unique = [same_key[0] for same_key in batch.values()]
         replies = teacher.answer([p.prompt for p in unique])
         if len(replies) != len(unique):
@@ -268,16 +281,23 @@ def label_rollouts(
             first = replies[0]
             raise LabelError(
                 f"teacher {teacher.teacher_id} answered none of the first {len(unique)} prompts "
-                f"({first.error}: {first.error_detail}); is the server reachable?"
+                f"({first.error}: {first.error_detail}); check its settings"
             )
         # one atomic segment per batch: a kill loses at most this batch
         store_replies(cache, teacher, [p.prompt for p in unique], replies)
         batch.clear()
         done = summary.queried
-        failed = sum(n for s, n in summary.statuses.items() if s not in LABELLED_STATUSES)
+        no_answer = summary.transport_failures
+        unparsed = sum(
+            n for s, n in summary.statuses.items()
+            if s not in LABELLED_STATUSES and s not in TRANSPORT_FAILURES
+        )  # fmt: skip
         bar.set_postfix(
-            answers_per_s=f"{done / (time.perf_counter() - started):.1f}",
-            parse_fail=f"{failed / max(1, summary.teacher_calls + summary.cache_hits):.0%}",
+            prompts=done,
+            calls=summary.teacher_calls,
+            prompts_per_s=f"{done / (time.perf_counter() - started):.1f}",
+            no_answer=no_answer,
+            parse_fail=f"{unparsed / max(1, done - no_answer):.0%}",
         )
 
     if cfg.executor == "ray":

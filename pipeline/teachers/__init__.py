@@ -8,7 +8,8 @@ from pipeline.teachers.base import Reply, Teacher
 __all__ = ["Reply", "Teacher", "make_teacher"]
 
 
-def make_teacher(cfg: TeacherConfig) -> Teacher:
+def make_teacher(cfg: TeacherConfig, where: str = "<teacher>") -> Teacher:
+    """The teacher `cfg` describes; `where`: its params.yaml path, for messages."""
     if cfg.backend == "scripted":
         from pipeline.teachers.scripted import ScriptedTeacher
 
@@ -33,7 +34,7 @@ def make_teacher(cfg: TeacherConfig) -> Teacher:
         from pipeline.teachers.openai_api import OpenAITeacher
 
         assert cfg.openai is not None  # enforced by TeacherConfig
-        return OpenAITeacher(**cfg.openai.model_dump())
+        return OpenAITeacher(**cfg.openai.model_dump(), where=f"{where}.openai")
     if cfg.backend == "policy":
         from pipeline.teachers.policy import PolicyTeacher
 

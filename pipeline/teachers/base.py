@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pipeline.errors import PipelineError
 from pipeline.labels.status import ParseStatus
 from pipeline.labels.tasks import Prompt
 
@@ -44,6 +45,11 @@ class Reply:
         if self.text is not None:
             object.__setattr__(self, "text", valid_unicode(self.text))
         object.__setattr__(self, "error_detail", valid_unicode(self.error_detail))
+
+
+class TeacherUnavailableError(PipelineError, RuntimeError):
+    """A served teacher cannot answer (unreachable, refuses the key, hung, serves another model);
+    the message names the setting that configured it."""
 
 
 class Teacher(Protocol):

@@ -7,6 +7,12 @@ and 5xx. A request that never gets an answer becomes a reply with status `timeou
 With `json_schema`, a JSON-schema `response_format` asks the server for structured output (vLLM
 supports it); the parsers read JSON objects and the `key: value` text format alike.
 
+Before its first request a stage calls `probe`: one GET of the server's model list, whose
+failure names the setting to fix (unreachable: `base_url`; HTTP 401/403: `api_key_env`; no
+answer: `timeout_s`; another model served: `model`). A circuit breaker stops the stage after
+`max_consecutive_failures` requests in a row got no answer. httpx's one log line per request is
+silenced.
+
 The API key never leaves this object: a server (or proxy) that echoes it back, in an error
 message or an answer, has it replaced by `<api key>` before the text is recorded anywhere. A body
 that is not a JSON completion (an HTML error page, invalid UTF-8) is an `http_error` row.
@@ -17,6 +23,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,11 +31,12 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline.labels.schema import label_schema
-from pipeline.labels.status import ParseStatus
+from pipeline.labels.status import TRANSPORT_FAILURES, ParseStatus
 from pipeline.labels.tasks import Prompt
-from pipeline.teachers.base import Reply
+from pipeline.teachers.base import Reply, TeacherUnavailableError
 
 log = logging.getLogger(__name__)
+logging.getLogger("httpx").setLevel(logging.WARNING)  # not one INFO line per request
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 API_KEY_REDACTED = "<api key>"
@@ -70,14 +78,22 @@ class OpenAITeacher:
         concurrency: int,
         max_tokens: int,
         json_schema: bool,
+        max_consecutive_failures: int = 16,
+        where: str = "<teacher>.openai",
     ) -> None:
+        """`where`: the params.yaml path of these settings, for messages."""
         from openai import OpenAI
 
         api_key = os.environ.get(api_key_env, "") if api_key_env else ""
         if api_key_env and not api_key:
-            raise ValueError(
-                f"environment variable {api_key_env} (label.teacher.openai.api_key_env) is not set"
+            raise TeacherUnavailableError(
+                f"environment variable {api_key_env} ({where}.api_key_env) is not set: export "
+                "the API key in it, or set api_key_env to null for a server without keys"
             )
+        self.where, self.timeout_s, self.api_key_env = where, timeout_s, api_key_env
+        self.max_consecutive_failures = max_consecutive_failures
+        self._failures_in_a_row, self._tripped = 0, ""
+        self._lock = threading.Lock()
         # Retries are ours (counted per row), so the client's own are off.
         self._api_key = api_key
         self._client = OpenAI(
@@ -123,8 +139,68 @@ class OpenAITeacher:
             return text
         return text.replace(self._api_key, API_KEY_REDACTED)
 
+    def probe(self) -> None:
+        """One GET of the server's model list; raises TeacherUnavailableError naming the setting
+        to fix. A server without the endpoint (404, 405, 501) is not checked further."""
+        import openai
+
+        where, url = self.where, self.base_url
+        try:
+            served = [m.id for m in self._client.models.list().data]
+        except openai.APITimeoutError:
+            raise TeacherUnavailableError(
+                f"{url} did not answer within {self.timeout_s} s ({where}.timeout_s): is it "
+                "overloaded or hung? A slow model may need a larger timeout_s"
+            ) from None
+        except openai.APIConnectionError as exc:
+            raise TeacherUnavailableError(
+                f"cannot reach {url} ({where}.base_url): is the server running, and is the URL "
+                f"right (up to /v1)? ({self._redact(str(exc))})"
+            ) from None
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            key = (
+                f"the key in ${self.api_key_env} ({where}.api_key_env)"
+                if self.api_key_env
+                else f"no key: set {where}.api_key_env to the variable that holds one"
+            )
+            raise TeacherUnavailableError(
+                f"{url} refused the request (HTTP {exc.status_code}): it was sent {key}"
+            ) from None
+        except openai.APIStatusError as exc:
+            if exc.status_code in (404, 405, 501):  # no model list here: nothing to check
+                return
+            raise TeacherUnavailableError(
+                f"{url} answered HTTP {exc.status_code} to GET /models ({where}.base_url): "
+                f"{self._redact(exc.message)[:300]}"
+            ) from None
+        except ValueError as exc:  # not JSON: not an OpenAI-compatible API at that URL
+            raise TeacherUnavailableError(
+                f"{url} does not answer as an OpenAI-compatible API ({where}.base_url should end "
+                f"in /v1): {type(exc).__name__}"
+            ) from None
+        if served and self.model not in served:
+            raise TeacherUnavailableError(
+                f"{url} serves {served[:5]}, not {self.model!r} ({where}.model)"
+            )
+
     def _ask(self, prompt: Prompt) -> Reply:
+        if self._tripped:  # the rest of a batch after the breaker tripped: not sent
+            raise TeacherUnavailableError(self._tripped)
         reply = self._ask_once(prompt)
+        with self._lock:
+            if reply.error in TRANSPORT_FAILURES:
+                self._failures_in_a_row += 1
+                if self._failures_in_a_row >= self.max_consecutive_failures and not self._tripped:
+                    self._tripped = (
+                        f"{self._failures_in_a_row} requests in a row to {self.base_url} got no "
+                        f"answer (last: {reply.error}: {self._redact(reply.error_detail)[:300]}); "
+                        f"stopped by {self.where}.max_consecutive_failures. Earlier batches' "
+                        "answers are cached: rerun once the server answers"
+                    )
+            else:
+                self._failures_in_a_row = 0
+        if self._tripped:
+            raise TeacherUnavailableError(self._tripped)
         if reply.text is None:
             return replace(reply, error_detail=self._redact(reply.error_detail))
         return replace(reply, text=self._redact(reply.text))
