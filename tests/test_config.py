@@ -19,8 +19,17 @@ def test_unknown_key_is_named_with_the_allowed_keys():
     with pytest.raises(ConfigError) as err:
         parse_params(raw)
     msg = str(err.value)
-    assert "collect.MountainCar-v0.episodse: unknown key" in msg
+    assert "collect.MountainCar-v0.episodse: unknown key (did you mean 'episodes'?)" in msg
     assert "episodes" in msg and "shard_max_samples" in msg
+
+
+def test_a_near_miss_in_a_method_section_gets_a_did_you_mean():
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["erpv"]["lamda_1"] = 3.0
+    with pytest.raises(
+        ConfigError, match=r"erpv\.lamda_1: unknown key \(did you mean 'lambda_1'\?\)"
+    ):
+        check_params(parse_params(raw))
 
 
 def test_unknown_top_level_section_is_named():

@@ -3,6 +3,7 @@ error messages that name the key, the bad value and the fix."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -31,7 +32,9 @@ def format_error(err: dict[str, Any], root: type[BaseModel], prefix: str = "") -
     loc = ".".join([*([prefix] if prefix else []), *(str(part) for part in err["loc"])])
     if err["type"] == "extra_forbidden":
         allowed = allowed_keys(root, err["loc"][:-1])
-        return f"{loc}: unknown key; allowed keys: {', '.join(allowed)}"
+        close = difflib.get_close_matches(str(err["loc"][-1]), allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"{loc}: unknown key{hint}; allowed keys: {', '.join(allowed)}"
     if err["type"] == "missing":
         return f"{loc}: missing required key"
     msg = err["msg"].removeprefix("Value error, ")
