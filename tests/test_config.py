@@ -171,7 +171,7 @@ def test_teacher_backend_needs_its_settings():
     }
     with pytest.raises(
         ConfigError,
-        match=r"label\.teacher\.openai\.timeot_s: unknown key; allowed keys: api_key_env",
+        match=r"label\.teacher\.openai\.timeot_s: unknown key \(did you mean 'timeout_s'\?\); allowed keys: api_key_env",
     ):
         parse_params(raw)
 
