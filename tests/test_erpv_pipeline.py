@@ -162,12 +162,12 @@ def test_a_killed_training_resumes_to_the_uninterrupted_result(pipeline_dir, tmp
         code = f"from stages.train import main; raise SystemExit(main({argv(out)!r}))"
         return subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
 
-    assert run(tmp_path / "whole").wait(timeout=300) == 0
+    assert run(tmp_path / "whole").wait() == 0
     killed = run(tmp_path / "killed")
     state = tmp_path / "killed" / "resume" / "state.json"
     sigkill_once_saved(killed, state)
     assert state.exists() and not (tmp_path / "killed" / "model" / "agent.json").exists()
-    assert run(tmp_path / "killed").wait(timeout=300) == 0
+    assert run(tmp_path / "killed").wait() == 0
     assert not (tmp_path / "killed" / "resume").exists()  # cleared once finished
     for name in ("model/agent.safetensors", "model/agent.json", "summary.json"):
         whole, resumed = tmp_path / "whole" / name, tmp_path / "killed" / name

@@ -21,7 +21,13 @@ from torch.distributions import Categorical
 from tqdm import tqdm
 
 from pipeline.agents import env_state
-from pipeline.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from pipeline.agents.checkpoint import (
+    CheckpointError,
+    load_module,
+    read_checkpoint,
+    weights_path,
+    write_checkpoint,
+)
 from pipeline.agents.resume import Resume
 from pipeline.config import Section, threads_field
 
@@ -229,7 +235,7 @@ class ActorCritic(nn.Module):
             normalize_obs=meta.get("normalize_obs", False),
             clip_obs=meta.get("clip_obs", 10.0),
         )
-        agent.load_state_dict(tensors)
+        load_module(agent, tensors, weights_path(directory))
         return agent.eval()
 
     def evaluate_input(
