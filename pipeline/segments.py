@@ -86,12 +86,15 @@ class SegmentStore:
         read_also: Sequence[str | Path] = (),
         name: str = "cache",
         rebuild: str = "the stage that writes it",
+        added_later: Sequence[str] = (),
     ) -> None:
         """`name` and `rebuild` (the command that recomputes the entries, e.g. `dvc repro
-        label@<env>`) go into every error about a segment."""
+        label@<env>`) go into every error about a segment. `added_later`: trailing columns of
+        `schema` that segments written before them lack; such a segment reads them as null."""
         if "key" not in schema:
             raise ValueError("a segment store schema needs a `key` column")
         self.root, self.schema, self.name, self.rebuild = Path(root), schema, name, rebuild
+        self.added_later = tuple(added_later)
         self.root.mkdir(parents=True, exist_ok=True)
         self._rows: dict[str, dict[str, Any]] = {}
         for other in read_also:
@@ -106,6 +109,11 @@ class SegmentStore:
                 f"{self.name} segment {path} is unreadable ({type(exc).__name__}: {exc}); move it "
                 f"out of the directory and rerun {self.rebuild} to recompute its entries"
             ) from None
+        older = [c for c in self.schema if c not in self.added_later]
+        if self.added_later and frame.columns == older:
+            frame = frame.with_columns(
+                pl.lit(None, dtype=self.schema[c]).alias(c) for c in self.added_later
+            )
         if frame.columns != list(self.schema):
             raise StoreError(
                 f"{self.name} segment {path} has columns {frame.columns}, this code reads "

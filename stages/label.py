@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.out}: {summary.rows} rows; {summary.queried} prompts, {summary.cache_hits} from "
         f"the cache, {summary.teacher_calls} teacher calls; {statuses}"
     )
+    print(f"{args.out}: {summary.cost_line()} (ERPv table 14's Qwen2-VL-7B: 6.95 s per call)")
     if summary.corrected or summary.corrections_unused:
         print(
             f"{args.corrections}: {summary.corrected} answers replaced by a person's correction"

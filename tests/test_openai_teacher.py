@@ -153,6 +153,7 @@ class _Scripted(BaseHTTPRequestHandler):
         payload = {
             "id": "x", "object": "chat.completion", "created": 0, "model": request["model"],
             "system_fingerprint": "fp_scripted",
+            "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105},
             "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": text}}],
         }  # fmt: skip
         data = json.dumps(payload).encode()
@@ -296,7 +297,9 @@ def test_the_circuit_breaker_stops_a_server_that_dies_mid_run(scripted_server, r
     url, handler = scripted_server
     handler.script = [(0, 200, "milestone: BOTTOM")] * 2 + [(0, 503, "")] * 1000
     teacher = _teacher(url, max_retries=0, concurrency=1, max_consecutive_failures=3)
-    with pytest.raises(TeacherUnavailableError, match=r"3 requests in a row .*\.max_consecutive_failures"):
+    with pytest.raises(
+        TeacherUnavailableError, match=r"3 requests in a row .*\.max_consecutive_failures"
+    ):
         _label(rollouts, tmp_path, teacher)
     assert len(handler.seen) == 2 + 3
 
@@ -320,3 +323,44 @@ def test_teacher_id_names_the_revision_and_answers_record_the_server_build(
     ask_through_cache(cache, _teacher(url), prompt)
     hit, cached = ask_through_cache(LabelCache(tmp_path / "cache"), _teacher(url), prompt)
     assert cached and hit.system_fingerprint == "fp_scripted"
+
+
+def test_the_calls_cost_is_counted_in_tokens_and_seconds(scripted_server, rollouts, tmp_path):
+    """The server's `usage` reaches the run's summary, the telemetry store and the audit's cost
+    table; a telemetry segment written before tokens were kept still reads (tokens unknown)."""
+    import polars as pl
+
+    from pipeline.labelling.audit import call_latency
+    from pipeline.labels.cache import open_telemetry
+
+    url, handler = scripted_server
+    summary = label_rollouts(
+        rollouts, label_cfg(), _teacher(url), tmp_path / "c", tmp_path / "t.parquet",
+        telemetry_dir=tmp_path / "telemetry", progress=False,
+    )  # fmt: skip
+    calls = summary.teacher_calls
+    assert calls == len(handler.seen) > 0 and summary.calls_without_usage == 0
+    assert (summary.prompt_tokens, summary.completion_tokens) == (100 * calls, 5 * calls)
+    assert (
+        f"{calls} teacher calls in" in summary.cost_line()
+        and "completion tokens" in summary.cost_line()
+    )
+    costs = call_latency(tmp_path / "t.parquet", tmp_path / "telemetry")
+    assert sum(c["prompt_tokens"] for c in costs.values()) == 100 * calls
+    assert sum(c["calls_with_usage"] for c in costs.values()) == calls
+    # a segment of the earlier format (no token columns) beside the new ones
+    old = pl.DataFrame({"key": ["k-old"], "teacher_id": ["t"], "task": ["action"],
+                        "latency_s": [0.5], "attempts": [1]})  # fmt: skip
+    import hashlib
+    import io
+
+    from pipeline.segments import SegmentStore  # noqa: F401  (the store reads it by name)
+
+    buf = io.BytesIO()
+    old.write_parquet(buf)
+    data = buf.getvalue()
+    (tmp_path / "telemetry" / f"segment-{hashlib.sha256(data).hexdigest()}.parquet").write_bytes(
+        data
+    )
+    row = open_telemetry(tmp_path / "telemetry").get("k-old")
+    assert row["latency_s"] == 0.5 and row["prompt_tokens"] is None

@@ -292,7 +292,7 @@ deterministic reference scripts with injected failures. Its figures say nothing 
 <td>{% if n %}{{ n }} ({{ '%.0f' % (100 * n / total) }} %){% else %}·{% endif %}</td>{% endfor %}</tr>{% endif %}{% endfor %}
 </table>
 
-<h2>Latency per answer (s)</h2>
+<h2>What the calls cost: latency per answer (s), seconds and tokens</h2>
 <div id="latency"><p class="note">No call telemetry beside this page: latency is kept on the machine
 that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</p></div>
 {% if telemetry_js %}<script src="{{ telemetry_js }}"></script>{% endif %}
@@ -302,11 +302,15 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
   if (!t) return;
   var rows = Object.keys(t).map(function (task) {
     var p = t[task], f = function (q) { return q in p ? p[q].toFixed(4) : "-"; };
+    var tokens = p.calls_with_usage ? p.prompt_tokens + " + " + p.completion_tokens : "-";
     return '<tr><td class="l">' + task + "</td><td>" + f("p50") + "</td><td>" + f("p90") +
-      "</td><td>" + f("p99") + "</td><td>" + p.calls + "</td><td>" + p.unrecorded + "</td></tr>";
+      "</td><td>" + f("p99") + "</td><td>" + p.calls + "</td><td>" + p.unrecorded +
+      "</td><td>" + (p.seconds || 0).toFixed(1) + "</td><td>" + (6.95 * p.calls).toFixed(0) +
+      "</td><td>" + tokens + "</td></tr>";
   });
   document.getElementById("latency").innerHTML = '<table><tr><th class="l">task</th>' +
-    "<th>p50</th><th>p90</th><th>p99</th><th>calls</th><th>not recorded here</th></tr>" +
+    "<th>p50</th><th>p90</th><th>p99</th><th>calls</th><th>not recorded here</th>" +
+    "<th>call seconds</th><th>at ERPv's 6.95 s/call</th><th>tokens (prompt + completion)</th></tr>" +
     rows.join("") + "</table>";
 })();
 </script>
@@ -401,10 +405,15 @@ def call_latency(labels_path: str | Path, telemetry_dir: str | Path) -> dict[str
         keys = group["cache_key"].unique().to_list()
         rows = [r for r in (store.get(k) for k in keys) if r is not None]
         latency = pl.Series([r["latency_s"] for r in rows], dtype=pl.Float64)
+        usage = [r for r in rows if r.get("prompt_tokens") is not None]
         out[task] = {
             **_percentiles(latency),
             "calls": len(rows),
             "unrecorded": len(keys) - len(rows),
+            "seconds": float(latency.sum()),  # summed per request (concurrent calls overlap)
+            "prompt_tokens": sum(r["prompt_tokens"] for r in usage),
+            "completion_tokens": sum(r["completion_tokens"] or 0 for r in usage),
+            "calls_with_usage": len(usage),
         }
     return out
 

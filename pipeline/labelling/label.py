@@ -65,6 +65,28 @@ class LabelSummary:
     corrections_unused: int = 0  # corrections of frames / tasks not queried under `cfg.tasks`
     rows: int = 0
     statuses: Counter = field(default_factory=Counter)
+    # what this run's calls cost (wall time and tokens: printed, never in a DVC output, since a
+    # rerun that finds the cache pays nothing); tokens where the server reports `usage`
+    teacher_wall_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls_without_usage: int = 0
+
+    def cost_line(self) -> str:
+        """This run's calls: count, wall seconds waiting on the teacher, tokens where known."""
+        if not self.teacher_calls:
+            return "no teacher call this run"
+        line = (
+            f"{self.teacher_calls} teacher calls in {self.teacher_wall_s:.1f} s "
+            f"({self.teacher_wall_s / self.teacher_calls:.3f} s per call"
+        )
+        known = self.teacher_calls - self.calls_without_usage
+        if known:
+            line += (
+                f"; {self.prompt_tokens:,} prompt + {self.completion_tokens:,} completion tokens "
+                f"over the {known} calls whose server reported usage"
+            )
+        return line + ")"
 
     @property
     def transport_failures(self) -> int:
@@ -262,7 +284,15 @@ def label_rollouts(
                 probe()  # a served teacher says what is wrong, naming the setting
             probed[0] = True
         unique = [same_key[0] for same_key in batch.values()]
+        asked = time.perf_counter()
         replies = teacher.answer([p.prompt for p in unique])
+        summary.teacher_wall_s += time.perf_counter() - asked
+        for reply in replies:
+            if reply.prompt_tokens is None or reply.completion_tokens is None:
+                summary.calls_without_usage += 1
+            else:
+                summary.prompt_tokens += reply.prompt_tokens
+                summary.completion_tokens += reply.completion_tokens
         if len(replies) != len(unique):
             raise LabelError(
                 f"teacher {teacher.teacher_id} returned {len(replies)} replies for {len(unique)} prompts"

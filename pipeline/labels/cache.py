@@ -55,6 +55,8 @@ class CallTelemetry:
     task: str
     latency_s: float
     attempts: int
+    prompt_tokens: int | None = None  # from the server's `usage`, where it reports one
+    completion_tokens: int | None = None
 
 
 _TELEMETRY_SCHEMA = {
@@ -63,6 +65,8 @@ _TELEMETRY_SCHEMA = {
     "task": pl.String,
     "latency_s": pl.Float64,
     "attempts": pl.Int64,
+    "prompt_tokens": pl.Int64,
+    "completion_tokens": pl.Int64,
 }
 
 
@@ -83,6 +87,7 @@ def open_telemetry(root: str | Path) -> SegmentStore:
     return SegmentStore(
         root, _TELEMETRY_SCHEMA, name="label call telemetry",
         rebuild="the stage (the latency of its calls is not recomputed: it is lost)",
+        added_later=("prompt_tokens", "completion_tokens"),  # older segments read as unknown
     )  # fmt: skip
 
 

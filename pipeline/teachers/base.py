@@ -39,6 +39,9 @@ class Reply:
     latency_s: float = 0.0  # wall time of the call that produced it (a batch's time is shared)
     attempts: int = 1
     system_fingerprint: str | None = None  # the server's build, where an API reports one
+    # what the call cost, where the server reports it (OpenAI-compatible `usage`)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
 
     def __post_init__(self) -> None:
         # a teacher's text is untrusted: whatever a back end decoded, what is stored is UTF-8

@@ -37,7 +37,10 @@ def store_replies(
             for key, prompt, reply in answered
         ],
         [
-            CallTelemetry(key, teacher.teacher_id, prompt.task, reply.latency_s, reply.attempts)
+            CallTelemetry(
+                key, teacher.teacher_id, prompt.task, reply.latency_s, reply.attempts,
+                reply.prompt_tokens, reply.completion_tokens,
+            )
             for key, prompt, reply in answered
         ],
     )  # fmt: skip

@@ -228,6 +228,7 @@ class OpenAITeacher:
                              time.perf_counter() - started, attempt)  # fmt: skip
             else:
                 choice = response.choices[0]
+                usage = getattr(response, "usage", None)
                 return Reply(
                     text=choice.message.content or "",
                     finish_reason=choice.finish_reason,
@@ -235,6 +236,8 @@ class OpenAITeacher:
                     attempts=attempt,
                     # the server's build (vLLM, OpenAI): recorded with the answer where given
                     system_fingerprint=getattr(response, "system_fingerprint", None),
+                    prompt_tokens=getattr(usage, "prompt_tokens", None),
+                    completion_tokens=getattr(usage, "completion_tokens", None),
                 )
             if attempt <= self.max_retries:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
