@@ -1,7 +1,9 @@
 """Content-addressed, append-only cache of teacher answers.
 
-Key = sha256(frame bytes' sha256, teacher id, prompt text, decoding params, parser version): the
-same key is never asked twice, in any stage, on any machine that has the cache. Entries live in
+Key = sha256(frame bytes' sha256, teacher id, prompt text, decoding params, "4"): the same key is
+never asked twice, in any stage, on any machine that has the cache. "4" is the parser version of
+the day the key's material was fixed, kept constant since: an entry is raw text, which no parser
+change alters, so a new parser re-reads the cache instead of paying for every answer again. Entries live in
 append-only parquet segments (pipeline.segments), one per labelled batch. Only answers are
 cached: a call that got no answer (HTTP error, timeout) is asked again next time.
 
@@ -21,15 +23,18 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.labels.parsers import PARSER_VERSION
 from pipeline.segments import SegmentStore
+
+# The parser version when the key's material was fixed (see the module doc): never bump it; the
+# parser that read each row is recorded in the label table instead.
+KEY_PARSER_VERSION = "4"
 
 
 def cache_key(
     frame_sha256: str, teacher_id: str, prompt_text: str, decoding: dict[str, Any]
 ) -> str:
     material = json.dumps(
-        [frame_sha256, teacher_id, prompt_text, decoding, PARSER_VERSION], sort_keys=True
+        [frame_sha256, teacher_id, prompt_text, decoding, KEY_PARSER_VERSION], sort_keys=True
     )
     return hashlib.sha256(material.encode()).hexdigest()
 
