@@ -334,11 +334,11 @@ def test_erpv_figure_14_answer_parses_with_the_carla_schema():
 def test_a_new_parser_version_does_not_change_cache_keys():
     """Cached answers are raw text: a parser change re-reads them and pays for nothing again.
     The key of a fixed input stays the one every existing cache holds."""
-    from pipeline.labels import cache
-    from pipeline.labels.parsers import PARSER_VERSION
-
     import hashlib
     import json
+
+    from pipeline.labels import cache
+    from pipeline.labels.parsers import PARSER_VERSION
 
     material = ["ab" * 32, "scripted:v2:reliability=1:seed=0", "prompt", {"t": 0}]
     # the material of parser version 4's keys, which the caches written since then hold
