@@ -121,6 +121,13 @@ def test_sac_learns_point_mass_quickly():
     assert [step for step, _ in curve[:3]] == [20, 40, 60] and len(curve) == 50
     assert [row["step"] for row in logs] == [200, 400, 600, 800, 1000]
     assert {"critic_loss", "actor_loss", "alpha", "transition_loss", "reward_loss"} <= set(logs[-1])
+    # a budget off the log interval still ends with a row at its last step (a round of 400
+    # steps used to log its last row at 250, identical to a round of 300)
+    short = SACAgent.for_env(env, small_cfg(start_steps=50, log_every=200), seed=0)
+    _, short_logs = train_off_policy(
+        env, short, ReplayBuffer("state", (1,), 1, 1000), 250, seed=0, progress=False
+    )
+    assert [row["step"] for row in short_logs] == [200, 250]
     rng = np.random.default_rng(0)
 
     class Random:

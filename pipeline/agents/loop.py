@@ -52,8 +52,9 @@ def train_off_policy(
       step), each on a batch of `batch_size`. With `act_from_start` (a warm-started agent: a
       labelling round) the agent acts from the first step, and updates begin as soon as the
       ring holds `batch_size` online steps (at once when its replay was restored).
-    - Every `log_every` steps a row of metrics (means over the updates since the last row, plus
-      `eval_fn(agent)` when given) is appended, keyed also by `step`. `eval_fn` must play in an
+    - Every `log_every` steps, and at the last step, a row of metrics (means over the updates
+      since the last row, plus `eval_fn(agent)` when given) is appended, keyed also by `step`:
+      a run's last row describes the agent it returns, whatever the budget. `eval_fn` must play in an
       env of its own: resetting `env` would cut the training episode short.
     - With `resume`, the whole loop state (agent and optimisers, the buffer's online part, every
       RNG, counters, curve and rows so far) is saved at the first episode end after every
@@ -118,7 +119,7 @@ def train_off_policy(
             for _ in range(cfg.update_every):
                 batch = buffer.sample(cfg.batch_size, rng, update=agent.update_step)
                 window.append(agent.update(batch))
-        if (step + 1) % cfg.log_every == 0:
+        if (step + 1) % cfg.log_every == 0 or step + 1 == steps:
             row = {"step": float(step + 1), **_mean_rows(window)}
             window = []
             if eval_fn is not None:
