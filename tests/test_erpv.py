@@ -388,3 +388,29 @@ def test_gate_diagnostics_are_logged_for_the_controls():
     # the agent's own action (zeros here) and the all-zero a_v are the same control
     assert metrics["vpg/zeros/q_f"] == metrics["vpg/own/q_f"]
     assert metrics["vpg/dist_pi_a_v"] == pytest.approx((0.25 + 0.25 + 0.81) / 3)
+
+
+def test_q_scaled_vpg_weight_follows_the_critics_scale():
+    """`vpg_weight: q_scaled` multiplies lambda_1 by mean |Q_r| over the labelled rows, so the same
+    lambda_1 weighs L_V against L_pi = -Q alike on any reward scale; `fixed` is eq. 4 as printed."""
+    batch = {
+        "obs": torch.tensor([[0.0], [1.0], [2.0]]),
+        "a_v": torch.tensor([[0.5], [-0.5], [0.9]]),
+        "has_label": torch.tensor([True, False, True]),
+    }
+    critic = vlm_critic()
+    pi = torch.zeros(3, 1, requires_grad=True)
+    out = {}
+    for weight, scale in (("fixed", 1.0), ("q_scaled", 1.0), ("q_scaled", 100.0)):
+        agent = ERPvAgent(
+            (1,), SPACE, small_cfg(lambda_1=2.0, gate_scaling="none", vpg_weight=weight), critic
+        )
+        h = agent.encoder(batch["obs"]).detach()
+        q_pi = scale * torch.tensor([-3.0, 50.0, 5.0])
+        out[weight, scale] = agent.policy_guidance(h, pi, q_pi, batch)
+    (fixed, m_fixed), (scaled, m_scaled) = out["fixed", 1.0], out["q_scaled", 1.0]
+    assert float(m_fixed["vpg/weight"]) == 2.0
+    assert float(m_scaled["vpg/weight"]) == pytest.approx(2.0 * (3.0 + 5.0) / 2)  # labelled rows
+    assert float(scaled) == pytest.approx(float(fixed) * 4.0)
+    # a hundred times the reward scale: a hundred times the weight, as -Q's gradient grows
+    assert float(out["q_scaled", 100.0][0]) == pytest.approx(100 * float(scaled))

@@ -30,6 +30,12 @@ Paper ambiguities, resolved here:
   L_T can be <= 0 (log sigma < 0); the denominator is floored at `confidence_eps`, so G saturates
   at 1 / eps and alpha_bar at 1. With figure 11's deterministic T (the default) L_T is the mean
   squared error and G > 0.
+- lambda_1 = 10 (sec. 4.1) is not scale-free: L_pi = alpha log pi - Q grows with the reward scale
+  while L_V is a gated squared distance in [0, 4 |A|]. On cartpole-swingup (Q in the hundreds)
+  |lambda_1 L_V| is 0.1-0.4 % of |L_pi| and no teacher moves the agent; on MountainCarContinuous
+  it is about 30 % (docs/results/2026-11-27-teacher-knowledge.md). Default (`vpg_weight: fixed`):
+  eq. 4 as printed; `q_scaled` weighs L_V by lambda_1 * mean |Q_r| over the labelled rows (no
+  gradient), so lambda_1 means the same on every reward scale (a deviation, as an option).
 - sec. 3.4 says a lower G should raise the entropy, yet alpha_bar = sigmoid(G) grows with G (and
   is always > 0.5 since G > 0). Default (`ver_target: printed`): the equation as printed;
   `text`: alpha_bar = sigmoid(-G). `ver/alpha_target` is logged so that the effect is visible.
@@ -87,6 +93,12 @@ class ERPvParams(SACParams):
         "Q_r): `per_critic` min-max scales each over the labelled rows (our reading of the text; "
         "it compares ranks under two critics, not a_v with a_r); `joint` uses one min and max over "
         "both critics' values; `none` drops the gate, Q_f = 1 (table 3's M2, w/o Q_f).",
+    )
+    vpg_weight: Literal["fixed", "q_scaled"] = Field(
+        default="fixed",
+        description="The weight of L_V in eq. 4: `fixed` lambda_1 (as printed); `q_scaled` "
+        "lambda_1 * mean |Q_r| over the labelled rows (no gradient), so that lambda_1 is "
+        "relative to the actor loss -Q on any reward scale (not the paper's; see the module doc).",
     )
     ver_target: Literal["printed", "text"] = Field(
         default="printed",
@@ -373,8 +385,12 @@ class ERPvAgent(SACAgent):
                 for name, a in controls.items()
             }
         l_v, q_f = vpg_loss(q_v, q_r, a_v, a_r, scaling)  # eq. 3
-        guidance = self.cfg.lambda_1 * l_v  # eq. 4: L_pi + lambda_1 L_V
+        weight = torch.tensor(self.cfg.lambda_1)
+        if self.cfg.vpg_weight == "q_scaled":
+            weight = weight * q_r.abs().mean()  # q_r carries no gradient
+        guidance = weight * l_v  # eq. 4: L_pi + lambda_1 L_V
         metrics = {
+            "vpg/weight": weight.detach(),
             "vpg/loss": l_v.detach(),
             "vpg/q_f": q_f.mean(),
             "vpg/gate_open": (q_f > 0).float().mean(),
