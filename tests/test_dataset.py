@@ -1,4 +1,5 @@
 import json
+import logging
 
 import numpy as np
 import polars as pl
@@ -93,10 +94,10 @@ def test_card_and_info(dataset):
     )
 
 
-def test_the_card_is_hub_ready(dataset, monkeypatch):
+def test_the_card_is_hub_ready(dataset, monkeypatch, caplog):
     """huggingface_hub reads the card's YAML (what `hf upload` shows on the Hub): license, task
     and size categories, pretty name, the train split's files; datasets reads the same features
-    from it as from the parquet files, and the split size it states."""
+    from it as from the parquet files, without a warning."""
     from datasets import load_dataset, load_dataset_builder
     from huggingface_hub import DatasetCard
 
@@ -111,9 +112,12 @@ def test_the_card_is_hub_ready(dataset, monkeypatch):
     # (DatasetCard.validate asks the Hub's endpoint: no network here)
     assert card.text.startswith(f"# {info['env_id']}: rollouts")
     builder = load_dataset_builder(str(root / "out"))
-    ds = load_dataset(str(root / "out"))["train"]
+    with caplog.at_level(logging.WARNING):
+        ds = load_dataset(str(root / "out"))["train"]
     assert builder.info.features == ds.features  # the card's features are the files'
-    assert builder.info.splits["train"].num_examples == ds.num_rows == info["counts"]["samples"]
+    assert ds.num_rows == info["counts"]["samples"]
+    # datasets reads the card without a warning (it warned of a malformed `splits` field)
+    assert not [r for r in caplog.records if r.name.startswith("datasets")], caplog.text
 
 
 def test_training_shards_stack_frames_within_episodes(dataset):

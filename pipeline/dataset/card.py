@@ -49,9 +49,11 @@ def card_header(info: dict[str, Any], features: Any) -> str:
             }
         ],
         dataset_info={
-            # datasets' serialiser of Features, the one its push_to_hub writes cards with
+            # datasets' serialiser of Features, the one its push_to_hub writes cards with. No
+            # `splits`: datasets wants each split's Arrow size (num_bytes) there, which only its
+            # own writer knows, and warns at every load of a card without it; the split sizes
+            # are in meta/info.json.
             "features": features._to_yaml_list(),
-            "splits": [{"name": "train", "num_examples": info["counts"]["samples"]}],
         },
     )
     return f"---\n{data.to_yaml()}\n---\n"
