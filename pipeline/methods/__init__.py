@@ -2,6 +2,7 @@
 its agent for a run (`pipeline.methods.base.Method`); `pipeline.methods.table` lists them, and
 config validation, `train`, `load_agent` and the tests read that one table.
 
-This package's __init__ imports nothing, so that a stage importing one method (pretrain_critic
-imports erpv) does not depend on the others (dvc.yaml's deps follow imports).
+This package's __init__ imports nothing and the table imports a method on use, so that a stage
+running one method (pretrain_critic imports erpv; train@<run> its run's method) does not depend
+on the others (dvc.yaml's deps follow imports).
 """

@@ -107,6 +107,8 @@ class Method(ABC):
     name: ClassVar[str]
     params_class: ClassVar[type[Section]]
     run_options: ClassVar[frozenset[str]] = frozenset()
+    # whether a run keeps a replay that a labelling round (pipeline.rounds) extends: the SAC family
+    extends_replay: ClassVar[bool] = False
 
     def params(self, params: Params, run: TrainRun | None = None) -> Any:
         """The method's section of params.yaml, typed (its params class; paper defaults); with

@@ -33,6 +33,10 @@ class ERPv(OffPolicyMethod):
     labels = ("action",)
     deployed_agent = SACAgent
 
+    def check_critic(self, params: Params) -> list[str]:
+        """Problems of the `critic` section: C_V's, which this method pre-trains and reads."""
+        return check_critic(params)
+
     def check_run(self, name: str, run: TrainRun, params: Params) -> list[str]:
         problems = super().check_run(name, run, params)
         critic_envs = params.critic.envs if params.critic is not None else []

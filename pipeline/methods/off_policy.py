@@ -41,6 +41,7 @@ class OffPolicyMethod(Method):
     params_class: ClassVar[type[SACParams]]
     labels: ClassVar[tuple[Label, ...]] = ()
     deployed_agent: ClassVar[type[OffPolicyAgent]]  # what a saved agent comes back as
+    extends_replay = True
 
     @abstractmethod
     def build_agent(

@@ -1,9 +1,17 @@
 """The method table: every training method by name. Config validation (`check_params`), the
 train stage (`get_method`), `load_agent` and the tests read it; a new method is one module of
-this package, one entry here and one params.yaml section."""
+this package, one entry here and one params.yaml section.
+
+A method's module is imported when the method is first used, not with the table: loading an
+agent imports its method alone, and a run's result comes from its own method's code, so that
+dvc.yaml's train@<run> depends on its own method's module, not the others' (tests/
+test_dvc_deps.py). `check_params` types every method's section and so imports each; what it
+decides is the check_params stage's, which every stage depends on."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -11,14 +19,47 @@ import torch
 from pipeline.agents.checkpoint import CheckpointError, read_meta
 from pipeline.config import ConfigError, Params, TrainRun
 from pipeline.evaluation import Agent
-from pipeline.methods import drq, erpv, hybrid_ppo, ppo, sac, semore
 from pipeline.methods.base import Method
-from pipeline.methods.off_policy import OffPolicyMethod
 
-METHODS: dict[str, Method] = {
-    m.name: m
-    for m in (ppo.METHOD, hybrid_ppo.METHOD, sac.METHOD, drq.METHOD, erpv.METHOD, semore.METHOD)
+# name -> "module:attribute" of its `Method`, in the order messages list them
+METHOD_MODULES: dict[str, str] = {
+    "ppo": "pipeline.methods.ppo:METHOD",
+    "hybrid_ppo": "pipeline.methods.hybrid_ppo:METHOD",
+    "sac": "pipeline.methods.sac:METHOD",
+    "drq": "pipeline.methods.drq:METHOD",
+    "erpv": "pipeline.methods.erpv:METHOD",
+    "semore": "pipeline.methods.semore:METHOD",
 }
+
+
+class MethodTable(Mapping[str, Method]):
+    """The methods by name; a method's module is imported on its first look-up (`in` and
+    iteration over the names import nothing)."""
+
+    def __init__(self, modules: dict[str, str]) -> None:
+        self.modules = modules
+        self.loaded: dict[str, Method] = {}
+
+    def __getitem__(self, name: str) -> Method:
+        if name not in self.loaded:
+            module, attribute = self.modules[name].split(":")  # KeyError: not a method
+            method = getattr(importlib.import_module(module), attribute)
+            if method.name != name:
+                raise TypeError(f"{self.modules[name]} is method {method.name!r}, not {name!r}")
+            self.loaded[name] = method
+        return self.loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.modules
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.modules)
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+
+METHODS = MethodTable(METHOD_MODULES)
 
 COMMON_RUN_FIELDS = {"env", "method", "steps", "seed", "overrides"}  # every method reads these
 
@@ -69,7 +110,8 @@ def check_params(params: Params) -> None:
                     problems.append(f"train.{name}.overrides: {line.strip()}")
                 continue
         problems += method.check_run(name, run, params)
-    problems += erpv.check_critic(params)
+    if params.critic is not None:  # C_V's section: erpv pre-trains and reads it
+        problems += METHODS["erpv"].check_critic(params)
     problems += _round_problems(params)
     if problems:
         raise ConfigError("params.yaml is invalid:\n  " + "\n  ".join(problems))
@@ -84,10 +126,11 @@ def _round_problems(params: Params) -> list[str]:
         if run is None or r.round != 1 or run.method not in METHODS:
             continue
         method = METHODS[run.method]
-        if not isinstance(method, OffPolicyMethod):
+        if not method.extends_replay:
+            family = ", ".join(n for n, m in METHODS.items() if m.extends_replay)
             problems.append(
                 f"rounds.{name}: run {r.run} trains with {run.method}; labelling rounds extend "
-                "the replay of the SAC family (sac, drq, erpv, semore)"
+                f"the replay of the SAC family ({family})"
             )
         elif params.section(run.method) is not None:
             try:
