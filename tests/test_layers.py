@@ -30,8 +30,9 @@ LAYERS: list[set[str]] = [
 LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 # Known upward imports, each with its reason; the list is to shrink, not grow. The `policy`
 # teacher back end loads an agent checkpoint (a teacher of known quality) through the method
-# table, above the teachers' layer; a lazy method table (or a checkpoint reader below the
-# teachers) removes it.
+# table, above the teachers' layer. The table imports a method on use, so this costs the teacher
+# no method's code (tests/test_dvc_deps.py); the edges go when the agent reaches the teacher from
+# the stage that builds it, or a checkpoint reader sits below the teachers.
 KNOWN_UPWARD = {
     "pipeline.teachers.policy -> pipeline.agents.checkpoint",
     "pipeline.teachers.policy -> pipeline.dataset.stacking",

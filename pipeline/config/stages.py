@@ -356,11 +356,9 @@ class TrainRun(Section):
 
     env: str = Field(description="Env id (must be listed in `envs`: the run reads its labels).")
     method: str = Field(
-        description="A method of the method table (pipeline.methods.table): ppo (native reward, "
-        "state) | hybrid_ppo (eq. 2 reward; state policy, frames feed Phi only) | sac | drq (pixel "
-        "SAC with random shifts) | erpv (SAC + VPG + VER from the pre-trained C_V of `critic`) | "
-        "semore (dual-stream pixels; the dataset's masks and judge labels). Its hyper-parameters "
-        "are the section of params.yaml named after it."
+        description="A method of the method table (pipeline.methods.table.METHOD_MODULES; "
+        "pipeline/methods/<method>.py says what it trains). Its hyper-parameters are the section "
+        "of params.yaml named after it."
     )
     steps: int = Field(ge=1, description="Env steps of training (agent steps).")
     seed: int = Field(ge=0, description="Seed of the networks, the envs and the sampling.")
