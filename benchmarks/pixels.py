@@ -168,16 +168,24 @@ def collect_rollouts(params: Params, data: Path) -> Path:
     return out
 
 
+def data_key(arm: str) -> str:
+    """What an arm's cells read: `<teacher>`, or `<teacher>+critic` for the arms that read C_V
+    (erpv): the others never wait for a C_V to be pre-trained."""
+    method, teacher, _ = ARMS[arm]
+    return f"{teacher}+critic" if method == "erpv" else teacher
+
+
 def prepare(params: Params, out: Path, key: str):
-    """The inputs of `<teacher>`: the preset's rollouts labelled by that teacher, their masks,
-    dataset and C_V."""
+    """The inputs of `<teacher>[+critic]`: the preset's rollouts labelled by that teacher, their
+    masks and dataset, and with `+critic` C_V."""
     assert params.label is not None, "params.yaml needs a `label` section"
     label = params.label.for_env(ENV)
+    key, plus, _ = key.partition("+critic")
     if key == "constant":
         teacher = label.teacher.model_copy(update={"backend": "constant"})
         label = label.model_copy(update={"teacher": teacher})
     collect_rollouts(params, out / "data")
-    return prepare_data(ENV, params, out / "data", out / "work", label, critic=True)
+    return prepare_data(ENV, params, out / "data", out / "work", label, critic=bool(plus))
 
 
 def table_cells(args: argparse.Namespace, steps: int) -> list[Cell]:
@@ -186,7 +194,7 @@ def table_cells(args: argparse.Namespace, steps: int) -> list[Cell]:
             name=f"{arm}-seed{s}",
             run={"env": ENV, "method": ARMS[arm][0], "steps": steps, "seed": s},
             overrides={ARMS[arm][0]: ARMS[arm][2]} if ARMS[arm][2] else {},
-            data=ARMS[arm][1],
+            data=data_key(arm),
             info={"arm": arm, "eval_episodes": args.eval_episodes},
         )
         for s in range(args.seeds)

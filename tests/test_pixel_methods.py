@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from benchmarks.pixels import ENV, merged_params, read_preset
-from pipeline.config import load_params
+from pipeline.config import load_params, parse_params
 from pipeline.methods.table import get_method, load_agent
 from tests.conftest import REPO, sigkill_once_saved
 
@@ -253,7 +253,28 @@ def test_the_no_ver_and_no_vpg_arms_turn_one_term_off_and_keep_the_rest_of_erpv(
     assert a.model_copy(update={"lambda_2": 0.0}) == b
     assert a.model_copy(update={"lambda_1": 0.0}) == c
     cells = table_cells(args, steps)
-    assert [x.data for x in cells] == ["scripted"] * 3
+    assert [x.data for x in cells] == ["scripted+critic"] * 3
+
+
+def test_arms_that_read_no_critic_never_wait_for_one(monkeypatch, tmp_path):
+    """drq, sac and semore read no C_V: their data key has no `+critic`, and preparing it asks
+    prepare_data for no C_V (a drq-only table pre-trained a pixel C_V for 3,000 steps first)."""
+    import argparse
+
+    from benchmarks import pixels
+
+    args = argparse.Namespace(arms=["drq", "sac-offline", "semore-m4", "erpv-constant"], seeds=1,
+                              eval_episodes=1)  # fmt: skip
+    keys = [cell.data for cell in pixels.table_cells(args, 10)]
+    assert keys == ["scripted", "scripted", "scripted", "constant+critic"]
+    asked = []
+    monkeypatch.setattr(pixels, "collect_rollouts", lambda params, out: None)
+    monkeypatch.setattr(pixels, "prepare_data", lambda *a, critic, **k: asked.append(critic))
+    raw_preset, _ = read_preset(REPO / "benchmarks" / "params" / "pixels_cpu_drqnet.yaml")
+    params = parse_params(merged_params(REPO / "params.yaml", raw_preset))
+    for key in keys:
+        pixels.prepare(params, tmp_path, key)
+    assert asked == [False, False, False, True]
 
 
 def test_the_benchmarks_default_preset_is_a_checked_one(capsys):
