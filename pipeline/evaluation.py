@@ -1,16 +1,19 @@
 """Stage two's `evaluate`: the trained agent alone, as at deployment (no teacher, no prototype
 cache, no shaping): deterministic actions over N episodes on the env's native reward. What every
-agent offers at deployment is `Agent`; `pipeline.methods.table.load_agent` rebuilds any saved one."""
+agent offers at deployment is `Agent`; `pipeline.methods.table.load_agent` rebuilds any saved one.
+`Recorder` keeps the frames of the first episodes, `encode_gif` makes each a GIF."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
+from PIL import Image
 from tqdm import tqdm
 
 from pipeline.config import EnvConfig
@@ -79,6 +82,33 @@ class EvalResult:
     lengths: list[int]
 
 
+@dataclass
+class Recorder:
+    """The frames (`obs["pixels"]`, (S, S, 3) uint8) of an evaluation's first `episodes`
+    episodes, one clip per episode: every `every`-th agent step from the first observation on, at
+    most `max_frames` per clip. It watches: the policy acts on the same observations as without it."""
+
+    episodes: int
+    every: int = 1
+    max_frames: int = 250
+    clips: list[list[np.ndarray]] = field(default_factory=list)
+    _step: int = field(default=0, init=False, repr=False)  # agent steps into the clip
+
+    def wants(self, episode: int) -> bool:
+        return episode < self.episodes
+
+    def begin(self, obs: dict[str, np.ndarray]) -> None:
+        self.clips.append([])
+        self._step = 0
+        self.see(obs)
+
+    def see(self, obs: dict[str, np.ndarray]) -> None:
+        clip = self.clips[-1]
+        if self._step % self.every == 0 and len(clip) < self.max_frames:
+            clip.append(np.array(obs[PIXELS], dtype=np.uint8))  # a copy: envs may reuse buffers
+        self._step += 1
+
+
 def play_episodes(
     env: gym.Env,
     policy: Policy,
@@ -86,18 +116,30 @@ def play_episodes(
     seed: int,
     success_defined: bool = False,
     progress: str | None = None,
+    *,
+    record: Recorder | None = None,
+    record_env: gym.Env | None = None,
 ) -> EvalResult:
     """Run `episodes` episodes with seeds seed, seed+1, ...; native return and length of each.
     Success is termination before the time limit where the env defines it (MountainCar).
-    `progress`: a bar with this description, one tick per episode, the running mean beside it."""
+    `progress`: a bar with this description, one tick per episode, the running mean beside it.
+    `record`: the episodes it wants are played in `record_env` (the same env with frames, for a
+    policy that reads the state; None: `env` renders them already) and their frames kept. Each
+    episode starts from `reset(seed=...)`, so which env instance plays it changes no number."""
     returns, lengths, successes = [], [], []
     bar = tqdm(range(episodes), desc=progress, unit="episode", disable=progress is None)
     for i in bar:
-        obs, _ = env.reset(seed=seed + i)
+        watch = record if record is not None and record.wants(i) else None
+        episode_env = record_env if watch is not None and record_env is not None else env
+        obs, _ = episode_env.reset(seed=seed + i)
+        if watch is not None:
+            watch.begin(obs)
         policy.begin(obs)
         total, length, done = 0.0, 0, False
         while not done:
-            obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
+            obs, reward, terminated, truncated, _ = episode_env.step(policy.act(obs))
+            if watch is not None:
+                watch.see(obs)
             total += float(reward)
             length += 1
             done = terminated or truncated
@@ -123,16 +165,25 @@ def evaluate_policy(
     episodes: int,
     seed: int,
     progress: str | None = None,
+    record: Recorder | None = None,
 ) -> EvalResult:
     """`play_episodes` in a fresh env of the pipeline's registry, rendering only if the policy
-    reads frames."""
-    env = make_env(env_id, env_cfg, pixels=policy.obs == PIXELS)
+    reads frames or `record` wants the episode (a second env with frames plays those)."""
+    reads_frames = policy.obs == PIXELS
+    env = make_env(env_id, env_cfg, pixels=reads_frames)
+    record_env = None
     success = env_info(env_id).success_on_termination
     try:
+        if record is not None and record.episodes > 0 and not reads_frames:
+            record_env = make_env(env_id, env_cfg, pixels=True)
         check_fits(policy.meta, env.action_space, env_id)
-        return play_episodes(env, policy, episodes, seed, success, progress)
+        return play_episodes(
+            env, policy, episodes, seed, success, progress, record=record, record_env=record_env
+        )
     finally:
         env.close()
+        if record_env is not None:
+            record_env.close()
 
 
 def check_fits(meta: dict[str, Any], space: gym.Space, env_id: str) -> None:
@@ -151,6 +202,36 @@ def check_fits(meta: dict[str, Any], space: gym.Space, env_id: str) -> None:
                 f"[{space.low.tolist()}, {space.high.tolist()}]: the checkpoint was edited or made "
                 "for another env; restore it with `dvc checkout` or retrain it (`dvc repro`)"
             )
+
+
+def encode_gif(frames: Sequence[np.ndarray], fps: float, scale: int = 1) -> bytes:
+    """An animated GIF of (H, W, 3) uint8 frames, looping, each shown 1/fps s, pixels enlarged
+    `scale` times (nearest neighbour). The same frames give the same bytes: one palette for the
+    clip (median cut over all its frames, no dithering, so colours do not flicker between frames)
+    and fixed encoder options. Pillow merges identical consecutive frames into one shown longer."""
+    if not frames:
+        raise ValueError("a GIF needs at least one frame")
+    height, width = frames[0].shape[:2]
+    strip = Image.fromarray(np.concatenate(list(frames), axis=0))  # (n*H, W, 3): one palette
+    paletted = strip.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    images = []
+    for i in range(len(frames)):
+        image = paletted.crop((0, i * height, width, (i + 1) * height))
+        if scale > 1:
+            image = image.resize((width * scale, height * scale), Image.Resampling.NEAREST)
+        images.append(image)
+    buffer = io.BytesIO()
+    images[0].save(
+        buffer,
+        format="GIF",
+        save_all=True,
+        append_images=images[1:],
+        duration=max(10, round(1000 / fps / 10) * 10),  # ms, whole 10 ms units (the format's)
+        loop=0,
+        optimize=False,
+        disposal=1,  # each frame is drawn over the previous one (full frames: no trails)
+    )
+    return buffer.getvalue()
 
 
 def eval_metrics(result: EvalResult, meta: dict[str, Any]) -> dict[str, Any]:

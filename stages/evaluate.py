@@ -1,22 +1,38 @@
 """DVC stage `evaluate@<run>`: the trained agent alone, deterministic, N episodes (teacher and
-shaping detached, as at deployment); metrics JSON for `dvc metrics show`.
+shaping detached, as at deployment); metrics JSON for `dvc metrics show`, and with `--videos` the
+first `evaluate.record_episodes` of the same episodes as GIFs (`dvc plots show` draws them).
 
     python -m stages.evaluate --params params.yaml --agent models/MountainCar-v0-ppo \\
-        --out metrics/eval/MountainCar-v0-ppo.json
+        --out metrics/eval/MountainCar-v0-ppo.json --videos videos/MountainCar-v0-ppo
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from pipeline.agents.checkpoint import read_meta
 from pipeline.config import ConfigError, load_params
 from pipeline.errors import PipelineError, print_error
-from pipeline.evaluation import deployed, eval_metrics, evaluate_policy
-from pipeline.io import atomic_write_json
+from pipeline.evaluation import Recorder, deployed, encode_gif, eval_metrics, evaluate_policy
+from pipeline.io import atomic_write_bytes, atomic_write_json
 from pipeline.kernels import portable_torch
 from pipeline.methods.table import load_agent
+
+CLIP_NAME = "episode-{episode}.gif"  # in --videos: the evaluation's episode index (seed + index)
+
+
+def write_clips(directory: Path, clips: list[list], fps: float, scale: int) -> list[Path]:
+    """Each clip as `CLIP_NAME` in `directory`; GIFs of a previous run that this one did not
+    record are removed (DVC empties the directory before the stage; a run by hand may not)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / CLIP_NAME.format(episode=i) for i in range(len(clips))]
+    for stale in set(directory.glob(CLIP_NAME.format(episode="*"))) - set(paths):
+        stale.unlink()
+    for path, frames in zip(paths, clips, strict=True):
+        atomic_write_bytes(path, encode_gif(frames, fps, scale))
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--agent", required=True, help="checkpoint directory written by train")
     parser.add_argument("--out", required=True, help="metrics JSON to write")
+    parser.add_argument(
+        "--videos", type=Path, help="directory for the recorded episodes' GIFs (none if left out)"
+    )
     args = parser.parse_args(argv)
     try:
         params = load_params(args.params)
@@ -36,9 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         env_id = policy.meta["env"]
         if env_id not in params.env:
             raise ConfigError(f"{args.params}: no `env.{env_id}` section for the agent's env")
+        cfg = params.evaluate
+        record = None
+        if args.videos is not None:
+            record = Recorder(cfg.record_episodes, cfg.record_every, cfg.record_max_frames)
         result = evaluate_policy(
-            policy, env_id, params.env[env_id], params.evaluate.episodes, params.evaluate.seed,
-            progress=f"evaluate {args.agent}",
+            policy, env_id, params.env[env_id], cfg.episodes, cfg.seed,
+            progress=f"evaluate {args.agent}", record=record,
         )  # fmt: skip
     except (PipelineError, FileNotFoundError) as exc:
         print_error(exc)
@@ -50,6 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.agent}: return {result.return_mean:.1f} +- {result.return_std:.1f} over "
         f"{result.episodes} episodes, length {result.length_mean:.1f}{success}"
     )
+    if record is not None:
+        paths = write_clips(args.videos, record.clips, cfg.record_fps, cfg.record_scale)
+        for i, (path, frames) in enumerate(zip(paths, record.clips, strict=True)):
+            print(
+                f"  watch episode {i} (seed {cfg.seed + i}, return {result.returns[i]:.1f}): "
+                f"{path} ({len(frames)} frames; open it in a browser or `dvc plots show`)"
+            )
     return 0
 
 

@@ -400,3 +400,46 @@ class EvaluateConfig(Section):
 
     episodes: int = Field(ge=1, description="Evaluation episodes per agent.")
     seed: int = Field(ge=0, description="Seed of the first evaluation episode (then +1 each).")
+    # What the return hides (an agent that scores by leaving the camera): the first episodes as
+    # GIFs beside the metrics, the same episodes the numbers come from (rl-zoo3 `record_video`).
+    record_episodes: int = Field(
+        default=1,
+        ge=0,
+        description="Evaluation episodes recorded as GIFs, the first ones (seed, seed+1, ...); "
+        "0: none. At most `episodes`. A state agent's recorded episodes render frames; its other "
+        "episodes do not.",
+    )
+    record_every: int = Field(
+        default=1,
+        ge=1,
+        description="Keep every k-th agent step's frame (the first observation included): 2 "
+        "halves a GIF's frames and bytes.",
+    )
+    record_max_frames: int = Field(
+        default=250,
+        ge=1,
+        description="Frames per GIF at most; the rest of a longer episode is not recorded "
+        "(250 x 84 x 84 frames: a few hundred kB).",
+    )
+    record_fps: float = Field(
+        default=15.0,
+        gt=0,
+        le=100,
+        description="Playback frames per second (GIF delays are whole 10 ms units).",
+    )
+    record_scale: int = Field(
+        default=2,
+        ge=1,
+        le=8,
+        description="Each frame's pixels enlarged k times (nearest neighbour): the env's "
+        "`image_size` frames (84 px) are small on a screen.",
+    )
+
+    @model_validator(mode="after")
+    def _records_what_it_plays(self) -> EvaluateConfig:
+        if self.record_episodes > self.episodes:
+            raise ValueError(
+                f"record_episodes ({self.record_episodes}) is more than episodes "
+                f"({self.episodes}): only played episodes can be recorded"
+            )
+        return self

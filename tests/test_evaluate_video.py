@@ -1,0 +1,161 @@
+"""`evaluate` records its first episodes as GIFs: the same episodes it scores (the numbers do not
+change with recording on or off), the same bytes on a rerun, and frames that show the agent move."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from PIL import Image, ImageChops
+
+import stages.evaluate
+from pipeline.agents.off_policy import NetworkParams, SACParams
+from pipeline.agents.sac import SACAgent
+from pipeline.config import ConfigError, parse_params
+from pipeline.envs import make_env
+from pipeline.evaluation import Policy, Recorder, encode_gif, evaluate_policy
+from tests.conftest import env_cfg, tiny_params_dict, write_params
+
+CARTPOLE = "cartpole-swingup"
+
+
+def _swinging(space: gym.spaces.Box) -> Policy:
+    """A deterministic state policy that pushes the cart one way then the other."""
+
+    def act(obs: dict[str, np.ndarray]) -> np.ndarray:
+        return np.clip(np.sin(3.0 * obs["state"][: space.shape[0]]), space.low, space.high)
+
+    return Policy(act, "state", {"env": CARTPOLE})
+
+
+def _frames(gif: bytes | Path) -> list[np.ndarray]:
+    image = Image.open(io.BytesIO(gif) if isinstance(gif, bytes) else gif)
+    frames = []
+    for i in range(image.n_frames):
+        image.seek(i)
+        frames.append(np.asarray(image.convert("RGB")))
+    return frames
+
+
+@pytest.mark.parametrize("env_id", [CARTPOLE, "MountainCar-v0"])
+def test_recording_changes_no_number(env_id):
+    """A state agent's recorded episodes are played in an env that renders: same seeds, same
+    actions, same returns and lengths as without recording."""
+    cfg = env_cfg(max_episode_steps=15)
+    with make_env(env_id, cfg, pixels=False) as env:
+        space = env.action_space
+    if isinstance(space, gym.spaces.Discrete):
+        policy = Policy(lambda obs: int(obs["state"][1] > 0) * 2, "state", {"env": env_id})
+    else:
+        policy = Policy(_swinging(space).act, "state", {"env": env_id})
+    off = evaluate_policy(policy, env_id, cfg, 3, seed=7)
+    record = Recorder(episodes=2)
+    on = evaluate_policy(policy, env_id, cfg, 3, seed=7, record=record)
+    assert on == off
+    # the first two episodes, each from its first observation on: length + 1 frames
+    assert [len(clip) for clip in record.clips] == [n + 1 for n in off.lengths[:2]]
+    assert record.clips[0][0].shape == (cfg.image_size, cfg.image_size, 3)
+
+
+def test_a_pixel_agent_is_recorded_from_what_it_saw():
+    """A pixel agent's env renders already: the clip is the frames the agent acted on."""
+    cfg = env_cfg(max_episode_steps=12)
+    seen: list[np.ndarray] = []
+
+    def act(obs: dict[str, np.ndarray]) -> np.ndarray:
+        seen.append(obs["pixels"].copy())
+        return np.array([1.0 if len(seen) % 6 < 3 else -1.0], np.float32)
+
+    policy = Policy(act, "pixels", {"env": CARTPOLE})
+    record = Recorder(episodes=1, every=2, max_frames=4)
+    result = evaluate_policy(policy, CARTPOLE, cfg, 2, seed=0, record=record)
+    assert result.lengths == [12, 12] and len(record.clips) == 1
+    # every second agent step, capped at 4 frames: the observations of steps 0, 2, 4, 6
+    assert len(record.clips[0]) == 4
+    for frame, observed in zip(record.clips[0], seen[0:8:2], strict=True):
+        np.testing.assert_array_equal(frame, observed)
+
+
+def test_gif_opens_with_several_moving_frames_and_the_same_bytes_twice():
+    cfg = env_cfg(max_episode_steps=30)
+    with make_env(CARTPOLE, cfg, pixels=False) as env:
+        policy = _swinging(env.action_space)
+    clips = []
+    for _ in range(2):  # a rerun records the same frames and encodes the same bytes
+        record = Recorder(episodes=1, every=3)
+        evaluate_policy(policy, CARTPOLE, cfg, 1, seed=3, record=record)
+        clips.append(record.clips[0])
+    gif = encode_gif(clips[0], fps=15, scale=2)
+    assert gif == encode_gif(clips[1], fps=15, scale=2)
+    frames = _frames(gif)
+    assert len(frames) == 11  # steps 0, 3, ..., 30
+    assert frames[0].shape == (2 * cfg.image_size, 2 * cfg.image_size, 3)
+    assert Image.open(io.BytesIO(gif)).info["duration"] == 70  # 1/15 s in 10 ms units
+    moved = [not np.array_equal(a, b) for a, b in itertools.pairwise(frames)]
+    assert sum(moved) >= len(moved) - 1, "the cart moves between most recorded frames"
+    # no dithering: the decoded frame is the recorded one, up to the 256-colour palette
+    small = Image.fromarray(frames[5]).resize(clips[0][5].shape[:2][::-1], Image.Resampling.NEAREST)
+    diff = np.asarray(ImageChops.difference(small, Image.fromarray(clips[0][5])))
+    assert diff.mean() < 4
+
+
+def _sac_checkpoint(tmp_path: Path) -> Path:
+    """A tiny untrained state SAC for cartpole (5 state values, 1 action): it acts, and moves."""
+    network = NetworkParams(obs="state", hidden_dim=16, feature_dim=8, transition_hidden_dim=8)
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    agent = SACAgent((5,), space, SACParams(network=network))
+    out = tmp_path / "agent"
+    agent.save(out, {"run": "r", "env": CARTPOLE, "method": "sac", "obs": "state", "steps": 0})
+    return out
+
+
+def _evaluate(tmp_path: Path, agent: Path, name: str, videos: bool, **evaluate) -> Path:
+    raw = tiny_params_dict((CARTPOLE,))
+    raw["env"][CARTPOLE]["max_episode_steps"] = 10
+    raw["evaluate"] = {"episodes": 2, "seed": 5, **evaluate}
+    params = write_params(tmp_path / f"{name}.yaml", raw)
+    out = tmp_path / f"{name}.json"
+    argv = ["--params", str(params), "--agent", str(agent), "--out", str(out)]
+    if videos:
+        argv += ["--videos", str(tmp_path / f"{name}_videos")]
+    assert stages.evaluate.main(argv) == 0
+    return out
+
+
+def test_stage_writes_the_gifs_beside_the_same_metrics(tmp_path, capsys):
+    agent = _sac_checkpoint(tmp_path)
+    plain = _evaluate(tmp_path, agent, "plain", videos=False)
+    capsys.readouterr()
+    recorded = _evaluate(tmp_path, agent, "rec", videos=True, record_episodes=2, record_scale=1)
+    summary = capsys.readouterr().out
+    assert recorded.read_bytes() == plain.read_bytes()  # recording changes no metric
+    assert json.loads(recorded.read_text())["episodes"] == 2
+    gifs = sorted((tmp_path / "rec_videos").iterdir())
+    assert [p.name for p in gifs] == ["episode-0.gif", "episode-1.gif"]
+    for path in gifs:  # the summary says where each one is
+        assert str(path) in summary
+    assert "seed 5" in summary and "seed 6" in summary
+    frames = _frames(gifs[0])
+    # 11 recorded frames (10 steps + the first observation); Pillow merges identical neighbours
+    assert 2 <= len(frames) <= 11 and frames[0].shape == (32, 32, 3)
+    assert any(not np.array_equal(frames[0], f) for f in frames[1:])  # the untrained agent moves
+    first = gifs[0].read_bytes()
+    # a rerun writes the same bytes, and one that records less removes the GIFs it did not make
+    _evaluate(tmp_path, agent, "rec", videos=True, record_episodes=1, record_scale=1)
+    assert [p.name for p in (tmp_path / "rec_videos").iterdir()] == ["episode-0.gif"]
+    assert (tmp_path / "rec_videos" / "episode-0.gif").read_bytes() == first
+    # 0: recording off, the directory (DVC's output) is there and empty
+    _evaluate(tmp_path, agent, "off", videos=True, record_episodes=0)
+    assert list((tmp_path / "off_videos").iterdir()) == []
+
+
+def test_more_recorded_than_played_episodes_is_refused_by_name():
+    raw = tiny_params_dict()
+    raw["evaluate"] = {"episodes": 2, "seed": 0, "record_episodes": 3}
+    with pytest.raises(ConfigError, match="record_episodes"):
+        parse_params(raw)
