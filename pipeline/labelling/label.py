@@ -275,14 +275,18 @@ def label_rollouts(
 
     probed = [False]
 
+    def probe_once() -> None:
+        """Before the first call, not before a run the cache answers alone: a served teacher
+        says what is wrong with it, naming the setting."""
+        probe = getattr(teacher, "probe", None)
+        if probe is not None and not probed[0]:
+            probe()
+        probed[0] = True
+
     def flush() -> None:
         if not batch:
             return
-        if not probed[0]:  # before the first call, not before a run the cache answers alone
-            probe = getattr(teacher, "probe", None)
-            if probe is not None:
-                probe()  # a served teacher says what is wrong, naming the setting
-            probed[0] = True
+        probe_once()
         unique = [same_key[0] for same_key in batch.values()]
         asked = time.perf_counter()
         replies = teacher.answer([p.prompt for p in unique])
@@ -340,6 +344,8 @@ def label_rollouts(
             for _, prompt, key, _ in _queried_prompts(sample, cfg, teacher, env_id, space):
                 if key not in missing and cache.get(key) is None:
                     missing[key] = prompt
+        if missing:
+            probe_once()
         try:
             failures = ask_with_ray(list(missing.values()), cfg, teacher, cache, ray_build)
         except RayExecutorError as exc:
