@@ -32,8 +32,13 @@ LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 # teacher back end loads an agent checkpoint (a teacher of known quality) through the method
 # table, above the teachers' layer. The table imports a method on use, so this costs the teacher
 # no method's code (tests/test_dvc_deps.py); the edges go when the agent reaches the teacher from
-# the stage that builds it, or a checkpoint reader sits below the teachers.
+# the stage that builds it, or a checkpoint reader sits below the teachers. The `checkpoint`
+# collect behaviour acts with a trained agent's directory (its safetensors and known architecture,
+# so that a shared actor file runs no code) for the same reason.
 KNOWN_UPWARD = {
+    "pipeline.rollouts.behaviours -> pipeline.agents.checkpoint",
+    "pipeline.rollouts.behaviours -> pipeline.evaluation",
+    "pipeline.rollouts.behaviours -> pipeline.methods.table",
     "pipeline.teachers.policy -> pipeline.agents.checkpoint",
     "pipeline.teachers.policy -> pipeline.dataset.stacking",
     "pipeline.teachers.policy -> pipeline.methods.table",

@@ -27,11 +27,9 @@ from pipeline.config import CollectConfig
 from pipeline.config.stages import untrusted_checkpoint_message
 from pipeline.envs import CONTEXT, PIXELS, STATE
 from pipeline.errors import PipelineError
-from pipeline.evaluation import deployed
 from pipeline.io import sha256_file
 from pipeline.labels.cache import LabelCache
 from pipeline.labels.tasks import parse_answer, render_prompt
-from pipeline.methods.table import load_agent
 from pipeline.rollouts.format import action_space_spec
 from pipeline.rollouts.writer import encode_png
 from pipeline.teachers.base import Reply, Teacher
@@ -185,6 +183,10 @@ class AgentCheckpointBehaviour:
 
     def __init__(self, directory: str | Path) -> None:
         import torch
+
+        # an agent of any method: above this layer, imported on use (tests/test_layers.py)
+        from pipeline.evaluation import deployed
+        from pipeline.methods.table import load_agent
 
         agent = load_agent(directory)
         self.obs_key, self.directory = agent.obs_kind, Path(directory)
