@@ -319,6 +319,33 @@ def gate_probe(agent_dir: Path, critics: Path, dataset: Path, env_id: str, seed:
     return {k: {m: float(np.mean(v)) for m, v in d.items()} for k, d in sums.items()}
 
 
+def e2_probes(results: list[dict[str, Any]], data: Data, out: Path) -> dict[str, Any]:
+    """E2 on every E1 erpv agent, into `<out>/e2_gate_probe.json`. An agent that this code cannot
+    load (a checkpoint of an older ERPv config) keeps the probe the file already holds for it,
+    with a line saying so: the probe needs no training, but a table must not be lost to it."""
+    import json
+
+    from pipeline.agents.checkpoint import CheckpointError
+
+    path = out / "e2_gate_probe.json"
+    before = json.loads(path.read_text()) if path.exists() else {}
+    probes = {}
+    for r in results:
+        if r["experiment"] == "E1" and r["method"] == "erpv":
+            inputs = data(r["data"])
+            try:
+                probes[r["name"]] = gate_probe(
+                    out / "agents" / r["name"], inputs.critics, inputs.dataset, MCC
+                )
+            except CheckpointError as exc:
+                if r["name"] not in before:
+                    raise
+                probes[r["name"]] = before[r["name"]]
+                print(f"E2: {r['name']}: kept the stored probe ({exc})", flush=True)
+    atomic_write_json(path, probes)
+    return probes
+
+
 # ---- report ----------------------------------------------------------------------------------------
 
 
@@ -470,14 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = [with_steps_to(r, args.window) for r in sweep.ordered(cells)]
     atomic_write_json(args.out / "results.json", {r["name"]: r for r in results})
-    probes = {}
-    for r in results:
-        if r["experiment"] == "E1" and r["method"] == "erpv":
-            inputs = data(r["data"])
-            probes[r["name"]] = gate_probe(
-                args.out / "agents" / r["name"], inputs.critics, inputs.dataset, MCC
-            )
-    atomic_write_json(args.out / "e2_gate_probe.json", probes)
+    probes = e2_probes(results, data, args.out)
     plot_reliability(results, teachers, args.out)
     text = format_tables(results, teachers, args.window)
     if probes:
