@@ -431,7 +431,10 @@ def plot_reliability(results: list[dict[str, Any]], teachers: dict[str, Any], ou
                 ys.append(np.mean(vals))
                 es.append(np.std(vals, ddof=1) if len(vals) > 1 else 0.0)
         if xs:
-            ax.errorbar(xs, ys, yerr=es, marker="o", capsize=4, label=f"{label} (mean +- std)")
+            # erpv-l1k has no 0.5 point: no line drawn through it
+            style = "-" if arm == "erpv" else "none"
+            ax.errorbar(xs, ys, yerr=es, marker="o", capsize=4, linestyle=style,
+                        label=f"{label} (mean +- std)")  # fmt: skip
     for rel in RELIABILITIES:
         t = teachers.get(f"{CARTPOLE}:policy{rel:g}")
         if t:
