@@ -111,3 +111,26 @@ def test_edited_action_bounds_are_not_served(tmp_path):
     env_cfg = tiny_env_cfg(max_episode_steps=5)
     with pytest.raises(EvaluationError, match=r"action bounds .*5\.0.* are not Mountain"):
         evaluate_policy(deployed(load_agent(directory), meta), MCC, env_cfg, 1, 0)
+
+
+def test_a_checkpoint_saved_before_a_new_setting_still_loads(tmp_path):
+    """A setting added later (here erpv's `vpg_weight`) takes its default, which is what the code
+    did before it existed: an older agent.json without it loads (it was refused as saved with
+    another config, breaking every ERPv agent saved before the option)."""
+    from pipeline.agents.erpv import ERPvParams
+
+    network = NetworkParams(obs="state", hidden_dim=16, feature_dim=8, transition_hidden_dim=8)
+    agent = SACAgent((2,), gym.spaces.Box(-1.0, 1.0, (1,), np.float32),
+                     ERPvParams(network=network))  # fmt: skip
+    agent.save(tmp_path / "erpv", {"run": "r", "env": MCC, "method": "erpv", "obs": "state"})
+    meta = json.loads((tmp_path / "erpv" / AGENT_JSON).read_text())
+    del meta["config"]["vpg_weight"]
+    (tmp_path / "erpv" / AGENT_JSON).write_text(json.dumps(meta))
+    loaded = load_agent(tmp_path / "erpv")
+    x = np.array([0.1, 0.0], np.float32)
+    np.testing.assert_array_equal(loaded.act(x, True), agent.act(x, True))
+    # warm-starting an agent of another config from it is still refused
+    other = SACAgent((2,), gym.spaces.Box(-1.0, 1.0, (1,), np.float32),
+                     ERPvParams(network=network, vpg_weight="q_scaled"))  # fmt: skip
+    with pytest.raises(CheckpointError, match="another config"):
+        other.load_weights(tmp_path / "erpv")

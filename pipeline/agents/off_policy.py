@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal, Self
 import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 from torch import nn
 
 from pipeline.agents.augment import random_shift, shift, shift_offsets
@@ -202,11 +202,14 @@ class SACParams(Section):
         return torch.device(self.device)
 
 
-def _trained_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A saved config without how the networks ran (`compile`, which changes no weight): what a
-    checkpoint and the agent loading it must agree on. Checkpoints saved before `compile`
-    existed lack it."""
-    return {k: v for k, v in config.items() if k != "compile"}
+def _saved_config(config: Any, params_class: type[SACParams], compile_mode: str) -> SACParams:
+    """A checkpoint's saved config typed as `params_class`, with the loading agent's `compile`
+    (how the networks ran changes no weight). A setting added after the checkpoint was saved
+    takes its default, which reproduces what the code did before it existed (as `compile` and
+    `vpg_weight` do), so older checkpoints keep loading."""
+    if not isinstance(config, dict):
+        raise TypeError(f"config is a {type(config).__name__}, not a mapping")
+    return params_class.model_validate({**config, "compile": compile_mode})
 
 
 def encoder_input_shape(network: NetworkParams, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -552,9 +555,14 @@ class OffPolicyAgent(ABC):
             raise CheckpointError(
                 f"{path}: a {meta.get('architecture')!r} checkpoint, not {self.architecture}'s"
             )
-        if _trained_config(meta["config"]) != _trained_config(
-            self.cfg.model_dump(mode="json")
-        ) or meta["obs_shape"] != list(self.obs_shape):
+        try:
+            saved = _saved_config(meta["config"], type(self.cfg), self.cfg.compile)
+        except (ValidationError, TypeError) as exc:
+            raise CheckpointError(
+                f"{path}: its agent.json config is not {type(self.cfg).__name__}'s ({exc}); "
+                "restore it with `dvc checkout` or retrain it (`dvc repro`)"
+            ) from None
+        if saved != self.cfg or meta["obs_shape"] != list(self.obs_shape):
             raise CheckpointError(
                 f"{path}: saved with another config or observation shape than this agent"
             )
