@@ -72,7 +72,9 @@ def _scratch_repo(repo, params):
 
 RUNS = {"mc-ppo": ("MountainCar-v0", "ppo"), "mcc-erpv": ("MountainCarContinuous-v0", "erpv")}
 TRAINED = sorted(f"{s}@{r}" for s in ("train", "evaluate") for r in RUNS)
-STAGES = ("collect", "verify", "label", "masks", "dataset", "audit", "pretrain_critic")
+STAGES = (
+    "collect", "verify", "label", "teacher_eval", "masks", "dataset", "audit", "pretrain_critic",
+)  # fmt: skip
 
 
 def _params():
@@ -336,7 +338,8 @@ def test_one_envs_own_teacher_relabels_that_env_alone(built_a, tmp_path):
     params["label"]["per_env"][env] = {"teacher": teacher}
     write_params(repo / "params.yaml", params)
     stale = json.loads(_run(["dvc", "status", "--json"], repo))
-    assert sorted(stale) == ["check_params", f"label@{env}"], stale
+    # the env's teacher labels it and is measured acting alone (teacher_eval): both, that env only
+    assert sorted(stale) == ["check_params", f"label@{env}", f"teacher_eval@{env}"], stale
     ran = _ran(_run(["dvc", "repro"], repo))
     assert f"label@{env}" in ran and f"dataset@{env}" in ran, ran
     assert not [s for s in ran if s.endswith(f"@{other}")], ran
@@ -345,7 +348,8 @@ def test_one_envs_own_teacher_relabels_that_env_alone(built_a, tmp_path):
     params["label"]["teacher"]["seed"] = 1  # the shared teacher: every env that has no own one
     write_params(repo / "params.yaml", params)
     stale = json.loads(_run(["dvc", "status", "--json"], repo))
-    assert sorted(stale) == ["check_params", *(f"label@{e}" for e in ENVS)], stale  # both read it
+    both = sorted(f"{s}@{e}" for s in ("label", "teacher_eval") for e in ENVS)  # both read it
+    assert sorted(stale) == ["check_params", *both], stale
 
 
 def test_vlmrl_seeds_averages_the_seeds_of_an_experiment_sweep(built_a, tmp_path, capsys):
