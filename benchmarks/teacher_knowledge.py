@@ -8,7 +8,8 @@ E1  MountainCarContinuous-v0, two datasets: the pipeline's RAE rollouts (`data/r
     (sac reading the same dataset at erpv's offline fraction, no labels: the control; erpv with
     lambda_1 = lambda_2 = 0 trains the same bytes, tests/test_erpv_pipeline.py), erpv, vpg-only
     (lambda_2 = 0), ver-only (lambda_1 = 0), erpv-worst, erpv-joint and erpv-nogate (gate_scaling
-    joint / none), erpv-vertext (ver_target text), erpv-qs1 (vpg_weight q_scaled, lambda_1 1).
+    joint / none), erpv-vertext (ver_target text), erpv-qs1 / erpv-qs50 (vpg_weight q_scaled,
+    lambda_1 1 / 50).
 E2  No training: on each E1 erpv agent (RAE data) and its C_V, the gate's open rate and mean Q_f
     over dataset batches for a_v in {teacher label, zeros, uniform random, the agent's own
     action}, under each gate scaling.
@@ -17,8 +18,8 @@ E3  cartpole-swingup, the pipeline's RAE rollouts labelled at every frame by a `
     the Worst Model. Arms: sac, sac-offline, erpv per teacher, and erpv-l1k (lambda_1 = 1000:
     VPG's term at cartpole's Q scale, where lambda_1 = 10 makes |lambda_1 L_V| ~0.1 % of |L_pi|)
     with the reliability-1.0 and 0.0 teachers and the Worst Model, and erpv-qs1 (`vpg_weight:
-    q_scaled`, lambda_1 = 1: L_V weighed by mean |Q_r|, the same setting as E1's erpv-qs1) with
-    the reliability-1.0 and 0.0 teachers. Final return, steps to 700.
+    q_scaled`, lambda_1 = 1: L_V weighed by mean |Q_r|, the same setting as E1's erpv-qs1) and
+    erpv-qs50 (lambda_1 = 50) with the reliability-1.0 and 0.0 teachers. Final return, steps to 700.
 
 Every teacher is first evaluated acting alone (pipeline.teacher_eval, asked every step). Cells run
 through benchmarks.sweep (one result file per cell; a rerun skips finished cells; `--only`,
@@ -64,9 +65,10 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "erpv-l1k": ("erpv", {"lambda_1": 1000.0}),
     # one lambda_1 for every reward scale: L_V weighed by lambda_1 * mean |Q_r| (pipeline/agents/erpv.py)
     "erpv-qs1": ("erpv", {"vpg_weight": "q_scaled", "lambda_1": 1.0}),
+    "erpv-qs50": ("erpv", {"vpg_weight": "q_scaled", "lambda_1": 50.0}),
 }
 L1K_RELIABILITIES = (1.0, 0.0)  # E3's erpv-l1k arms: the best and the worst policy teacher
-QS_RELIABILITIES = (1.0, 0.0)  # E3's erpv-qs1 arms
+QS_RELIABILITIES = (1.0, 0.0)  # E3's erpv-qs1 and erpv-qs50 arms
 DIAGNOSTICS = (
     "vpg/gate_open", "vpg/zeros/gate_open", "vpg/own/gate_open", "vpg/q_f", "vpg/zeros/q_f",
     "vpg/own/q_f", "vpg/dist_pi_a_v", "guidance/ratio", "alpha", "ver/alpha_target", "vpg/weight",
@@ -92,6 +94,7 @@ def experiment_rows() -> list[tuple[str, str, str, str, str]]:
                 "erpv-nogate",
                 "erpv-vertext",
                 "erpv-qs1",
+                "erpv-qs50",
             ]
             if dataset == "rae"
             else ["sac-offline", "erpv"]
@@ -109,10 +112,9 @@ def experiment_rows() -> list[tuple[str, str, str, str, str]]:
             ("E3", CARTPOLE, _arm(r, "erpv-l1k"), "erpv-l1k", f"{CARTPOLE}:rae:policy{r:g}")
         )
     rows.append(("E3", CARTPOLE, "erpv-l1k-worst", "erpv-l1k", f"{CARTPOLE}:rae:constant"))
-    for r in QS_RELIABILITIES:
-        rows.append(
-            ("E3", CARTPOLE, _arm(r, "erpv-qs1"), "erpv-qs1", f"{CARTPOLE}:rae:policy{r:g}")
-        )
+    for arm in ("erpv-qs1", "erpv-qs50"):
+        for r in QS_RELIABILITIES:
+            rows.append(("E3", CARTPOLE, _arm(r, arm), arm, f"{CARTPOLE}:rae:policy{r:g}"))
     return rows
 
 
@@ -422,6 +424,7 @@ def plot_reliability(results: list[dict[str, Any]], teachers: dict[str, Any], ou
         ("erpv", "erpv, lambda_1 10"),
         ("erpv-l1k", "erpv, lambda_1 1000"),
         ("erpv-qs1", "erpv, q_scaled lambda_1 1"),
+        ("erpv-qs50", "erpv, q_scaled lambda_1 50"),
     ):
         xs, ys, es = [], [], []
         for rel in RELIABILITIES:
