@@ -119,8 +119,10 @@ class _Scripted(BaseHTTPRequestHandler):
 
     script: ClassVar[list] = []
     seen: ClassVar[list] = []
-    # GET /v1/models: (status, body) or (delay_s, status, body); None: no such endpoint (404)
-    models: ClassVar[tuple | None] = None
+    # GET /v1/models: (status, body); "hang": no answer until the test ends; None: no such
+    # endpoint (404)
+    models: ClassVar[tuple | str | None] = None
+    release: ClassVar[threading.Event] = threading.Event()
 
     def do_GET(self):
         reply = type(self).models
@@ -128,8 +130,10 @@ class _Scripted(BaseHTTPRequestHandler):
             self.send_response(404)
             self.end_headers()
             return
-        delay, status, body = reply if len(reply) == 3 else (0, *reply)
-        time.sleep(delay)
+        if reply == "hang":  # the client's own timeout ends the wait, not a sleep here
+            type(self).release.wait()
+            return
+        status, body = reply
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -170,10 +174,12 @@ class _Scripted(BaseHTTPRequestHandler):
 @pytest.fixture
 def scripted_server():
     _Scripted.script, _Scripted.seen, _Scripted.models = [], [], None
+    _Scripted.release = threading.Event()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1", _Scripted
+    _Scripted.release.set()  # a hung handler lets go
     server.shutdown()
 
 
@@ -274,7 +280,7 @@ def test_a_server_that_refuses_the_key_names_the_key_setting(scripted_server, ro
 
 def test_a_hung_server_fails_at_the_probe_naming_timeout_s(scripted_server, rollouts, tmp_path):
     url, handler = scripted_server
-    handler.models = (2.0, 200, {"data": []})  # answers after the timeout
+    handler.models = "hang"
     with pytest.raises(
         TeacherUnavailableError, match=r"within 0\.5 s \(<teacher>\.openai\.timeout_s\)"
     ):

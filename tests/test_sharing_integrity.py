@@ -192,7 +192,7 @@ def _run(args, cwd, check=True):
         "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
         **{f"GIT_{w}_{k}": "t" for w in ("AUTHOR", "COMMITTER") for k in ("NAME", "EMAIL")},
     }
-    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
     if check:
         assert result.returncode == 0, f"{args} failed:\n{result.stdout}\n{result.stderr}"
     return result
