@@ -210,10 +210,15 @@ def test_label_studio_round_trip_overlays_corrections_on_the_base_teacher(rollou
     assert now.reviewer == "bob" and "BOTTOM" in now.answer
 
 
-def test_corrections_of_other_frames_or_tasks_are_refused_or_reported(rollouts, tmp_path):
+def _exported_milestones(rollouts, tmp_path):
+    """The milestone tasks Label Studio would import: the reliable teacher's labels, exported."""
     labels = _label(rollouts, tmp_path, ScriptedTeacher(1.0, 0))
     export_label_studio(rollouts, labels, tmp_path / "ls", tasks=["milestone"])
-    items = json.loads((tmp_path / "ls" / "milestone.json").read_text())
+    return json.loads((tmp_path / "ls" / "milestone.json").read_text())
+
+
+def test_corrections_of_other_frames_or_tasks_are_refused_or_reported(rollouts, tmp_path):
+    items = _exported_milestones(rollouts, tmp_path)
     items[0]["annotations"] = _choice("milestone", "GOAL")
     (tmp_path / "e.json").write_text(json.dumps(items[:1]))
     path = tmp_path / "c.jsonl"
@@ -238,9 +243,7 @@ def test_corrections_of_other_frames_or_tasks_are_refused_or_reported(rollouts, 
 
 
 def test_import_refuses_what_it_cannot_store_faithfully(rollouts, tmp_path):
-    labels = _label(rollouts, tmp_path, ScriptedTeacher(1.0, 0))
-    export_label_studio(rollouts, labels, tmp_path / "ls", tasks=["milestone"])
-    items = json.loads((tmp_path / "ls" / "milestone.json").read_text())
+    items = _exported_milestones(rollouts, tmp_path)
     out = tmp_path / "c.jsonl"
     path = tmp_path / "e.json"
     items[0]["annotations"] = [{"result": []}]  # submitted without a choice
@@ -312,9 +315,7 @@ def _hostile(items):
 
 
 def test_a_hostile_export_is_refused_naming_the_file(rollouts, tmp_path):
-    labels = _label(rollouts, tmp_path, ScriptedTeacher(1.0, 0))
-    export_label_studio(rollouts, labels, tmp_path / "ls", tasks=["milestone"])
-    items = json.loads((tmp_path / "ls" / "milestone.json").read_text())
+    items = _exported_milestones(rollouts, tmp_path)
     out = tmp_path / "c.jsonl"
     path = tmp_path / "e.json"
     for name, export in _hostile(items).items():
