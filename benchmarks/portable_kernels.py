@@ -1,7 +1,8 @@
-"""What the stages' portable kernels cost: updates per second of our agents with the kernels the
-train stage runs (`pipeline.kernels.portable_torch`: MKL's COMPATIBLE branch, convolutions on
-ATen's im2col and that BLAS) against the fast ones (MKL's AUTO branch and oneDNN's convolutions,
-what the benchmarks run), at one torch thread as the stages train.
+"""What pinning torch's kernels for cross-machine bytes cost, and what the reproducibility policy
+(pipeline/reproducibility.py) regained: updates per second of our agents with the pinned kernels
+the train stage ran before (MKL's COMPATIBLE branch, convolutions on ATen's im2col and that BLAS
+instead of oneDNN) against the native ones it runs now (MKL's AUTO branch, oneDNN's
+convolutions: `pipeline.kernels.training_torch`), at one torch thread as the stages train.
 
 Rows (each timed in a process of its own, as MKL reads its branch once; the two kernel sets
 alternate `--repeats` times and each keeps its best pass, so a busy machine slows them alike):
@@ -26,10 +27,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from pipeline.kernels import portable_torch
+from pipeline.kernels import training_torch
 
 ROWS = ("state sac", "pixels drq 64/2/256", "pixels drq 84/1/1024")
-MODES = {"portable": "COMPATIBLE", "fast": "AUTO"}  # MKL_CBWR per kernel set
+MODES = {"pinned": "COMPATIBLE", "native": "AUTO"}  # MKL_CBWR per kernel set
 
 
 def update_fn(row: str) -> Callable[[], None]:
@@ -67,10 +68,9 @@ def _pendulum_space():
 def worker(row: str, mode: str, updates: int) -> float:
     """Updates/s of `row` in this process, with `mode`'s torch settings (MKL's branch came with
     the environment)."""
-    if mode == "portable":
-        portable_torch(1)
-    else:
-        torch.set_num_threads(1)
+    training_torch(1)
+    if mode == "pinned":  # the former policy's convolutions: ATen's im2col and MKL
+        torch.backends.mkldnn.enabled = False
     run = update_fn(row)
     run()  # warm up (allocator, lazy init)
     start = time.perf_counter()
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         row, mode = args.worker
         print(json.dumps({"rate": worker(row, mode, args.updates[0])}))
         return
-    print("| 1 thread | portable (stages) | fast (benchmarks) | portable / fast |")
+    print("| 1 thread | pinned (before) | native (now) | native / pinned |")
     print("|---|---|---|---|")
     for row in args.rows:
         updates = args.updates[ROWS.index(row)]
@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(args.repeats):
             for mode in MODES:
                 best[mode] = max(best[mode], measure(row, mode, updates))
-        ratio = best["portable"] / best["fast"]
-        print(f"| {row} | {best['portable']:.2f} | {best['fast']:.2f} | {ratio:.2f}x |", flush=True)
+        ratio = best["native"] / best["pinned"]
+        print(f"| {row} | {best['pinned']:.2f} | {best['native']:.2f} | {ratio:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,6 @@
 
 from pipeline.kernels import pin_portable_kernels
 
-# before anything imports numpy or torch through this package: the same float kernels on every
-# x86-64 machine, so that stage outputs hash as in dvc.lock (pipeline/kernels.py says why)
+# before anything imports numpy through this package: the same float kernels on every x86-64
+# machine, so that data outputs hash as in dvc.lock (pipeline/kernels.py says why)
 pin_portable_kernels()

@@ -13,20 +13,20 @@ from pathlib import Path
 
 from pipeline.config import Params
 from pipeline.curves import write_run_summary, write_training_log
-from pipeline.kernels import portable_torch
+from pipeline.kernels import training_torch
 from pipeline.methods.base import TrainError, TrainInputs
 from pipeline.methods.table import check_params, get_method
 
 
 def set_threads(params: Params, name: str) -> None:
     """Fix torch's intra-op thread count to the run's section's `threads` (0: leave torch's
-    default), and its kernels to the portable ones (`portable_torch`): the train stage's weights
-    are then the same bytes on every machine. Benchmarks that run many trainings in parallel
-    processes set their own count instead."""
+    default; `training_torch`): the train stage's weights are then the same bytes from run to run
+    on one machine. Benchmarks that run many trainings in parallel processes set their own count
+    instead."""
     if params.train is None or name not in params.train:
         return  # train_run names the missing run
     run = params.train[name]
-    portable_torch(getattr(get_method(run.method).params(params, run), "threads", 0))
+    training_torch(getattr(get_method(run.method).params(params, run), "threads", 0))
 
 
 def train_run(

@@ -1,7 +1,8 @@
 """DVC stage entry points: thin wrappers around the `pipeline` package.
 
-Imported before any stage module, so `pipeline` (which pins portable float kernels) comes before
-numpy and torch, and no stage writes outputs with machine-specific kernels."""
+Imported before any stage module, so `pipeline` (which pins numpy's portable float kernels) comes
+before numpy, and no stage writes data outputs with machine-specific kernels
+(pipeline/kernels.py)."""
 
 import sys
 

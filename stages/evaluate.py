@@ -17,7 +17,7 @@ from pipeline.config import ConfigError, load_params
 from pipeline.errors import PipelineError, print_error
 from pipeline.evaluation import Recorder, deployed, encode_gif, eval_metrics, evaluate_policy
 from pipeline.io import atomic_write_bytes, atomic_write_json
-from pipeline.kernels import portable_torch
+from pipeline.kernels import training_torch
 from pipeline.methods.table import load_agent
 
 CLIP_NAME = "episode-{episode}.gif"  # in --videos: the evaluation's episode index (seed + index)
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         params = load_params(args.params)
         if params.evaluate is None:
             raise ConfigError(f"{args.params} has no `evaluate` section")
-        portable_torch(1)  # the agent acts with the same bytes on every machine
+        training_torch(1)  # the agent acts with the same bytes from run to run
         policy = deployed(load_agent(args.agent), read_meta(args.agent))
         env_id = policy.meta["env"]
         if env_id not in params.env:

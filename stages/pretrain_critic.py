@@ -17,7 +17,7 @@ from pathlib import Path
 from pipeline.config import load_params
 from pipeline.curves import write_training_log
 from pipeline.errors import PipelineError, print_error
-from pipeline.kernels import portable_torch
+from pipeline.kernels import training_torch
 from pipeline.methods.erpv import critic_params, pretrain_critic, write_no_critic
 
 
@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             write_training_log(args.live, args.summary)  # empty: nothing was trained
             print(f"{args.out}: {args.env} is not in critic.envs: no C_V (marker written)")
             return 0
-        # bitwise reproducible: see `threads` and pipeline/kernels.py
-        portable_torch(critic_params(params, args.env).threads)
+        # the same bytes from run to run on one machine: see `threads` and pipeline/kernels.py
+        training_torch(critic_params(params, args.env).threads)
         logs = pretrain_critic(args.env, params, args.dataset, args.out)
     except (PipelineError, FileNotFoundError) as exc:
         print_error(exc)

@@ -48,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"{args.params}: no `env.{args.env}` section")
         teacher_cfg = params.label.for_env(args.env).teacher
         if teacher_cfg.backend == "policy":
-            from pipeline.kernels import portable_torch
+            from pipeline.kernels import training_torch
 
-            portable_torch(1)  # a policy teacher answers with the same bytes on every machine
+            training_torch(1)  # a policy teacher answers with the same bytes from run to run
         from pipeline.teacher_eval import evaluate_teacher
         from pipeline.teachers import make_teacher
 

@@ -6,7 +6,6 @@ import copy
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -72,15 +71,6 @@ def tiny_params_dict(envs: tuple[str, ...] = ("MountainCar-v0",), **collect_over
         # teacher_eval@<env> reads it: one short episode, the fresh-answer interval only
         "teacher_eval": {"episodes": 1, "seed": 0, "every_k": [1]},
     }
-
-
-@pytest.fixture(autouse=True)
-def _torch_kernels_restored():
-    """A stage's `main` called in-process sets torch's kernels for the process
-    (`pipeline.kernels.portable_torch`: oneDNN off); the next test gets torch's own again."""
-    yield
-    if "torch" in sys.modules:
-        sys.modules["torch"].backends.mkldnn.enabled = True
 
 
 @pytest.fixture

@@ -336,9 +336,7 @@ def test_reevaluation_replays_each_cells_agent_and_checks_it_against_its_result(
     (tmp_path / "run" / "model").rename(out / "agents" / "sac-seed0")
     (out / "params.yaml").write_bytes(params.read_bytes())
     threads = torch.get_num_threads()
-    # the result's own evaluation, as `finish` makes it in a one-thread worker, whose convolutions
-    # run on oneDNN (train.main above moved this process's off it: portable_torch)
-    torch.backends.mkldnn.enabled = True
+    # the result's own evaluation, as `finish` makes it in a one-thread worker
     try:
         own = _replay_final(str(params), str(out / "agents" / "sac-seed0"), 2, 1)
     finally:

@@ -487,7 +487,7 @@ def test_resumable_ppo_refuses_envs_it_cannot_pickle():
     "threads",
     [
         1,
-        # two more train stages to see torch's default kept; that portable_torch(0) keeps the
+        # two more train stages to see torch's default kept; that training_torch(0) keeps the
         # count is checked fast in test_kernels.py
         pytest.param(0, marks=pytest.mark.slow),
     ],
