@@ -1,0 +1,189 @@
+"""pipeline/reproducibility.py: a rebuild keeps data outputs, deps and params exactly, and network
+outputs by their metrics (settings equal, returns within the stated tolerance)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from pipeline import reproducibility
+from pipeline.reproducibility import (
+    Report,
+    check_rebuild,
+    compare_metrics,
+    main,
+    network_stages,
+)
+
+
+def _lock(model_md5="m1", rollout_md5="r1", eval_md5="e1", source_md5="s1") -> dict:
+    return {
+        "schema": "2.0",
+        "stages": {
+            "collect@cart": {
+                "cmd": "python -m stages.collect --env cart",
+                "deps": [{"path": "pipeline/envs", "md5": source_md5}],
+                "params": {"params.yaml": {"collect.cart": {"episodes": 2}}},
+                "outs": [{"path": "data/rollouts/cart", "md5": rollout_md5}],
+            },
+            "train@cart-sac": {
+                "cmd": "python -m stages.train --run cart-sac",
+                "deps": [{"path": "data/rollouts/cart", "md5": rollout_md5}],
+                "params": {"params.yaml": {"env.cart": {"image_size": 84}, "sac": {}}},
+                "outs": [
+                    {"path": "metrics/train/cart-sac.json", "md5": "t1"},
+                    {"path": "models/cart-sac", "md5": model_md5},
+                ],
+            },
+            "evaluate@cart-sac": {
+                "cmd": "python -m stages.evaluate --agent models/cart-sac",
+                "deps": [{"path": "models/cart-sac", "md5": model_md5}],
+                "params": {"params.yaml": {"env.cart": {"image_size": 84}, "evaluate": {}}},
+                "outs": [{"path": "metrics/eval/cart-sac.json", "md5": eval_md5}],
+            },
+        },
+    }
+
+
+EVAL = {"env": "cart", "episodes": 5, "return_mean": 200.0, "return_std": 10.0, "method": "sac"}
+
+
+def _check(before: dict, after: dict, changed: dict[str, tuple[dict, dict]]) -> Report:
+    files = {path: pair for path, pair in changed.items()}
+    return check_rebuild(
+        yaml.safe_dump(before),
+        yaml.safe_dump(after),
+        ["dvc.lock", *files],
+        lambda path: json.dumps(files[path][0]),
+        lambda path: json.dumps(files[path][1]),
+    )
+
+
+def test_an_evaluation_is_a_network_stage_because_it_reads_an_agent():
+    assert network_stages(_lock()["stages"]) == {"train@cart-sac", "evaluate@cart-sac"}
+
+
+def test_network_outputs_may_differ_when_their_returns_agree(monkeypatch):
+    monkeypatch.setitem(reproducibility.RETURN_TOLERANCE, "cart", 50.0)
+    after = {**EVAL, "return_mean": 240.0, "return_std": 3.0}
+    report = _check(
+        _lock(), _lock("m2", eval_md5="e2"), {"metrics/eval/cart-sac.json": (EVAL, after)}
+    )
+    assert report.problems == []
+    assert any("models/cart-sac m1 -> m2" in line for line in report.allowed)
+    assert any("return_mean: 200 -> 240 (tolerance 50)" in line for line in report.allowed)
+
+
+def test_a_return_beyond_the_tolerance_breaks_the_policy(monkeypatch):
+    monkeypatch.setitem(reproducibility.RETURN_TOLERANCE, "cart", 50.0)
+    after = {**EVAL, "return_mean": 260.0}
+    report = _check(
+        _lock(), _lock("m2", eval_md5="e2"), {"metrics/eval/cart-sac.json": (EVAL, after)}
+    )
+    assert report.problems == [
+        "metrics/eval/cart-sac.json:return_mean: 200 -> 260, |difference| 60 > the tolerance 50"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("after", "says"),
+    [
+        ({**EVAL, "episodes": 4}, "a setting: equal everywhere"),
+        ({**EVAL, "return_std": float("nan")}, "not finite"),
+        ({**EVAL, "method": "erpv"}, "'sac' -> 'erpv'"),
+        ({k: v for k, v in EVAL.items() if k != "return_std"}, "keys"),
+    ],
+)
+def test_a_network_metric_file_keeps_its_settings_and_structure(after, says):
+    report = _check(
+        _lock(), _lock("m2", eval_md5="e2"), {"metrics/eval/cart-sac.json": (EVAL, after)}
+    )
+    assert len(report.problems) == 1 and says in report.problems[0]
+
+
+def test_a_data_output_source_dep_or_param_that_differs_breaks_the_policy():
+    report = _check(_lock(), _lock(rollout_md5="r2"), {})
+    # the rollouts themselves, and the train stage's dep on them
+    assert report.problems == [
+        "collect@cart: data/rollouts/cart r1 -> r2",
+        "train@cart-sac: data/rollouts/cart r1 -> r2",
+    ]
+    assert _check(_lock(), _lock(source_md5="s2"), {}).problems == [
+        "collect@cart: pipeline/envs s1 -> s2"
+    ]
+    changed = _lock()
+    changed["stages"]["collect@cart"]["params"]["params.yaml"]["collect.cart"]["episodes"] = 3
+    assert _check(_lock(), changed, {}).problems == [
+        "stage collect@cart: its params differs from the committed one"
+    ]
+
+
+def test_any_other_changed_file_breaks_the_policy():
+    report = check_rebuild(
+        yaml.safe_dump(_lock()), yaml.safe_dump(_lock()), ["dvc.lock", "data/.gitignore"],
+        lambda path: "", lambda path: "",
+    )  # fmt: skip
+    assert report.problems == ["data/.gitignore: changed, and it is not a network stage's metrics"]
+
+
+def test_nested_metrics_are_compared_leaf_by_leaf():
+    before = {"costs": {"prompts": 84, "round": 1}, "rows": [{"return_mean": 1.0}]}
+    report = Report()
+    compare_metrics(
+        "m.json",
+        before,
+        {"costs": {"prompts": 90, "round": 1}, "rows": [{"return_mean": 1.5}]},
+        1.0,
+        report,
+    )
+    assert report.problems == []
+    assert report.allowed == [
+        "m.json:costs.prompts: 84 -> 90",
+        "m.json:rows[0].return_mean: 1 -> 1.5 (tolerance 1)",
+    ]
+    compare_metrics(
+        "m.json",
+        before,
+        {"costs": {"prompts": 84, "round": 2}, "rows": [{"return_mean": 3.0}]},
+        1.0,
+        report,
+    )
+    assert [line.split(":")[1] for line in report.problems] == [
+        "costs.round",
+        "rows[0].return_mean",
+    ]
+
+
+def test_the_command_checks_a_git_workspace(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(reproducibility.RETURN_TOLERANCE, "cart", 50.0)
+    monkeypatch.chdir(tmp_path)
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "metrics" / "eval").mkdir(parents=True)
+    metrics = tmp_path / "metrics" / "eval" / "cart-sac.json"
+    metrics.write_text(json.dumps(EVAL))
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(_lock()))
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built")
+    assert main([]) == 0  # clean
+
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(_lock("m2", eval_md5="e2")))
+    metrics.write_text(json.dumps({**EVAL, "return_mean": 230.0}))
+    assert main([]) == 0
+    assert "return_mean: 200 -> 230 (tolerance 50)" in capsys.readouterr().out
+
+    metrics.write_text(json.dumps({**EVAL, "return_mean": 300.0}))
+    (tmp_path / "stray.txt").write_text("new")
+    assert main(["--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "stray.txt: changed" in out
+        and "> the tolerance 50" in out
+        and "allowed" not in out.split("\n")[0]
+    )
