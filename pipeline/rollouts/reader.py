@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import webdataset as wds
 from PIL import Image
 
 from pipeline.errors import PipelineError
@@ -34,6 +33,8 @@ class RolloutSample:
 
 def iter_shard(path: str | Path) -> Iterator[RolloutSample]:
     """Samples of one shard in stored order. Corrupt tars raise (tarfile.TarError, OSError)."""
+    import webdataset as wds  # here, not at import: webdataset imports torch (~1.5 s)
+
     dataset = wds.WebDataset(str(path), shardshuffle=False, empty_check=False)
     for sample in dataset:
         key = sample["__key__"]

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import webdataset as wds
 from PIL import Image
 
 from pipeline.io import TMP_SUFFIX, fsync_dir, sha256_file
@@ -44,6 +43,8 @@ class AtomicShardWriter:
     """Writes samples to `<path>.tmp`; `close()` fsyncs and renames to `path`; `abort()` deletes."""
 
     def __init__(self, path: Path) -> None:
+        import webdataset as wds  # here, not at import: webdataset imports torch (~1.5 s)
+
         self.path = path
         self.tmp_path = path.with_name(path.name + TMP_SUFFIX)
         self._file = open(self.tmp_path, "wb")  # noqa: SIM115 - closed in close()/abort()
