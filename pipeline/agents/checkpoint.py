@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from safetensors import SafetensorError
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
-from torch import nn
 
 from pipeline.errors import PipelineError
 from pipeline.io import atomic_write_bytes, atomic_write_json
+
+if TYPE_CHECKING:  # torch is imported where tensors are read or written: `read_meta` and the
+    # constants serve stages that never load a network (collect, check_params)
+    import torch
+    from torch import nn
 
 AGENT_JSON = "agent.json"
 AGENT_WEIGHTS = "agent.safetensors"
@@ -95,6 +96,8 @@ def write_checkpoint(
     directory: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]
 ) -> None:
     """Weights first, then `agent.json` (the marker of a complete checkpoint)."""
+    from safetensors.torch import save as save_safetensors
+
     directory = Path(directory)
     atomic_write_bytes(directory / AGENT_WEIGHTS, save_safetensors(tensors))
     atomic_write_json(directory / AGENT_JSON, {**meta, "format_version": FORMAT_VERSION})
@@ -131,6 +134,8 @@ def weights_path(directory: str | Path) -> Path:
 
 def read_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(agent.json, tensors) of a checkpoint written by `write_checkpoint`."""
+    from safetensors.torch import load as load_safetensors
+
     meta = read_meta(directory)
     weights = Path(directory) / AGENT_WEIGHTS
     fix = f"restore it with `dvc checkout {directory}` or retrain it (`dvc repro`)"
