@@ -11,13 +11,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pipeline.agents.checkpoint import AGENT_WEIGHTS
-from pipeline.agents.resume import Resume, fingerprint
-from pipeline.agents.state_io import save_state
 from pipeline.config import (
     ConfigError,
     Params,
@@ -31,6 +27,12 @@ from pipeline.errors import PipelineError
 from pipeline.evaluation import Agent
 from pipeline.io import sha256_file
 from pipeline.rollouts.format import MANIFEST_NAME
+
+if TYPE_CHECKING:  # torch (and the state files' safetensors.torch) are imported where a run
+    # trains or saves: the method table, and check_params through it, need none of it
+    import torch
+
+    from pipeline.agents.resume import Resume
 
 TRAIN_EVAL_SEED = 10_000  # seeds of the evaluation episodes played during training
 TRAINING_STATE = "training_state"  # <name>.json + <name>.safetensors beside a checkpoint
@@ -95,6 +97,8 @@ class TrainResult:
     training_state: dict[str, Any] | None = None
 
     def save(self, out_dir: str | Path) -> None:
+        from pipeline.agents.state_io import save_state
+
         self.agent.save(out_dir, self.meta)
         if self.training_state is not None:
             save_state(out_dir, TRAINING_STATE, self.training_state)
@@ -148,6 +152,8 @@ def resume_for(
 ) -> Resume | None:
     """The run's resume state when it has a directory and saves one every `every` steps/updates;
     `material`: what the run depends on (settings and data), fingerprinted."""
+    from pipeline.agents.resume import Resume, fingerprint
+
     if resume_dir is None or not every:
         return None
     return Resume(resume_dir, fingerprint(material), every)

@@ -13,13 +13,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from pipeline.agents.checkpoint import CheckpointError, read_meta
 from pipeline.config import ConfigError, Params, TrainRun
 from pipeline.evaluation import Agent
 from pipeline.methods.base import Method
+
+if TYPE_CHECKING:
+    import torch
 
 # name -> "module:attribute" of its `Method`, in the order messages list them
 METHOD_MODULES: dict[str, str] = {
