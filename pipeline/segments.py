@@ -29,7 +29,7 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +155,28 @@ class SegmentStore:
         if not path.exists():  # the same rows, already written (by a run killed after it)
             atomic_write_bytes(path, data)
         self._rows.update(new)
+
+    def retain(self, keys: Collection[str]) -> int:
+        """Delete this store's own rows whose key is not in `keys` (caches read through
+        `read_also` are untouched); return how many. A segment keeps its bytes when all its rows
+        stay, goes when none do, and is rewritten with the staying rows otherwise."""
+        keep, dropped = set(keys), 0
+        for path in sorted(self.root.glob(SEGMENT_GLOB)):
+            frame = self._read(path, verify_segment(path, self.rebuild))
+            staying = frame.filter(pl.col("key").is_in(list(keep)))
+            if staying.height == frame.height:
+                continue
+            if staying.height:
+                buf = io.BytesIO()
+                staying.write_parquet(buf)
+                data = buf.getvalue()
+                atomic_write_bytes(self.root / segment_name(data), data)
+            path.unlink()
+            for key in frame["key"].to_list():
+                if key not in keep:
+                    self._rows.pop(key, None)
+            dropped += frame.height - staying.height
+        return dropped
 
 
 def verify_store(root: str | Path) -> list[str]:

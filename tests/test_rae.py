@@ -113,3 +113,29 @@ def test_manifest_names_the_acting_teacher_and_an_old_manifest_is_refused(tmp_pa
     random_cfg = collect_cfg(episodes=1)
     plain = collect(MC, env_cfg(max_episode_steps=30), random_cfg, tmp_path / "p", progress=False)
     assert plain["acting_teacher"] is None
+
+
+def _cache_files(rollout_dir):
+    return {p.name: p.read_bytes() for p in (rollout_dir / "teacher_cache").glob("segment-*")}
+
+
+def test_a_longer_collection_reverted_leaves_the_teacher_cache_of_the_shorter_one(tmp_path):
+    """A collection of 3 episodes replaced (as `dvc repro` does after params went back) by one of
+    1 keeps only the answers episode 0 asked: the same cache files as a fresh 1-episode
+    collection's, and its manifest records them. Nothing is paid twice on the way."""
+    cfg = collect_cfg(behaviour="rae", rae_switch_steps=(5, 12), teacher_every_k=4)
+    env = env_cfg(max_episode_steps=40)
+    fresh = collect(MC, env, cfg.model_copy(update={"episodes": 1}), tmp_path / "fresh",
+                    teacher=ScriptedTeacher(0.8, 0), progress=False)  # fmt: skip
+    out = tmp_path / "r"
+    collect(MC, env, cfg.model_copy(update={"episodes": 3}), out,
+            teacher=ScriptedTeacher(0.8, 0), progress=False)  # fmt: skip
+    assert len(_cache_files(out)) > len(_cache_files(tmp_path / "fresh"))
+    teacher = CountingTeacher(ScriptedTeacher(0.8, 0))
+    reverted = collect(MC, env, cfg.model_copy(update={"episodes": 1}), out, teacher=teacher,
+                       replace=True, progress=False)  # fmt: skip
+    assert teacher.calls == 0  # episode 0's answers were still there
+    assert _cache_files(out) == _cache_files(tmp_path / "fresh")
+    assert reverted["episodes"] == fresh["episodes"]
+    (episode,) = reverted["episodes"]
+    assert len(episode["teacher_keys"]) == len(_cache_files(out)) > 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -131,6 +131,10 @@ class LabelCache:
         self._store.put_many([asdict(a) for a in answers])
         if self.telemetry is not None and telemetry:
             self.telemetry.put_many([asdict(t) for t in telemetry])
+
+    def retain(self, keys: Collection[str]) -> int:
+        """Keep only the answers of `keys` in this cache's own segments; return how many went."""
+        return self._store.retain(keys)
 
 
 def frame_sha256(frame_png: bytes) -> str:

@@ -33,7 +33,7 @@ from pipeline.labels.tasks import parse_answer, render_prompt
 from pipeline.rollouts.format import action_space_spec
 from pipeline.rollouts.writer import encode_png
 from pipeline.teachers.base import Reply, Teacher
-from pipeline.teachers.cached import ask_through_cache
+from pipeline.teachers.cached import ask_through_cache, prompt_cache_key
 
 
 class Behaviour(Protocol):
@@ -313,16 +313,19 @@ class TeacherBehaviour:
         self._held: Any = None
         self._t = 0
         self.calls = 0  # teacher calls made (cache misses), for progress and tests
+        self.asked_keys: list[str] = []  # this episode's cache keys, in order
 
     def reset(self, seed: int) -> None:
         self._fallback.reset(seed)
         self._held, self._t = None, 0
+        self.asked_keys = []
 
     def _ask(self, obs: dict[str, np.ndarray], info: dict[str, Any]) -> None:
         # the same frame bytes and prompt the label stage renders, hence the same cache key
         prompt = render_prompt(
             "action", self.env_id, self.spec, encode_png(obs[PIXELS]), info[CONTEXT]
         )
+        self.asked_keys.append(prompt_cache_key(prompt, self.teacher))
         answer, hit = ask_through_cache(self.cache, self.teacher, prompt)
         self.calls += not hit
         text = answer.text if isinstance(answer, Reply) else answer.raw_text
@@ -362,6 +365,11 @@ class RAEBehaviour:
         self.explorer, self.teacher, self.switch_steps = explorer, teacher, switch_steps
         self._rng = np.random.default_rng(0)
         self.t_switch, self._teacher_phase, self._t = switch_steps[0], False, 0
+
+    @property
+    def asked_keys(self) -> list[str]:
+        """The cache keys its teacher was asked this episode."""
+        return self.teacher.asked_keys
 
     def reset(self, seed: int) -> None:
         self.explorer.reset(seed)

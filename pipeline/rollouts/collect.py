@@ -69,6 +69,10 @@ class EpisodeEntry:
     episode_return: float
     terminated: bool
     truncated: bool
+    # the label-cache keys the acting teacher was asked in this episode, in order ([] for
+    # behaviours without one; None in manifests written before they were recorded): the teacher
+    # cache holds exactly their answers, whatever earlier collections left there
+    teacher_keys: list[str] | None = None
 
 
 @dataclass
@@ -334,6 +338,9 @@ def collect(
         log.info("%s: %d episodes already collected; nothing to do", out_dir, len(episodes))
         (out_dir / JOURNAL_NAME).unlink(missing_ok=True)  # killed after the manifest was written
         # the same fingerprint (format version included): the manifest is the one this code writes
+        if collect_cfg.uses_teacher:  # killed between the manifest and the cache's pruning
+            root = out_dir / TEACHER_CACHE_DIR
+            _keep_asked_answers(LabelCache(root, rebuild=f"`dvc repro collect@{env_id}`"), episodes)
         return load_manifest(out_dir)
     if episodes:
         log.info("%s: resuming after %d episodes in %d shards", out_dir, len(episodes), len(shards))
@@ -373,8 +380,11 @@ def collect(
             steps, ret, terminated, truncated = run_episode(
                 env, behaviour, episode, seed, writer, spec
             )
+            keys = list(getattr(behaviour, "asked_keys", []))
             pending.append(
-                EpisodeEntry(episode, seed, writer.path.name, steps, ret, terminated, truncated)
+                EpisodeEntry(
+                    episode, seed, writer.path.name, steps, ret, terminated, truncated, keys
+                )
             )
             steps_done += steps
             bar.update(1)
@@ -416,4 +426,19 @@ def collect(
     }
     atomic_write_json(out_dir / MANIFEST_NAME, manifest)
     (out_dir / JOURNAL_NAME).unlink()
+    if cache is not None:
+        _keep_asked_answers(cache, episodes)
     return manifest
+
+
+def _keep_asked_answers(cache: LabelCache, episodes: list[EpisodeEntry]) -> None:
+    """Leave the teacher cache holding the answers the kept episodes asked for, and nothing else:
+    answers of episodes an interrupted, longer or replaced collection played are dropped, so the
+    collection's bytes depend on its params, not on its history. (A replaced collection's
+    answers stay in the cache until the new one finishes: what it asks again is not paid twice.)
+    Episodes of a manifest that predates the record keep the cache as it is."""
+    if any(e.teacher_keys is None for e in episodes):
+        return
+    dropped = cache.retain({key for e in episodes for key in e.teacher_keys or ()})
+    if dropped:
+        log.info("%s: dropped %d answers no kept episode asked for", cache.root, dropped)
