@@ -22,7 +22,8 @@ audit page of its labels, `parts.json`: the dataset parts its training read), it
 them, with the env's label cache) and its agent in `models/rounds/<name>/`; all are DVC outputs
 of round@<name>, so a change to round 2 reruns rounds 2 and later only. Each round's costs
 (frames, prompts, those answered before, teacher calls and what they would cost at ERPv table
-14's 6.95 s per Qwen2-VL-7B call) are its metrics, the same on every machine.
+14's 6.95 s per Qwen2-VL-7B call) are its metrics, the same from run to run on one machine (the
+frames come from the previous agent: pipeline/reproducibility.py).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from pipeline.errors import PipelineError
 from pipeline.evaluation import Agent, deployed
 from pipeline.io import atomic_write_json, sha256_file
 from pipeline.labelling.audit import write_audit
-from pipeline.labelling.label import label_rollouts, teacher_settings
+from pipeline.labelling.label import label_rollouts
 from pipeline.masks import make_mask_backend
 from pipeline.masks.compute import compute_masks
 from pipeline.methods.base import TrainInputs
@@ -180,7 +181,7 @@ def run_round(
             raise RoundError(f"{data_dir.parent / n} is not built: run `dvc repro round@{n}` first")
     labels = data_dir / "labels.parquet"
     labelled = label_rollouts(
-        rollouts, label_cfg, make_teacher(label_cfg.teacher, teacher_settings(params.label, env_id)),
+        rollouts, label_cfg, make_teacher(label_cfg.teacher, params.label.teacher_path(env_id)),
         caches_dir / LABEL_CACHE, labels,
         # the acting teacher's answers bought while collecting the env's data (RAE) count too
         read_also=[Path("data/label_cache") / env_id,

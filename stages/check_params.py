@@ -17,27 +17,11 @@ import argparse
 import os
 import sys
 
-from pipeline.config import Params, TeacherConfig, load_params
+from pipeline.config import load_params
 from pipeline.errors import PipelineError, print_error
 from pipeline.io import atomic_write_json
 from pipeline.labelling.corrections import corrections_path, read_corrections
 from pipeline.methods.table import check_params
-
-
-def _served_teachers(params: Params) -> list[tuple[str, TeacherConfig]]:
-    """Every teacher params.yaml configures to be called over the network, with its path."""
-    found: list[tuple[str, TeacherConfig]] = []
-    if params.label is not None:
-        found.append(("label.teacher", params.label.teacher))
-        found += [
-            (f"label.per_env.{env}.teacher", own.teacher)
-            for env, own in params.label.per_env.items()
-            if own.teacher is not None
-        ]
-    found += [
-        (f"collect.{env}.teacher", c.teacher) for env, c in params.collect.items() if c.teacher
-    ]
-    return [(where, t) for where, t in found if t.backend == "openai"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineError as exc:
         print_error(f"{exc}\nNothing was run: fix {args.params} and rerun.")
         return 2
-    for where, teacher in _served_teachers(params):
-        key = teacher.openai.api_key_env if teacher.openai is not None else None
+    for where, teacher in params.teachers():
+        key = teacher.openai.api_key_env if teacher.backend == "openai" and teacher.openai else None
         if key and not os.environ.get(key):
             print(
                 f"warning: {where}.openai.api_key_env: ${key} is not set here; a stage that "

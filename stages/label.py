@@ -15,7 +15,7 @@ import sys
 
 from pipeline.config import ConfigError, load_params
 from pipeline.errors import PipelineError, print_error
-from pipeline.labelling.label import label_rollouts, teacher_settings
+from pipeline.labelling.label import label_rollouts
 from pipeline.rollouts.reader import load_manifest
 from pipeline.teachers import make_teacher
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"{args.params} has no `label` section")
         env_id = load_manifest(args.rollouts)["env_id"]
         cfg = params.label.for_env(env_id)
-        teacher = make_teacher(cfg.teacher, teacher_settings(params.label, env_id))
+        teacher = make_teacher(cfg.teacher, params.label.teacher_path(env_id))
         summary = label_rollouts(
             args.rollouts, cfg, teacher, args.cache, args.out,
             telemetry_dir=args.telemetry, corrections=args.corrections,

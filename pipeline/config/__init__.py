@@ -110,6 +110,22 @@ class Params(Section):
         """A method's section as written in params.yaml (None when absent)."""
         return (self.model_extra or {}).get(name)
 
+    def teachers(self) -> list[tuple[str, TeacherConfig]]:
+        """Every teacher params.yaml configures, with its path: `label.teacher`, each
+        `label.per_env.<env>.teacher` and each acting `collect.<env>.teacher`."""
+        found: list[tuple[str, TeacherConfig]] = []
+        if self.label is not None:
+            found.append(("label.teacher", self.label.teacher))
+            found += [
+                (f"label.per_env.{env}.teacher", own.teacher)
+                for env, own in self.label.per_env.items()
+                if own.teacher is not None
+            ]
+        found += [
+            (f"collect.{env}.teacher", c.teacher) for env, c in self.collect.items() if c.teacher
+        ]
+        return found
+
     @property
     def other_sections(self) -> dict[str, Any]:
         """Every top-level key that is not a stage or env section: the methods' sections."""

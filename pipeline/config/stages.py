@@ -228,6 +228,11 @@ class LabelConfig(Section):
         _check_intervals(self.tasks)
         return self
 
+    def teacher_path(self, env_id: str) -> str:
+        """Where in params.yaml the teacher that labels `env_id` is configured (for messages)."""
+        own = self.per_env.get(env_id)
+        return f"label.per_env.{env_id}.teacher" if own and own.teacher else "label.teacher"
+
     def for_env(self, env_id: str) -> LabelConfig:
         """The settings that label `env_id`: the shared ones with its `per_env` entry applied
         (no entry: the shared ones); the result holds no `per_env`."""

@@ -50,12 +50,6 @@ class LabelError(PipelineError, RuntimeError):
     pass
 
 
-def teacher_settings(label: LabelConfig, env_id: str) -> str:
-    """Where in params.yaml the teacher that labels `env_id` is configured (for messages)."""
-    own = label.per_env.get(env_id)
-    return f"label.per_env.{env_id}.teacher" if own and own.teacher else "label.teacher"
-
-
 @dataclass
 class LabelSummary:
     queried: int = 0  # prompts (queried frames x tasks)
