@@ -68,6 +68,9 @@ def test_rounds_pay_once_and_rerun_only_from_the_changed_round(built, tmp_path):
     assert f"labelling round 2 of run `{RUN}` by the agent `models/rounds/{RUN}-r1`" in card
     agent = json.loads((repo / "models/rounds" / f"{RUN}-r3" / "agent.json").read_text())
     assert agent["round"] == 3 and len(agent["data"]["round_parts"]) == 3
+    for k in (1, 2, 3):  # each round's agent evaluated as a run's is
+        evaluation = json.loads((repo / "metrics/eval/rounds" / f"{RUN}-r{k}.json").read_text())
+        assert evaluation["env"] == ENV and evaluation["episodes"] >= 1
 
     assert _ran(_run(["dvc", "repro"], repo)) == []  # no teacher call, nothing trained
 
@@ -79,7 +82,12 @@ def test_rounds_pay_once_and_rerun_only_from_the_changed_round(built, tmp_path):
     before = (repo / "metrics/rounds" / f"{RUN}-r2.json").read_text()
     output = _run(["dvc", "repro"], repo)
     ran = _ran(output)
-    assert ran == ["check_params", f"round@{RUN}-r2", f"round@{RUN}-r3"], ran
+    assert ran == sorted(
+        [
+            "check_params",
+            *(f"{stage}@{RUN}-r{k}" for stage in ("round", "evaluate_round") for k in (2, 3)),
+        ]
+    ), ran
     # the same frames: every answer from the round's persisted cache, and the costs (a pure
     # function of the inputs, as on a fresh build) unchanged
     assert f"round {RUN}-r2: " in output and "calls_made_now 0" in output.split(f"{RUN}-r2: ")[1]
