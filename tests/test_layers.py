@@ -24,7 +24,8 @@ LAYERS: list[set[str]] = [
     {"agents"},  # PPO and the SAC family on one base, replay, checkpoints, resume state
     {"curves", "evaluation"},  # dvclive logs and curve figures; deployed policies, evaluation
     {"methods"},  # one unit per method (params, train, load) and the method table
-    {"training", "integrity", "experiments"},  # train logic; vlmrl-verify; vlmrl-seeds
+    {"training", "integrity", "experiments", "reproducibility"},  # train logic; vlmrl-verify;
+    # vlmrl-seeds; vlmrl-lockcheck
     {"rounds"},  # labelling rounds: collect, label, masks, dataset and train, per round
 ]
 LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
