@@ -18,9 +18,9 @@ import json
 import statistics
 from pathlib import Path
 
-from pipeline.reproducibility import RETURN_KEYS
-
 GROUPS = ("train", "eval", "rounds")
+# every return a run's metrics hold: evaluations' means and the curves' last episodes
+RETURN_KEYS = frozenset({"return_mean", "last_eval_return", "last_episode_return"})
 Z = 4.0  # standard deviations: a tolerance a same-distribution draw rarely leaves
 
 
