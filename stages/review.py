@@ -20,6 +20,7 @@ import sys
 
 from pipeline.errors import PipelineError, print_error
 from pipeline.labelling.exchange import export_label_studio, import_label_studio
+from pipeline.labelling.review import read_selection
 from pipeline.labels.tasks import TASKS
 
 
@@ -36,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         "--tasks", nargs="+", choices=sorted(TASKS), help="only these label tasks (default: all)"
     )
     out.add_argument("--statuses", nargs="+", help="only rows with these parse statuses")
+    out.add_argument(
+        "--selection",
+        help='only the rows of this file: what the audit page\'s "export this selection" saved',
+    )
     into = sub.add_parser("import", help="Label Studio's JSON export into corrections/<env>.jsonl")
     into.add_argument("--rollouts", required=True)
     into.add_argument("--reviewer", required=True, help="the corrections' teacher id: human:<name>")
@@ -46,9 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "export":
+            selection = None if args.selection is None else read_selection(args.selection)
             summary = export_label_studio(
-                args.rollouts, args.labels, args.out, tasks=args.tasks, statuses=args.statuses
-            )
+                args.rollouts, args.labels, args.out, tasks=args.tasks, statuses=args.statuses,
+                selection=selection,
+            )  # fmt: skip
             for task, n in summary.tasks.items():
                 print(f"{args.out}/{task}.json: {n} tasks ({task}.label_config.xml beside it)")
         else:

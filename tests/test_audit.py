@@ -180,3 +180,56 @@ def test_one_huge_answer_does_not_make_a_huge_page_or_export(rollouts, tmp_path)
     export_label_studio(rollouts, labels, tmp_path / "export", tasks=["objects"])
     exported = (tmp_path / "export" / "objects.json").read_text()
     assert len(exported) < 1_000_000 and "more characters in the label table" in exported
+
+
+# filters by the reference and by text, sorts by status, exports the selection; the results go
+# into attributes of <body> that the dumped DOM carries
+FILTER_DRIVE = """<script>
+window.addEventListener("load", function () {
+  var el = function (id) { return document.getElementById(id); }, b = document.body;
+  var fire = function (node) { node.dispatchEvent(new Event("change")); };
+  var count = function () { return document.querySelectorAll("#br-table tr[data-i]").length; };
+  el("f-reference").value = "0"; fire(el("f-reference"));
+  b.setAttribute("data-disagree", el("br-count").textContent);
+  el("br-export").click();
+  b.setAttribute("data-exported", el("br-export").getAttribute("data-exported"));
+  el("f-reference").value = ""; fire(el("f-reference"));
+  el("f-text").value = "ZZZ-NOWHERE"; el("f-text").oninput();
+  b.setAttribute("data-nothing", el("br-count").textContent);
+  el("f-text").value = ""; el("f-text").oninput();
+  document.querySelector('#br-table th[data-col="status"]').click();
+  var statuses = Array.prototype.map.call(
+    document.querySelectorAll("#br-table tr[data-i] td:nth-child(3)"), function (td) { return td.textContent; });
+  b.setAttribute("data-sorted", JSON.stringify(statuses));
+  b.setAttribute("data-rows", count());
+});
+</script></body>"""
+
+
+def test_the_browser_filters_by_the_reference_and_text_sorts_and_exports(rollouts, tmp_path):
+    """Wrong but well-formed answers are found: the reference filter lists exactly the rows that
+    disagree with the fully reliable script, the text filter narrows, a header click sorts, and
+    "export this selection" hands over every listed row (headless Chromium)."""
+    import json
+    import re
+
+    labels = _labels(rollouts, tmp_path, ScriptedTeacher(0.5, 0))
+    audit = write_audit(rollouts, labels, tmp_path / "audit.html")
+    browse = audit["browse"]
+    column = {c: i for i, c in enumerate(browse["columns"])}
+    disagree = [r for r in browse["rows"] if r[column["agrees"]] == 0 and r[column["queried"]]]
+    assert disagree and len(disagree) == sum(audit["disagreement_counts"].values())
+    page = (tmp_path / "audit.html").read_text()
+    (tmp_path / "driven.html").write_text(page.replace("</body>", FILTER_DRIVE, 1))
+    dom = dump_dom(tmp_path / "driven.html")
+    body = re.search(r"<body([^>]*)>", dom).group(1)
+    attrs = dict(re.findall(r'data-([a-z]+)="([^"]*)"', body))
+    assert attrs["disagree"].endswith(f"of {len(disagree)} (of {len(browse['rows'])} in the table)")
+    assert attrs["exported"] == str(len(disagree))
+    assert attrs["nothing"] == "no row matches"
+    statuses = json.loads(attrs["sorted"].replace("&quot;", '"'))
+    assert int(attrs["rows"]) == len(statuses) > 1 and statuses == sorted(statuses)
+    assert "Uncaught" not in dom, dom.split("<!-- console -->")[1]
+    # the disagreement examples jump to their row in the browser
+    first = audit["disagreements"][0]
+    assert f'class="jump" href="#br-detail" data-key="{first["key"]}"' in page

@@ -324,3 +324,35 @@ def test_a_hostile_export_is_refused_naming_the_file(rollouts, tmp_path):
             import_label_studio(path, rollouts, "bob", corrections=out)
         assert str(path) in str(err.value), (name, str(err.value))
     assert not out.exists()  # nothing refused was written
+
+
+def test_an_exported_selection_sends_exactly_its_rows_to_label_studio(rollouts, tmp_path, capsys):
+    """The audit page's "export this selection" file drives `stages.review export --selection`:
+    only those (sample_key, task) rows become Label Studio tasks; a malformed file is one line."""
+    from stages import review as review_stage
+
+    labels = _label(rollouts, tmp_path, ScriptedTeacher(0.5, 3))
+    queried = pl.read_parquet(labels).filter(pl.col("queried"))
+    picked = [(k, t) for k, t in queried.select("sample_key", "task").rows()][::7][:4]
+    assert {t for _, t in picked} and len(picked) == 4
+    selection = tmp_path / "selection.json"
+    selection.write_text(json.dumps([{"sample_key": k, "task": t} for k, t in picked]))
+    assert filter_rows(queried, selection=picked).height == 4
+    argv = ["export", "--rollouts", str(rollouts), "--labels", str(labels)]
+    assert (
+        review_stage.main([*argv, "--out", str(tmp_path / "ls"), "--selection", str(selection)])
+        == 0
+    )
+    exported = [
+        (item["data"]["sample_key"], item["data"]["task"])
+        for path in (tmp_path / "ls").glob("*.json")
+        for item in json.loads(path.read_text())
+    ]
+    assert sorted(exported) == sorted(picked)
+    selection.write_text('[{"sample": "x"}]')
+    assert (
+        review_stage.main([*argv, "--out", str(tmp_path / "ls2"), "--selection", str(selection)])
+        == 2
+    )
+    error = capsys.readouterr().err
+    assert "selection.json: not a selection the audit page exports" in error and "KeyError" in error

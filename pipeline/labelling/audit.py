@@ -198,13 +198,15 @@ def build_audit(
     reference = _reference(env_id, space, valid, samples)
     agreement: dict[str, dict[str, Any]] = {}
     disagreements: list[dict[str, Any]] = []
+    agrees: dict[tuple[str, str], bool] = {}  # per row, for the browser's reference filter
     for row in valid.iter_rows(named=True):
         ref = reference.get((row["sample_key"], row["task"]))
         if ref is None or not ref.status.has_value:
             continue
         stats = agreement.setdefault(row["task"], {"n": 0, "agree": 0})
         stats["n"] += 1
-        if _agrees(row, ref, space):
+        agrees[(row["sample_key"], row["task"])] = _agrees(row, ref, space)
+        if agrees[(row["sample_key"], row["task"])]:
             stats["agree"] += 1
         elif sum(1 for d in disagreements if d["task"] == row["task"]) < EXAMPLES_PER_KIND:
             disagreements.append({**row, "reference": ref.value})
@@ -248,7 +250,7 @@ def build_audit(
         "failure_kinds": failure_kinds,
         "disagreement_counts": disagreement_counts,
         "masks": [] if masks_path is None else _mask_examples(masks_path, samples),
-        "browse": browse_rows(table, env_id, space, samples, max_frames),
+        "browse": browse_rows(table, env_id, space, samples, max_frames, agrees),
         "timelines": episode_timelines(table),
         "action_names": list(schema.action_names),
         "action_choices": None if schema.action_choices is None else list(schema.action_choices),
@@ -346,7 +348,10 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
 <p class="note" id="br-note"></p>
 <p><label>task <select id="f-task"></select></label> <label>status <select id="f-status"></select></label>
 <label>episode <select id="f-episode"></select></label> <label>teacher <select id="f-teacher"></select></label>
-<label><input type="checkbox" id="f-queried" checked> queried only</label></p>
+<label><input type="checkbox" id="f-queried" checked> queried only</label>
+<label>reference <select id="f-reference"><option value="">any</option><option value="0">disagrees</option><option value="1">agrees</option><option value="-1">no reference</option></select></label>
+<label>value or answer contains <input type="search" id="f-text" size="16"></label>
+<button id="br-export" title="download the (sample_key, task) pairs of every row listed: `python -m stages.review export ... --selection <file>` sends exactly these to Label Studio">export this selection</button></p>
 <p id="br-count"></p>
 <div style="display: flex; gap: 16px; align-items: flex-start">
 <table id="br-table" style="font-size: 12px"></table>
@@ -378,12 +383,12 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
 {% for e in a.failures if e.task == task and e.status == status %}<div class="ex"><img src="{{ e.thumbnail }}" alt="frame {{ e.key }}"><div>
 <b>{{ e.key }}</b>{% if e.detail %} · {{ e.detail }}{% endif %}
 <pre>{{ e.raw }}</pre></div></div>{% endfor %}{% endfor %}
-<p class="note">Every answer is in the browser below (filter by task and status).</p>{% endif %}
+<p class="note">Every answer is in the browser below (filter by task, status, the reference or text; click a column to sort).</p>{% endif %}
 
 {% if a.disagreements %}<h2>Disagreements with the reference</h2>
 {% for task, total in a.disagreement_counts.items() %}<h3>{{ task }}: {{ [total, 6]|min }} of {{ total }}</h3>
 {% for e in a.disagreements if e.task == task %}<div class="ex"><img src="{{ e.thumbnail }}" alt="frame {{ e.key }}"><div>
-<b>{{ e.key }}</b> · answer <b>{{ e.value }}</b>, reference <b>{{ e.reference }}</b>
+<a class="jump" href="#br-detail" data-key="{{ e.key }}" data-task="{{ e.task }}"><b>{{ e.key }}</b></a> · answer <b>{{ e.value }}</b>, reference <b>{{ e.reference }}</b>
 <pre>{{ e.raw }}</pre></div></div>{% endfor %}{% endfor %}{% endif %}
 
 <script type="application/json" id="review-data">{{ review_json|safe }}</script>

@@ -106,7 +106,7 @@
   if (episodes.length) drawTimeline();
 
   // ---- browser -------------------------------------------------------------------------------
-  var PAGE = 50, page = 0, chosen = [];
+  var PAGE = 50, page = 0, chosen = [], sortBy = null, sortDir = 1;
   function options(id, values, label) {
     el(id).innerHTML = '<option value="">any</option>' + values.map(function (v, i) {
       return '<option value="' + i + '">' + esc(label ? label(v) : v) + "</option>";
@@ -117,26 +117,55 @@
   options("f-status", B.statuses);
   options("f-teacher", B.teachers);
   options("f-episode", episodeList);
+  // the text filter: a case-insensitive substring of the shown value or of the raw answer
+  function contains(r, text) {
+    return String(r[C.value] == null ? "" : r[C.value]).toLowerCase().indexOf(text) >= 0 ||
+      String(r[C.raw] == null ? "" : r[C.raw]).toLowerCase().indexOf(text) >= 0;
+  }
   function applyFilters() {
     var task = el("f-task").value, status = el("f-status").value, teacher = el("f-teacher").value;
     var episode = el("f-episode").value, queried = el("f-queried").checked;
+    var reference = el("f-reference").value, text = el("f-text").value.trim().toLowerCase();
     chosen = [];
     for (var i = 0; i < B.rows.length; i++) {
       var r = B.rows[i];
       if ((task === "" || r[C.task] === +task) && (status === "" || r[C.status] === +status) &&
           (teacher === "" || r[C.teacher] === +teacher) &&
-          (episode === "" || r[C.episode] === episodeList[+episode]) && (!queried || r[C.queried])) {
+          (episode === "" || r[C.episode] === episodeList[+episode]) && (!queried || r[C.queried]) &&
+          (reference === "" || r[C.agrees] === +reference) && (text === "" || contains(r, text))) {
         chosen.push(i);
       }
     }
+    sortChosen();
     page = 0;
     drawPage();
+  }
+  // sort keys per column: frames in (episode, t) order, tasks in the table's order, names as text
+  var SORT_KEYS = {
+    frame: function (r) { return [r[C.episode], r[C.t]]; },
+    task: function (r) { return [r[C.task]]; },
+    status: function (r) { return [B.statuses[r[C.status]]]; },
+    value: function (r) { return [String(r[C.value] == null ? "" : r[C.value])]; },
+    raw: function (r) { return [String(r[C.raw] == null ? "" : r[C.raw])]; }
+  };
+  function compareKeys(a, b) {
+    for (var k = 0; k < a.length; k++) { if (a[k] < b[k]) return -1; if (a[k] > b[k]) return 1; }
+    return 0;
+  }
+  function sortChosen() {
+    if (sortBy === null) return;  // the table's own order: episode, t, task
+    var key = SORT_KEYS[sortBy];
+    chosen.sort(function (i, j) { return sortDir * compareKeys(key(B.rows[i]), key(B.rows[j])) || i - j; });
   }
   function drawPage() {
     var start = page * PAGE, end = Math.min(start + PAGE, chosen.length);
     el("br-count").textContent = chosen.length ? "rows " + (start + 1) + "-" + end + " of " +
       chosen.length + " (of " + B.rows.length + " in the table)" : "no row matches";
-    var html = ["<tr><th>frame</th><th>task</th><th>status</th><th>value</th><th>raw answer</th></tr>"];
+    var html = ["<tr>" + [["frame", "frame"], ["task", "task"], ["status", "status"], ["value", "value"],
+      ["raw", "raw answer"]].map(function (c) {
+      var mark = sortBy === c[0] ? (sortDir > 0 ? " &#9650;" : " &#9660;") : "";
+      return '<th data-col="' + c[0] + '" style="cursor: pointer" title="sort">' + c[1] + mark + "</th>";
+    }).join("") + "</tr>"];
     for (var j = start; j < end; j++) {
       var r = B.rows[chosen[j]];
       html.push('<tr data-i="' + chosen[j] + '"><td>' + esc(r[C.sample_key]) + "</td><td>" +
@@ -160,6 +189,16 @@
       esc(JSON.stringify(B.contexts[key], null, 1)) + "</pre><b>prompt</b><pre>" + esc(prompt) + "</pre>";
   }
   el("br-table").onclick = function (ev) {
+    var th = ev.target.closest("th[data-col]");
+    if (th) {  // a header: sort by it, again to reverse
+      var col = th.getAttribute("data-col");
+      sortDir = sortBy === col ? -sortDir : 1;
+      sortBy = col;
+      sortChosen();
+      page = 0;
+      drawPage();
+      return;
+    }
     var tr = ev.target.closest("tr[data-i]");
     if (!tr) return;
     Array.prototype.forEach.call(el("br-table").querySelectorAll("tr.sel"), function (t) { t.className = ""; });
@@ -168,14 +207,30 @@
   };
   el("br-prev").onclick = function () { page--; drawPage(); };
   el("br-next").onclick = function () { page++; drawPage(); };
-  ["f-task", "f-status", "f-teacher", "f-episode", "f-queried"].forEach(function (id) {
+  ["f-task", "f-status", "f-teacher", "f-episode", "f-queried", "f-reference"].forEach(function (id) {
     el(id).onchange = applyFilters;
   });
+  el("f-text").oninput = applyFilters;
+  // the listed rows as (sample_key, task) pairs, for `stages.review export --selection`
+  el("br-export").onclick = function () {
+    var pairs = chosen.map(function (i) {
+      return { sample_key: B.rows[i][C.sample_key], task: B.tasks[B.rows[i][C.task]] };
+    });
+    var link = document.createElement("a");
+    link.href = URL.createObjectURL(new Blob([JSON.stringify(pairs, null, 1)], { type: "application/json" }));
+    link.download = "selection.json";
+    document.body.appendChild(link);
+    link.click();
+    link.remove();
+    el("br-export").setAttribute("data-exported", pairs.length);
+  };
   Array.prototype.forEach.call(document.querySelectorAll("a.jump"), function (a) {
     a.onclick = function (ev) {
       ev.preventDefault();
+      var task = a.getAttribute("data-task");
       for (var i = 0; i < B.rows.length; i++) {
-        if (B.rows[i][C.sample_key] === a.getAttribute("data-key")) { detail(i); break; }
+        if (B.rows[i][C.sample_key] === a.getAttribute("data-key") &&
+            (task === null || B.tasks[B.rows[i][C.task]] === task)) { detail(i); break; }
       }
       el("br-detail").scrollIntoView();
     };

@@ -36,7 +36,7 @@ from pipeline.labelling.corrections import (
     corrections_path,
     merge_corrections,
 )
-from pipeline.labelling.review import RAW_CHARS_SHOWN, clip
+from pipeline.labelling.review import RAW_CHARS_SHOWN, clip, filter_rows
 from pipeline.labels.cache import frame_sha256
 from pipeline.labels.schema import label_schema
 from pipeline.labels.tasks import TASKS, answer_text, parse_answer
@@ -204,9 +204,11 @@ def export_label_studio(
     *,
     tasks: list[str] | None = None,
     statuses: list[str] | None = None,
+    selection: list[tuple[str, str]] | None = None,
 ) -> ExportSummary:
-    """The queried rows of a label table (optionally only some tasks or parse statuses) as
-    Label Studio tasks with the teacher's parsed answers as predictions; see the module doc."""
+    """The queried rows of a label table (optionally only some tasks or parse statuses, or the
+    (sample_key, task) pairs of a `selection` the audit page exported) as Label Studio tasks with
+    the teacher's parsed answers as predictions; see the module doc."""
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
     schema = label_schema(env_id)
@@ -215,6 +217,8 @@ def export_label_studio(
         table = table.filter(pl.col("task").is_in(tasks))
     if statuses:
         table = table.filter(pl.col("parse_status").is_in(statuses))
+    if selection is not None:
+        table = filter_rows(table, selection=selection)
     out_dir = Path(out_dir)
     check_writable(out_dir)
     wanted = set(table["sample_key"])

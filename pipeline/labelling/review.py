@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,8 +34,10 @@ VALUE_COLUMNS = ("action", "action_index", "milestone", "objects", "judge")
 # The page's row arrays, in this order (task, teacher, status: indices into their lists).
 BROWSE_COLUMNS = (
     "sample_key", "episode", "t", "task", "teacher", "status", "queried", "source_key", "value",
-    "detail", "raw", "prompt",
+    "detail", "raw", "prompt", "agrees",
 )  # fmt: skip
+# `agrees`: the answer against the audit's reference (the fully reliable scripted teacher)
+AGREES, DISAGREES, NO_REFERENCE = 1, 0, -1
 
 
 # What one row may put on a page or in an export, whatever the size of one answer: a 5 MB
@@ -144,9 +148,11 @@ def filter_rows(
     episode: int | None = None,
     teacher: str | None = None,
     queried_only: bool = False,
+    selection: Collection[tuple[str, str]] | None = None,
 ) -> pl.DataFrame:
     """The rows the page lists for a choice of filters (None: any); the page applies the same
-    conditions to the same rows in the browser."""
+    conditions to the same rows in the browser. `selection`: (sample_key, task) pairs, as the
+    page's "export this selection" writes them."""
     conditions = [
         pl.col(column) == value
         for column, value in (
@@ -156,7 +162,27 @@ def filter_rows(
     ]  # fmt: skip
     if queried_only:
         conditions.append(pl.col("queried"))
+    if selection is not None:
+        chosen = pl.DataFrame(
+            list(selection), schema={"sample_key": pl.String, "task": pl.String}, orient="row"
+        )
+        table = table.join(chosen.unique(), on=["sample_key", "task"], how="semi")
     return table.filter(*conditions) if conditions else table
+
+
+def read_selection(path: str | Path) -> list[tuple[str, str]]:
+    """The (sample_key, task) pairs of a selection file the audit page exported: a JSON list of
+    {"sample_key": ..., "task": ...}. A malformed file is named with what was expected."""
+    try:
+        entries = json.loads(Path(path).read_text())
+        pairs = [(str(e["sample_key"]), str(e["task"])) for e in entries]
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise PipelineError(
+            f"{path}: not a selection the audit page exports (a JSON list of objects with "
+            f"`sample_key` and `task`): {type(exc).__name__}: {exc}. Export it again with the "
+            'page\'s "export this selection" button.'
+        ) from None
+    return pairs
 
 
 def browse_rows(
@@ -165,11 +191,14 @@ def browse_rows(
     space: dict[str, Any],
     samples: dict[str, Any],
     max_frames: int,
+    agreement: Mapping[tuple[str, str], bool] | None = None,
 ) -> dict[str, Any]:
     """Every label row, compactly (strings that repeat are indices into lists), with the frames,
     contexts and exact prompts of up to `max_frames` frames spread evenly over the table (all of
     them when the table has that few). Rows of other frames still show their answer, status,
-    detail and context; the page says how many frames it embeds."""
+    detail and context; the page says how many frames it embeds. `agreement`: (sample_key, task)
+    -> whether the answer agrees with the reference (`agrees` column; NO_REFERENCE elsewhere)."""
+    agreement = agreement or {}
     table = table.sort("episode", "t", "task")
     frame_keys = sorted(set(table["sample_key"]))
     step = max(1, -(-len(frame_keys) // max_frames)) if max_frames else len(frame_keys) + 1
@@ -199,7 +228,7 @@ def browse_rows(
                 teachers.index(row["teacher_id"]), statuses.index(row["parse_status"]),
                 int(row["queried"]), row["source_key"], value_text(row),
                 clip(row["parse_detail"], VALUE_CHARS_SHOWN), clip(row["raw_text"], RAW_CHARS_SHOWN),
-                prompt,
+                prompt, _agrees_code(agreement.get((key, row["task"]))),
             ]
         )  # fmt: skip
     return {
@@ -213,6 +242,10 @@ def browse_rows(
         "contexts": {k: samples[k].record["context"] for k in frame_keys},
         "frames_total": len(frame_keys),
     }
+
+
+def _agrees_code(agrees: bool | None) -> int:
+    return NO_REFERENCE if agrees is None else AGREES if agrees else DISAGREES
 
 
 # ---- two teachers on the same frames ---------------------------------------------------------
