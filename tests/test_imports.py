@@ -70,3 +70,38 @@ def test_the_check_sees_an_import():
         cwd=REPO, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert result.stdout.strip() == "['torch']"
+
+
+STAGE_ONE_RUN = """
+import sys
+from pathlib import Path
+from stages import collect, label, masks, verify
+
+out, env = Path(sys.argv[1]), "MountainCar-v0"
+p = ["--params", str(out / "params.yaml")]
+rollouts, labels, mask_table = out / "rollouts", out / "labels.parquet", out / "masks.parquet"
+assert collect.main([*p, "--env", env, "--out", str(rollouts)]) == 0
+assert verify.main([str(rollouts), "--json", str(out / "verify.json")]) == 0
+assert label.main([*p, "--rollouts", str(rollouts), "--cache", str(out / "cache"),
+                   "--out", str(labels)]) == 0
+assert masks.main([*p, "--rollouts", str(rollouts), "--labels", str(labels),
+                   "--cache", str(out / "mcache"), "--out", str(mask_table)]) == 0
+print(sorted(m for m in {heavy!r} if m in sys.modules))
+"""
+
+
+def test_stage_one_runs_without_torch(tmp_path):
+    """Not only their imports: collecting (random behaviour), verifying, labelling (scripted
+    teacher) and masking (scripted back end) load no torch in the process that runs them; the
+    shards are read and written with `tarfile` in webdataset's layout (tests/test_writer.py)."""
+    from tests.conftest import tiny_params_dict, write_params  # here: it imports torch itself
+
+    params = tiny_params_dict(("MountainCar-v0",), episodes=1)
+    params["collect"]["MountainCar-v0"]["behaviour"] = "random"
+    write_params(tmp_path / "params.yaml", params)
+    result = subprocess.run(
+        [sys.executable, "-c", STAGE_ONE_RUN.format(heavy=HEAVY), str(tmp_path)],
+        cwd=REPO, env={**os.environ, "MUJOCO_GL": "egl"}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout[-2000:]

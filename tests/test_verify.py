@@ -103,6 +103,9 @@ def test_missing_manifest_and_interrupted_collection(rollouts):
 
 def test_bad_records_are_reported(rollouts):
     """Rewrite the last shard with an out-of-space action, a step gap and a missing member."""
+    import io
+    import tarfile
+
     from pipeline.rollouts.reader import iter_shard
 
     shard = rollouts / "shard-000001.tar"
@@ -115,7 +118,10 @@ def test_bad_records_are_reported(rollouts):
         if sample.t == 5:
             continue  # a gap in the steps
         if sample.t == 6:
-            writer._tar.write({"__key__": sample.key, "json": encode_json(record)})  # no png
+            data = encode_json(record)  # the json member alone: no png
+            member = tarfile.TarInfo(f"{sample.key}.json")
+            member.size = len(data)
+            writer._tar.addfile(member, io.BytesIO(data))
             continue
         writer.write(sample.key, sample.frame_png, encode_json(record))
     writer.close()

@@ -61,3 +61,36 @@ def test_shard_is_a_plain_tar_with_png_and_json_members(tmp_path):
     writer.close()
     with tarfile.open(tmp_path / "s.tar") as tar:
         assert tar.getnames() == ["000000/000000.json", "000000/000000.png"]
+
+
+def test_shards_are_webdatasets_own_bytes_and_samples(tmp_path):
+    """The writer and reader use `tarfile` so that stage one loads no torch (webdataset imports
+    it): the shard is the byte-for-byte tar webdataset's `TarWriter(encoder=False, mtime=0.0)`
+    writes, and `wds.WebDataset` and `iter_tar_samples` read the same samples from it."""
+    import io
+
+    import webdataset as wds
+
+    from pipeline.rollouts.reader import iter_tar_samples
+
+    frame = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
+    samples = [
+        {"__key__": f"{e:06d}/{t:06d}", "png": encode_png(frame + t), "json": encode_json({"t": t}),
+         "mask.npy": bytes([t]) * 5}
+        for e in range(2) for t in range(3)
+    ]  # fmt: skip
+    ours = AtomicShardWriter(tmp_path / "ours.tar")
+    for s in samples:
+        ours.write(s["__key__"], s["png"], s["json"], {"mask.npy": s["mask.npy"]})
+    ours.close()
+    buffer = io.BytesIO()
+    with wds.TarWriter(buffer, encoder=False, mtime=0.0) as theirs:
+        for s in samples:
+            theirs.write(s)
+    assert (tmp_path / "ours.tar").read_bytes() == buffer.getvalue()
+
+    read_by_wds = [
+        {k: v for k, v in s.items() if not k.startswith("__") or k == "__key__"}
+        for s in wds.WebDataset(str(tmp_path / "ours.tar"), shardshuffle=False, empty_check=False)
+    ]
+    assert list(iter_tar_samples(tmp_path / "ours.tar")) == read_by_wds == samples

@@ -1,9 +1,15 @@
-"""Reading rollout shards back, through webdataset (the same reader training uses)."""
+"""Reading rollout shards back: webdataset tars, read with the standard library's `tarfile` as
+webdataset groups them (consecutive members `<key>.<ext>` form one sample), so that the stages
+that read rollouts (verify, label, masks, dataset, audit, review) load no torch, which webdataset
+imports (~1.5 s per process). Training reads the dataset's shards with webdataset itself
+(pipeline.dataset.loader); tests/test_writer.py checks both readers see the same samples."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
+import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,12 +37,38 @@ class RolloutSample:
             return np.asarray(image.convert("RGB"))
 
 
+# webdataset's split of a member name into sample key and field: up to the basename's first dot
+_KEY_AND_FIELD = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+
+
+def iter_tar_samples(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The samples of a webdataset tar as webdataset yields them (`__key__` plus one bytes entry
+    per field, field names lower-cased), streaming, without webdataset. Corrupt tars raise
+    (tarfile.TarError, OSError); a field twice in one sample raises RolloutIntegrityError."""
+    sample: dict[str, Any] = {}
+    with tarfile.open(str(path), mode="r|") as tar:
+        for member in tar:
+            match = _KEY_AND_FIELD.match(member.name)
+            if not member.isfile() or match is None:
+                continue  # directories; names without a field, which webdataset skips too
+            key, field = match.group(1), match.group(2).lower()
+            data = tar.extractfile(member).read()  # type: ignore[union-attr]  # a file member
+            if sample and sample["__key__"] != key:
+                yield sample
+                sample = {}
+            if field in sample:
+                raise RolloutIntegrityError(
+                    f"{path}: sample {key!r} holds field {field!r} twice; {_fix(Path(path).parent)}"
+                )
+            sample.setdefault("__key__", key)
+            sample[field] = data
+    if sample:
+        yield sample
+
+
 def iter_shard(path: str | Path) -> Iterator[RolloutSample]:
     """Samples of one shard in stored order. Corrupt tars raise (tarfile.TarError, OSError)."""
-    import webdataset as wds  # here, not at import: webdataset imports torch (~1.5 s)
-
-    dataset = wds.WebDataset(str(path), shardshuffle=False, empty_check=False)
-    for sample in dataset:
+    for sample in iter_tar_samples(path):
         key = sample["__key__"]
         missing = {"png", "json"} - sample.keys()
         if missing:

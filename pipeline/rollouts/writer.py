@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,20 +44,27 @@ class AtomicShardWriter:
     """Writes samples to `<path>.tmp`; `close()` fsyncs and renames to `path`; `abort()` deletes."""
 
     def __init__(self, path: Path) -> None:
-        import webdataset as wds  # here, not at import: webdataset imports torch (~1.5 s)
-
         self.path = path
         self.tmp_path = path.with_name(path.name + TMP_SUFFIX)
         self._file = open(self.tmp_path, "wb")  # noqa: SIM115 - closed in close()/abort()
-        # mtime fixed: the same samples give the same bytes, hence the same sha256 on a rerun.
-        self._tar = wds.TarWriter(self._file, encoder=False, mtime=0.0)
+        # webdataset's stream mode; closed in close()/abort()
+        self._tar = tarfile.open(fileobj=self._file, mode="w|")  # noqa: SIM115
         self.samples = 0
 
     def write(
         self, key: str, frame_png: bytes, record_json: bytes, extra: dict[str, bytes] | None = None
     ) -> None:
-        """One sample: `<key>.png`, `<key>.json`, and `<key>.<name>` for each extra member."""
-        self._tar.write({"__key__": key, "png": frame_png, "json": record_json, **(extra or {})})
+        """One sample: `<key>.png`, `<key>.json`, and `<key>.<name>` for each extra member, as
+        webdataset's `TarWriter(encoder=False, mtime=0.0)` writes it (members in field order,
+        mode 0o444, owner `bigdata`; the same bytes: tests/test_writer.py), without importing
+        webdataset, which imports torch (~1.5 s per process). mtime fixed: the same samples give
+        the same bytes, hence the same sha256 on a rerun."""
+        fields = {"png": frame_png, "json": record_json, **(extra or {})}
+        for name in sorted(fields):
+            member = tarfile.TarInfo(f"{key}.{name}")
+            member.size, member.mtime, member.mode = len(fields[name]), 0.0, 0o444
+            member.uname = member.gname = "bigdata"
+            self._tar.addfile(member, io.BytesIO(fields[name]))
         self.samples += 1
 
     def close(self) -> ClosedShard:
