@@ -58,7 +58,7 @@ def write_training_log(
     curve: Iterable[tuple[int, float]] = (),
     rows: Iterable[dict[str, float]] = (),
 ) -> None:
-    """Replace `directory` with the run's curves: `return` at the env step of each finished
+    """Replace `directory` with the run's curves: `return` at the agent step of each finished
     episode, and every other metric of `rows` (each with a `step`) where it has a value; the last
     value of each in `summary_path`."""
     with _live(directory, summary_path) as live:
@@ -130,7 +130,7 @@ def plot_curves(
             steps, trailing_mean(rets, window), color=color, label=name,
             marker="o" if few else None, markersize=4,
         )  # fmt: skip
-    ax.set_xlabel("env steps")
+    ax.set_xlabel("agent steps (env steps / action repeat)")
     ax.set_ylabel("episode return (native)")
     ax.set_title(title)
     ax.grid(alpha=0.3)

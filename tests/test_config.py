@@ -360,3 +360,18 @@ def test_an_unset_api_key_is_named_by_the_gate(tmp_path, capsys, monkeypatch):
     assert check_params_stage.main(["--params", str(path), "--out", str(tmp_path / "c")]) == 0
     err = capsys.readouterr().err
     assert "label.per_env.MountainCar-v0.teacher.openai.api_key_env: $VLMRL_UNSET_KEY" in err
+
+
+def test_a_served_teacher_needs_no_reliability_or_seed():
+    """`openai` and `hf` teachers read neither `reliability` nor `seed` (scripted-teacher
+    settings): leaving them out is valid and means no injected failure, seed 0."""
+    from pipeline.config import TeacherConfig
+
+    served = TeacherConfig.model_validate(
+        {
+            "backend": "openai",
+            "openai": {"base_url": "http://127.0.0.1:8000/v1", "model": "m", "revision": "r"},
+        }
+    )
+    assert (served.reliability, served.seed) == (1.0, 0)
+    assert TeacherConfig.model_validate({"backend": "hf", "hf": {"model": "m"}}).seed == 0

@@ -94,13 +94,18 @@ class TeacherConfig(Section):
         "`stages.review import`)."
     )
     reliability: float = Field(
+        default=1.0,
         ge=0.0,
         le=1.0,
         description="scripted / policy: probability that an answer is the script's (the "
-        "checkpoint's) answer; otherwise a failure of hybrid VLM-PPO table 1 is injected.",
+        "checkpoint's) answer; otherwise a failure of hybrid VLM-PPO table 1 is injected. "
+        "Default 1.0 (no injected failure); hf, openai and constant do not read it.",
     )
     seed: int = Field(
-        ge=0, description="scripted / random / policy: seed of the injected randomness."
+        default=0,
+        ge=0,
+        description="scripted / random / policy: seed of the injected randomness (default 0); "
+        "hf, openai and constant do not read it.",
     )
     hf: HFTeacherConfig | None = Field(default=None, description="Settings of backend `hf`.")
     openai: OpenAITeacherConfig | None = Field(default=None, description="Settings of `openai`.")
