@@ -75,3 +75,29 @@ def test_audit_against_an_empty_table_is_a_one_line_error(tmp_path, monkeypatch,
     argv = ["--rollouts", str(REPO), "--labels", "x", "--out", str(tmp_path / "a.html")]
     assert stages.audit.main(argv) == 2
     assert "error: --against" in capsys.readouterr().err
+
+
+def test_a_python_without_the_dependencies_is_told_to_use_the_environment():
+    """DVC run outside the project's environment starts stages with another `python`: one line
+    naming the interpreter and the fix, not an ImportError traceback. (A python that lacks numpy
+    is simulated by a find_spec that does not find it.)"""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = (
+        "import importlib.util, sys\n"
+        "real = importlib.util.find_spec\n"
+        "importlib.util.find_spec = lambda name, *a: None if name == 'numpy' else real(name, *a)\n"
+        "import stages.verify\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.startswith("error: ")
+        and "lacks the project's dependencies (numpy)" in result.stderr
+    )
+    assert ". .venv/bin/activate" in result.stderr and "Traceback" not in result.stderr
