@@ -197,3 +197,40 @@ def test_a_damaged_info_json_is_named_with_the_fix(dataset, tmp_path):
     info.write_text("[1, 2]")
     with pytest.raises(DatasetError, match=rf"{info}: expected a JSON object"):
         read_info(copy)
+
+
+def test_a_map_style_dataset_serves_transitions_by_index(dataset):
+    """`StackedDataset`: len() transitions, item i stacked by index as iter_stacked stacks the
+    stream (the same frames), with the transition's action, reward, next frames and labels; torch's
+    DataLoader shuffles it like any map-style dataset."""
+    import torch
+
+    from pipeline.dataset.mapstyle import StackedDataset
+
+    root, info = dataset
+    ds = StackedDataset(root / "out", obs="pixels", stack=3, labels=("action", "judge"))
+    # 3 episodes collected by the fixture: their final samples start no transition
+    assert len(ds) == info["counts"]["samples"] - 3
+    stream = {(s["episode"], s["t"]): s for s in iter_stacked(root / "out" / "wds", stack=3)}
+    table = pl.read_parquet(sorted((root / "out" / "data").glob("*.parquet"))).filter(
+        ~pl.col("is_last")
+    )
+    for i, row in enumerate(table.iter_rows(named=True)):
+        item = ds[i]
+        e, t = row["episode"], row["t"]
+        np.testing.assert_array_equal(item["obs"], stream[(e, t)]["obs"])
+        np.testing.assert_array_equal(item["next_obs"], stream[(e, t + 1)]["obs"])
+        np.testing.assert_allclose(item["action"], row["action"], rtol=1e-6)
+        assert (
+            item["reward"] == pytest.approx(row["reward"])
+            and item["terminated"] == row["terminated"]
+        )
+    assert {"a_v", "judge"} <= set(ds[0])
+    np.testing.assert_array_equal(ds[-1]["obs"], ds[len(ds) - 1]["obs"])
+    with pytest.raises(IndexError, match=f"transition {len(ds)} of a dataset of {len(ds)}"):
+        ds[len(ds)]
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
+    batch = next(iter(loader))
+    assert batch["obs"].shape == (8, 3, 32, 32, 3) and batch["obs"].dtype == torch.uint8
