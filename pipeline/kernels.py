@@ -20,14 +20,16 @@ It costs data stages nothing measurable: their time is the envs' and the disk's.
 **Networks** (C_V, agents, their evaluations, labelling rounds, and whatever reads them) are
 computed by torch's CPU kernels: MKL, its BLAS, picks its code path by the CPU's vendor and ISA,
 and oneDNN JIT-compiles convolutions for the widest ISA it finds, with loop blocking from the
-cache sizes. Pinning them (MKL's COMPATIBLE branch, convolutions off oneDNN, AVX2 caps) cost
-training 0.50x the native rate for state SAC and 0.34-0.36x for pixel drq, and still did not
+cache sizes. Pinning them (MKL's COMPATIBLE branch, convolutions off oneDNN, AVX2 caps) ran
+training at 0.50x the native rate for state SAC and 0.34-0.36x for pixel drq on a 2-core Intel
+machine (0.63x and 0.47-0.50x on an AMD EPYC: benchmarks.portable_kernels), and still did not
 give an Intel machine the AMD bytes of the same C_V (no MKL branch tried did). So torch runs
 natively, with what one-machine identity needs: a fixed intra-op thread count (`training_torch`)
 and MKL's AUTO branch of conditional numerical reproducibility, which Intel documents to give
-the same results run after run on one machine (it cost 1-17 % of a 1024^3 sgemm here, against
-4x for COMPATIBLE). Training then reruns and resumes to the same bytes on one machine;
-across machines its metrics agree within `pipeline.reproducibility`'s tolerance.
+the same results run after run on one machine (a 1024^3 sgemm took 17 % longer with it than
+with no branch set, 3.8x longer with COMPATIBLE). Training then reruns and resumes to the same
+bytes on one machine; across machines its metrics agree within `pipeline.reproducibility`'s
+tolerance.
 
 Each library reads its switch once, at load (MKL at its first call): a process that imported
 numpy before `pipeline` keeps its kernels. `VLMRL_NATIVE_KERNELS=1` opts out of the data pin
@@ -52,7 +54,7 @@ AVX2_FLAGS = frozenset({"avx2", "fma"})  # what the kernels below need
 AVX2_KERNELS = {"OPENBLAS_CORETYPE": "Haswell"}
 # MKL's conditional numerical reproducibility, AUTO branch: the code path this CPU picks, with
 # the same results from run to run on it (Intel's documentation); its absence allows run-to-run
-# differences (memory alignment picks kernels). COMPATIBLE, the cross-vendor branch, cost 4x.
+# differences (memory alignment picks kernels). COMPATIBLE, the cross-vendor branch, cost 3.8x.
 ONE_MACHINE_BLAS = {"MKL_CBWR": "AUTO"}
 
 

@@ -5,10 +5,11 @@
    (pipeline/kernels.py pins numpy's kernels for this): their hashes in dvc.lock are exact.
 2. **What a network computes is the same bytes on one machine**: reruns and resumes of a
    training, a critic, an evaluation or a labelling round rebuild the same files (fixed threads,
-   MKL's run-to-run branch; tests/test_resume*.py and the slow two-directory build check it).
+   MKL's run-to-run branch; the resume tests and the slow two-directory build check it).
 3. **Across machines, a network's outputs may differ in their bytes; their metrics agree within
-   `RETURN_TOLERANCE`.** torch runs each CPU's own kernels (2-3x faster on CPU than the pinned
-   ones, which did not make an Intel machine agree with an AMD one either), and a training run
+   `RETURN_TOLERANCE`.** torch runs each CPU's own kernels (1.6-2.1x the pinned ones' training
+   rate on an AMD EPYC, 2-3x on an Intel machine; the pinned ones did not make an Intel machine
+   agree with an AMD one either), and a training run
    amplifies a last-bit difference into another trajectory: its returns then differ as another
    seed's would. Network stages are `NETWORK_STAGES` and every stage that reads one of their
    outputs (an evaluation, a round, a policy teacher).

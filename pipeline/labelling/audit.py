@@ -223,12 +223,11 @@ def build_audit(
     }
 
     def example(row: dict[str, Any]) -> dict[str, Any]:
-        raw = row["raw_text"]
         return {
             "key": row["sample_key"], "task": row["task"], "status": row["parse_status"],
             "detail": clip(row["parse_detail"], VALUE_CHARS_SHOWN), "value": value_text(row),
             "reference": row.get("reference"),
-            "raw": "(no answer)" if raw is None else raw[:RAW_TEXT_CHARS] + ("…" if len(raw) > RAW_TEXT_CHARS else ""),
+            "raw": clip(row["raw_text"], RAW_TEXT_CHARS) or "(no answer)",
             "thumbnail": _thumbnail(samples[row["sample_key"]].frame_png),
         }  # fmt: skip
 
