@@ -9,10 +9,10 @@
 3. **Across machines, a network's outputs may differ in their bytes; their metrics agree within
    `RETURN_TOLERANCE`.** torch runs each CPU's own kernels (1.6-2.1x the pinned ones' training
    rate on an AMD EPYC, 2-3x on an Intel machine; the pinned ones did not make an Intel machine
-   agree with an AMD one either), and a training run
-   amplifies a last-bit difference into another trajectory: its returns then differ as another
-   seed's would. Network stages are `NETWORK_STAGES` and every stage that reads one of their
-   outputs (an evaluation, a round, a policy teacher).
+   agree with an AMD one either), and a training run amplifies a last-bit difference into another
+   trajectory: its returns then differ as another seed's would. Network stages are
+   `NETWORK_STAGES` and every stage that reads one of their outputs (an evaluation, a round, a
+   policy teacher).
 
 `check_rebuild` compares a rebuilt workspace with the commit it came from: every stage's
 command, params and data deps, and every data output, exactly; each network metric file's
