@@ -1,9 +1,16 @@
-"""Training curves and metrics through dvclive, the logger made for DVC pipelines: each run's
+"""Training curves and metrics in dvclive's layout, the one DVC pipelines read: each run's
 directory (`plots/train/<run>/`, `plots/critic/<env>/`) holds one TSV per metric
 (`plots/metrics/<name>.tsv`, columns `step` and the value) that `dvc plots show / diff` and
 `dvc exp show` read, and its last values go to a summary JSON that the stage declares as a DVC
 metric. The foreach stages declare each run's directory as a plots output, so a run added to
 params.yaml is plotted with no dvc.yaml edit.
+
+Written here rather than through dvclive's `Live` (the files are byte for byte what dvclive
+3.49.1 writes for the same calls): `Live()` always runs its repository discovery, which `dvc
+init`s a git repository that has no DVC and fails in one with no commit yet, and always puts
+the summary inside its directory; no documented option or environment variable turns either
+off. The stages declare their outputs in dvc.yaml, so the logger has no business with the
+repository.
 
 A metric is logged only at the steps where it has a value (ERPv's Q_f and alpha start after the
 warm-up): nothing plots as zero that was never measured. No wall-clock value is written, so the
@@ -13,8 +20,12 @@ same run gives the same bytes.
 from __future__ import annotations
 
 import csv
+import glob
 import io
 import json
+import math
+import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -25,31 +36,36 @@ from pipeline.io import atomic_write_bytes, atomic_write_json
 
 RETURN = "return"  # the env's native return of each finished training episode
 EVAL_RETURN = "eval_return"  # deterministic episodes played at a metrics row (SAC family)
-METRICS_SUBDIR = "plots/metrics"  # where dvclive writes a run's per-metric TSVs
+METRICS_SUBDIR = "plots/metrics"  # a run's per-metric TSVs (dvclive's layout)
+# what dvclive's Live removed from its directory on start: a rerun replaces them
+STALE_SUBDIRS = ("plots/metrics", "plots/images", "plots/sklearn", "plots/custom")
+STALE_FILES = ("params.yaml", "report.html", "report.md")
 
 
-def _live(directory: str | Path, summary_path: str | Path):
-    """dvclive's Live as a file logger: its summary goes to `summary_path` (declared as a DVC
-    metric by the stage) instead of inside the plots directory, and it leaves the repository
-    alone: the stages declare their outputs in dvc.yaml, while dvclive's own repository discovery
-    `dvc init`s a git repository that has no DVC, and fails in one with no commit yet. Imported
-    here, not at module level: dvclive pulls in dvc, which readers of curves do not need."""
-    from dvclive import Live
+def _logged(value: float) -> float | str:
+    """A value as dvclive logs it: NaN and the infinities as their text ("nan", "inf", "-inf"),
+    in the TSV and the summary alike (JSON has no literal for them)."""
+    return str(value) if math.isnan(value) or math.isinf(value) else value
 
-    class _Live(Live):
-        def __init__(self) -> None:
-            self._summary_path = str(summary_path)  # read by the cleanup inside Live.__init__
-            Path(summary_path).parent.mkdir(parents=True, exist_ok=True)
-            super().__init__(str(directory), dvcyaml=False, save_dvc_exp=False, report=None)
 
-        @property
-        def metrics_file(self) -> str:
-            return self._summary_path
+def _tsv(name: str, points: list[tuple[int, float | str]]) -> bytes:
+    """One metric's TSV as dvclive's `Metric.dump` writes it: a `step` column and one named after
+    the metric's last path component, tab-separated, csv's minimal quoting."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
+    writer.writerow(["step", os.path.basename(name)])
+    writer.writerows(points)
+    return buffer.getvalue().encode()
 
-        def _init_dvc(self) -> None:  # dvclive==3.49.1 (pinned): see the docstring above
-            self._dvc_file = None
 
-    return _Live()
+def _clear(directory: Path) -> None:
+    """Remove what a previous run (this module's or dvclive's) left in `directory`."""
+    for sub in STALE_SUBDIRS:
+        shutil.rmtree(directory / sub, ignore_errors=True)
+    for name in STALE_FILES:
+        (directory / name).unlink(missing_ok=True)
+    for dvc_file in glob.glob(os.path.join(directory, "*dvc.yaml")):
+        os.remove(dvc_file)
 
 
 def write_training_log(
@@ -60,16 +76,38 @@ def write_training_log(
 ) -> None:
     """Replace `directory` with the run's curves: `return` at the agent step of each finished
     episode, and every other metric of `rows` (each with a `step`) where it has a value; the last
-    value of each in `summary_path`."""
-    with _live(directory, summary_path) as live:
-        for step, episode_return in curve:
-            live.step = int(step)
-            live.log_metric(RETURN, float(episode_return))
-        for row in rows:
-            live.step = int(row["step"])
-            for name, value in row.items():
-                if name != "step":
-                    live.log_metric(name, float(value))
+    value of each in `summary_path` (a name with a `/` nests there, as in dvclive's summary), with
+    the last step set. Nothing is written until every input is read."""
+    points: dict[str, list[tuple[int, float | str]]] = {}  # in the order first logged
+    summary: dict[str, Any] = {}
+    last_step: int | None = None
+
+    def log(step: int, name: str, value: float) -> None:
+        value = _logged(value)
+        points.setdefault(name, []).append((step, value))
+        *parents, leaf = os.path.normpath(name).split(os.sep)
+        node = summary
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+
+    for step, episode_return in curve:
+        last_step = int(step)
+        log(last_step, RETURN, float(episode_return))
+    for row in rows:
+        last_step = int(row["step"])
+        for name, value in row.items():
+            if name != "step":
+                log(last_step, name, float(value))
+    if last_step is not None:  # the step last set, as dvclive's summary has it
+        summary["step"] = last_step
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    _clear(directory)
+    for name, rows_of_name in points.items():
+        atomic_write_bytes(f"{directory / METRICS_SUBDIR / name}.tsv", _tsv(name, rows_of_name))
+    atomic_write_bytes(summary_path, (json.dumps(summary, indent=4) + "\n").encode())
 
 
 def write_run_summary(summary_path: str | Path, eval_episodes: int | None) -> None:
@@ -78,7 +116,7 @@ def write_run_summary(summary_path: str | Path, eval_episodes: int | None) -> No
     `last_episode_return` (one training episode, exploring) and `last_eval_return` over
     `eval_episodes` deterministic episodes. The training losses stay in the curves (`dvc plots`),
     out of `dvc metrics show` and `dvc exp show`."""
-    last = json.loads(Path(summary_path).read_text())  # dvclive's: every metric's last value
+    last = json.loads(Path(summary_path).read_text())  # every metric's last value
     summary: dict[str, Any] = {"step": last.get("step", 0)}
     if RETURN in last:
         summary["last_episode_return"] = last[RETURN]
