@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.config import RayExecutorConfig
+from pipeline.env_registry import brought_envs, register_env
 from pipeline.errors import PipelineError
 
 
@@ -22,9 +23,15 @@ class RayExecutorError(PipelineError, RuntimeError):
 
 
 class _Worker:
-    """One per Ray actor: builds its model once, applies `method` to batches of pickled items."""
+    """One per Ray actor: builds its model once, applies `method` to batches of pickled items.
+    The driver's brought envs (`env.<id>.make`) are registered first: a teacher asked about
+    one reads its label schema."""
 
-    def __init__(self, build: Callable[[], Any], method: str) -> None:
+    def __init__(
+        self, build: Callable[[], Any], method: str, brought: dict[str, tuple[Any, Any]]
+    ) -> None:
+        for info, schema in brought.values():
+            register_env(info, schema)
         self.model, self.method = build(), method
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -76,7 +83,7 @@ def map_on_ray(
     rows = [{"index": i, "item": pickle.dumps(x)} for i, x in enumerate(items)]
     dataset = ray.data.from_items(rows).map_batches(
         _Worker,
-        fn_constructor_args=(build, method),
+        fn_constructor_args=(build, method, brought_envs()),
         batch_size=cfg.batch_size,
         concurrency=cfg.concurrency,
         num_gpus=cfg.num_gpus,

@@ -41,7 +41,9 @@ MASK_TABLE_SCHEMA: dict[str, pl.DataType] = {
     "sample_key": pl.String(),
     "episode": pl.Int64(),
     "t": pl.Int64(),
-    "status": pl.String(),  # ok | no_objects (the frame's objects label has no usable phrases)
+    # ok | no_objects (the frame's objects label has no usable phrases) | no_backend (the masks
+    # back end has none for this env: the scripted one for a brought env)
+    "status": pl.String(),
     "backend_id": pl.String(),
     "cache_key": pl.String(),
     "phrases": pl.List(pl.String),

@@ -1,6 +1,6 @@
 """DVC stage `audit@<env>`: the static HTML label audit of an env's rollouts and label table.
 
-    python -m stages.audit --rollouts data/rollouts/CarRacing-v3 \\
+    python -m stages.audit --params params.yaml --rollouts data/rollouts/CarRacing-v3 \\
         --labels data/labels/CarRacing-v3.parquet --masks data/masks/CarRacing-v3.parquet \\
         --out reports/audit/CarRacing-v3.html
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pipeline.config import register_brought_envs
 from pipeline.errors import PipelineError, print_error
 from pipeline.labelling.audit import MAX_EMBEDDED_FRAMES, write_audit
 
@@ -17,6 +18,11 @@ from pipeline.labelling.audit import MAX_EMBEDDED_FRAMES, write_audit
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--params",
+        default="params.yaml",
+        help="params whose brought envs (env.<id>.make) the page may show (read if present)",
     )
     parser.add_argument("--rollouts", required=True)
     parser.add_argument("--labels", required=True)
@@ -39,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        register_brought_envs(args.params)
         audit = write_audit(
             args.rollouts, args.labels, args.out, args.masks, args.telemetry,
             against=args.against, max_frames=args.max_frames,

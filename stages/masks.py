@@ -55,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         f"({summary.computed} computed, {summary.cache_hits} from the cache), "
         f"{summary.statuses['no_objects']} without an objects label"
     )
+    if summary.statuses["no_backend"]:
+        print(
+            f"note: masks back end {backend.backend_id} has no masks for this env: "
+            f"{summary.statuses['no_backend']} frames with object phrases are listed without one; "
+            "set masks.backend to clip_dense or clipseg for masks of any env"
+        )
     return 0
 
 

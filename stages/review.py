@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pipeline.config import register_brought_envs
 from pipeline.errors import PipelineError, print_error
 from pipeline.labelling.exchange import export_label_studio, import_label_studio
 from pipeline.labelling.review import read_selection
@@ -27,6 +28,11 @@ from pipeline.labels.tasks import TASKS
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--params",
+        default="params.yaml",
+        help="params whose brought envs (env.<id>.make) may be reviewed (read if present)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     out = sub.add_parser("export", help="a label table as Label Studio tasks")
@@ -50,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     into.add_argument("--export", required=True, help="Label Studio JSON export (a list)")
     args = parser.parse_args(argv)
     try:
+        register_brought_envs(args.params)
         if args.command == "export":
             selection = None if args.selection is None else read_selection(args.selection)
             summary = export_label_studio(

@@ -93,12 +93,17 @@ def test_listed_env_without_a_label_entry_is_an_error_and_unknown_entries_are_na
 
 
 def test_label_stage_params_are_the_keys_that_decide_its_table():
-    """dvc.yaml's label@<env> reads LABEL_OUTPUT_KEYS and its own per_env entry; every other
-    LabelConfig field is a declared non-output (a new field fails here until it is placed)."""
+    """dvc.yaml's label@<env> reads LABEL_OUTPUT_KEYS, its own per_env entry and its env entry
+    (a brought env's label schema); every other LabelConfig field is a declared non-output (a
+    new field fails here until it is placed)."""
     from pipeline.config import LABEL_OUTPUT_KEYS, LabelConfig
 
     stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["label"]["do"]
-    assert stage["params"] == [*(f"label.{k}" for k in LABEL_OUTPUT_KEYS), "label.per_env.${item}"]
+    assert stage["params"] == [
+        *(f"label.{k}" for k in LABEL_OUTPUT_KEYS),
+        "label.per_env.${item}",
+        "env.${item}",
+    ]
     assert set(LabelConfig.model_fields) == {*LABEL_OUTPUT_KEYS, "executor", "ray", "per_env"}
 
 

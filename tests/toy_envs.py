@@ -32,3 +32,26 @@ class PointMass(gym.Env):
         self._x = float(np.clip(self._x + 0.25 * a, -2.0, 2.0))
         self._t += 1
         return self._obs(), -abs(self._x), False, self._t >= self.horizon, {}
+
+
+class DrawnPointMass(PointMass):
+    """PointMass as a user's own env: a flat Box observation and a drawn frame (a bar at x), for
+    the `module:function` factory of `env.<id>.make`."""
+
+    def __init__(self, horizon: int = 20) -> None:
+        super().__init__(horizon)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+        self.render_mode = "rgb_array"
+
+    def _obs(self) -> np.ndarray:  # type: ignore[override]
+        return np.array([self._x], dtype=np.float32)
+
+    def render(self) -> np.ndarray:
+        frame = np.zeros((32, 48, 3), np.uint8)
+        column = round((self._x + 2.0) / 4.0 * 47)
+        frame[:, column] = 255
+        return frame
+
+
+def make_drawn_point_mass(horizon: int = 20) -> DrawnPointMass:
+    return DrawnPointMass(horizon)

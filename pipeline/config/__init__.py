@@ -35,7 +35,7 @@ from pipeline.config.base import (
     threads_field,
     validate_section,
 )
-from pipeline.config.envs import CarlaConfig, EnvConfig
+from pipeline.config.envs import CarlaConfig, EnvConfig, EnvLabelsConfig, EnvMakeConfig
 from pipeline.config.stages import (
     LABEL_OUTPUT_KEYS,
     Behaviour,
@@ -67,9 +67,11 @@ from pipeline.env_registry import KNOWN_ENVS
 __all__ = [
     "LABEL_OUTPUT_KEYS", "Behaviour", "CarlaConfig", "ClipDenseConfig", "ClipSegConfig",
     "CollectConfig", "ConfigError", "CriticConfig", "DatasetConfig", "EnvConfig",
-    "EvaluateConfig", "HFTeacherConfig", "LabelConfig", "LabelEnvConfig", "LabelTaskName",
-    "MasksConfig", "OpenAITeacherConfig", "Params", "PolicyTeacherConfig", "RayExecutorConfig", "RewardTerm", "RoundConfig", "Section", "TeacherConfig", "TeacherEvalConfig", "TrainRun",
-    "load_params", "merge_settings", "parse_params", "threads_field", "validate_section",
+    "EnvLabelsConfig", "EnvMakeConfig", "EvaluateConfig", "HFTeacherConfig", "LabelConfig",
+    "LabelEnvConfig", "LabelTaskName", "MasksConfig", "OpenAITeacherConfig", "Params",
+    "PolicyTeacherConfig", "RayExecutorConfig", "RewardTerm", "RoundConfig", "Section",
+    "TeacherConfig", "TeacherEvalConfig", "TrainRun", "load_params", "merge_settings",
+    "parse_params", "register_brought_envs", "threads_field", "validate_section",
 ]  # fmt: skip
 
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -136,18 +138,23 @@ class Params(Section):
         """Every cross-section rule at once, one line per problem (key, bad value, the fix)."""
         problems: list[str] = []
         known = ", ".join(KNOWN_ENVS)
+        bring = "or bring your own with `env.<id>.make` and `env.<id>.labels` (docs/own-env.md)"
         per_env = {} if self.label is None else self.label.per_env
-        for section, entries in (("env", self.env), ("collect", self.collect),
-                                 ("label.per_env", per_env)):  # fmt: skip
+        for env_id, cfg in self.env.items():
+            problems += _env_entry_problems(env_id, cfg)
+        brought = {env_id for env_id, cfg in self.env.items() if cfg.make is not None}
+        for section, entries in (("collect", self.collect), ("label.per_env", per_env)):
             for env_id in entries:
-                if env_id not in KNOWN_ENVS:
-                    problems.append(f"{section}.{env_id}: unknown env id; known: {known}")
+                if env_id not in KNOWN_ENVS and env_id not in brought:
+                    problems.append(f"{section}.{env_id}: unknown env id; known: {known}; {bring}")
         if len(set(self.envs)) != len(self.envs):
             problems.append(f"envs lists an env twice: {self.envs}")
         for env_id in self.envs:
-            if env_id not in KNOWN_ENVS:
-                problems.append(f"envs: unknown env id {env_id!r}; known: {known}")
+            if env_id not in KNOWN_ENVS and env_id not in brought:
+                problems.append(f"envs: unknown env id {env_id!r}; known: {known}; {bring}")
                 continue
+            if env_id in brought:
+                problems += self._scripted_teacher_problems(env_id)
             for section in ("env", "collect"):
                 if env_id not in getattr(self, section):
                     problems.append(
@@ -198,6 +205,59 @@ class Params(Section):
             raise ValueError("\n  ".join(problems))
         return self
 
+    def _scripted_teacher_problems(self, env_id: str) -> list[str]:
+        """A brought env has no scripted teacher: every teacher that would answer for it must be
+        another back end."""
+        found = []
+        if self.label is not None:
+            own = self.label.per_env.get(env_id)
+            if own is not None and own.teacher is not None:
+                found.append((f"label.per_env.{env_id}.teacher", own.teacher))
+            else:
+                found.append(("label.teacher", self.label.teacher))
+        collect = self.collect.get(env_id)
+        if collect is not None and collect.uses_teacher and collect.teacher is not None:
+            found.append((f"collect.{env_id}.teacher", collect.teacher))
+        return [
+            f"{where}: backend scripted has no script for the brought env {env_id}; give "
+            f"{env_id} a teacher of its own (openai, hf or policy; random or constant as "
+            f"controls)" + ("" if where != "label.teacher" else f" under label.per_env.{env_id}")
+            for where, teacher in found
+            if teacher.backend == "scripted"
+        ]
+
+    def register_envs(self) -> None:
+        """Register every brought env (`env.<id>.make`) with its label schema in this process,
+        as `gymnasium.register` does: `make_env`, `label_schema` and the stages then treat it as
+        a shipped one. `parse_params` calls it."""
+        from pipeline.env_registry import EnvInfo, EnvLabelSchema, register_env
+
+        for env_id, cfg in self.env.items():
+            if cfg.make is None or cfg.labels is None:
+                continue
+            make, labels = cfg.make, cfg.labels
+            info = EnvInfo(
+                env_id,
+                make.family,
+                cfg.action_repeat,
+                f"brought from params.yaml: env.{env_id}.make",
+                make.success_on_termination,
+                target=make.target,
+                kwargs=dict(make.kwargs),
+                package=make.package,
+            )
+            schema = EnvLabelSchema(
+                env_id,
+                "common",
+                tuple(labels.action_names),
+                None if labels.action_choices is None else tuple(labels.action_choices),
+                dict(labels.milestones),
+                tuple(labels.objects),
+                labels.task_description,
+                prompts=dict(labels.prompts),
+            )
+            register_env(info, schema)
+
     def _round_problems(self) -> list[str]:
         """The round chain: each round follows its run (k = 1) or the round k-1 of that run,
         and names exactly the paths dvc.yaml depends on."""
@@ -238,6 +298,33 @@ class Params(Section):
         return problems
 
 
+def _env_entry_problems(env_id: str, cfg: EnvConfig) -> list[str]:
+    """`env.<id>`: a shipped id has fixed builders and labels; any other id brings both."""
+    where = f"env.{env_id}"
+    if env_id in KNOWN_ENVS:
+        return [
+            f"{where}.{key}: {env_id} ships with the pipeline, so its builder and labels are "
+            f"fixed; remove `{key}` (or bring the env under another id)"
+            for key in ("make", "labels")
+            if getattr(cfg, key) is not None
+        ]
+    if cfg.make is None:
+        return [
+            f"{where}: unknown env id; known: {', '.join(KNOWN_ENVS)}; to bring your own env, "
+            f"give `{where}.make` (gym, dm_control or factory) and `{where}.labels` "
+            "(docs/own-env.md)"
+        ]
+    problems = []
+    if cfg.labels is None:
+        problems.append(
+            f"{where}.labels: missing; a brought env needs its label schema "
+            "(task_description, action_names, milestones, objects)"
+        )
+    if cfg.carla is not None:
+        problems.append(f"{where}.carla: for the shipped CARLA ids only")
+    return problems
+
+
 def _policy_task_problems(label: LabelConfig) -> list[str]:
     """A policy teacher (a trained agent) answers `action` and `judge` only: an env whose label
     settings ask it for a milestone or objects is refused here, before any stage runs."""
@@ -259,15 +346,25 @@ def _policy_task_problems(label: LabelConfig) -> list[str]:
     return problems
 
 
+def register_brought_envs(path: str | Path) -> None:
+    """Load `path` for its brought envs (`env.<id>.make`), so that a tool that reads data alone
+    (the audit page, the review export) knows their label schemas. A missing file registers
+    nothing: a shipped env needs no params there."""
+    if Path(path).exists():
+        load_params(path)
+
+
 def parse_params(raw: Any, source: str = "params.yaml") -> Params:
     """Validate an already-loaded params mapping. Errors name every bad key at once."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
     try:
-        return Params.model_validate(raw)
+        params = Params.model_validate(raw)
     except ValidationError as exc:
         lines = [format_error(e, Params) for e in exc.errors()]
         raise ConfigError(f"{source} is invalid:\n  " + "\n  ".join(lines)) from None
+    params.register_envs()
+    return params
 
 
 def load_params(path: str | Path) -> Params:

@@ -1,10 +1,119 @@
-"""How each environment is built and observed (`env.<env_id>`)."""
+"""How each environment is built and observed (`env.<env_id>`), and how an env the pipeline
+does not ship is brought from params.yaml (`env.<env_id>.make` and `env.<env_id>.labels`)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
 
 from pipeline.config.base import Section
+
+PROMPT_SEPARATOR = "\n---\n"  # between a prompt template's system message and its user part
+
+
+class EnvMakeConfig(Section):
+    """How a brought env is built (`env.<id>.make`): exactly one of `gym`, `dm_control` and
+    `factory`. The env gets the observation contract of the shipped ones: its rendered frame
+    (resized to `image_size`), its observation flattened to float32 as `state`, and the
+    observation quoted in each prompt's context."""
+
+    gym: str | None = Field(
+        default=None,
+        description="A registered gymnasium id, e.g. `Pendulum-v1`; made with "
+        "`render_mode='rgb_array'`.",
+    )
+    dm_control: str | None = Field(
+        default=None,
+        pattern=r"^[a-z_]+-[a-z_]+$",
+        description="A dm_control suite task as `domain-task`, e.g. `finger-spin`.",
+    )
+    factory: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="`module:function` returning a gymnasium Env whose `render()` gives an RGB "
+        "frame (the module must be importable by the stages: installed, or in the project).",
+    )
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments of `gym.make` or of the factory."
+    )
+    package: str | None = Field(
+        default=None,
+        description="A module to import before `gym.make`: the package that registers the id.",
+    )
+    success_on_termination: bool | None = Field(
+        default=None,
+        description="Whether `terminated` means the task was solved: evaluate then reports a "
+        "success rate (null: the env defines no success).",
+    )
+
+    @model_validator(mode="after")
+    def _one_builder(self) -> EnvMakeConfig:
+        given = [key for key in ("gym", "dm_control", "factory") if getattr(self, key)]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of `gym` (a gymnasium id), `dm_control` (`domain-task`) or "
+                f"`factory` (`module:function`); got {', '.join(given) or 'none'}"
+            )
+        if self.dm_control and (self.kwargs or self.package):
+            raise ValueError("`kwargs` and `package` apply to `gym` and `factory` only")
+        return self
+
+    @property
+    def family(self) -> Literal["gym", "dmc", "factory"]:
+        return "gym" if self.gym else "dmc" if self.dm_control else "factory"
+
+    @property
+    def target(self) -> str:
+        return self.gym or self.dm_control or self.factory or ""
+
+
+class EnvLabelsConfig(Section):
+    """What the label tasks ask about a brought env and what they may answer
+    (`env.<id>.labels`); the shipped envs' are in pipeline/labels/schema.py."""
+
+    task_description: str = Field(
+        min_length=1, description="The task in a few words: the prompts quote it."
+    )
+    action_names: list[str] = Field(
+        min_length=1,
+        description="Continuous actions: one name per action dimension, asked as `name: value` "
+        "lines. Discrete actions: one name, with `action_choices`.",
+    )
+    action_choices: list[str] | None = Field(
+        default=None,
+        min_length=2,
+        description="Discrete actions only: one word per action, in the action index's order.",
+    )
+    milestones: dict[str, float] = Field(
+        min_length=2,
+        description="Milestone label -> raw potential Phi_raw in [0, 1] (hybrid VLM-PPO sec. "
+        "3.2), ordered from low to high.",
+    )
+    objects: list[str] = Field(
+        min_length=1,
+        description="Phrases a teacher may name for the `objects` task (Semore's key objects).",
+    )
+    prompts: dict[Literal["action", "milestone", "objects", "judge"], str] = Field(
+        default_factory=dict,
+        description="Own prompt templates by task: the system message, a line `---`, then the "
+        "user template with the fields of pipeline/labels/prompts/common/<task>.txt (a task not "
+        "given here uses that file).",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EnvLabelsConfig:
+        if self.action_choices is not None and len(self.action_names) != 1:
+            raise ValueError("a discrete action (`action_choices`) has exactly one action name")
+        values = list(self.milestones.values())
+        if values != sorted(values) or not all(0.0 <= v <= 1.0 for v in values):
+            raise ValueError("milestone potentials must lie in [0, 1], ordered from low to high")
+        for task, text in self.prompts.items():
+            if PROMPT_SEPARATOR not in text:
+                raise ValueError(
+                    f"prompts.{task}: no line `---` between the system message and the prompt"
+                )
+        return self
 
 
 class CarlaConfig(Section):
@@ -53,4 +162,15 @@ class EnvConfig(Section):
         default=None,
         exclude_if=lambda v: v is None,  # envs without it fingerprint as before
         description="CARLA ids only: the server and world (defaults: 127.0.0.1:2000, Town04).",
+    )
+    make: EnvMakeConfig | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="A brought env only (an id the pipeline does not ship): how it is built.",
+    )
+    labels: EnvLabelsConfig | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="A brought env only: its label schema (action names, milestones, objects) "
+        "and optional prompt templates.",
     )

@@ -38,7 +38,7 @@ from pipeline.dataset.layout import (
 )
 from pipeline.io import atomic_write_bytes, atomic_write_json, sha256_file
 from pipeline.labels.schema import label_schema
-from pipeline.labels.tasks import TASKS, load_template
+from pipeline.labels.tasks import TASKS, schema_template
 from pipeline.masks.base import decode_mask
 from pipeline.rollouts.format import MANIFEST_NAME, SHARD_PATTERN
 from pipeline.rollouts.reader import RolloutIntegrityError, iter_rollouts, load_manifest
@@ -252,9 +252,7 @@ def build_dataset(
         "milestones": schema.milestones,
         "teacher_ids": sorted(set(labels["teacher_id"])),
         "mask_backend_ids": sorted(set(masks["backend_id"])),
-        "prompts": {
-            task: "\n---\n".join(load_template(schema.prompt_dir, task)) for task in statuses
-        },
+        "prompts": {task: "\n---\n".join(schema_template(schema, task)) for task in statuses},
         "counts": {
             "samples": samples,
             "episodes": manifest["totals"]["episodes"],

@@ -8,7 +8,13 @@ import gymnasium as gym
 import numpy as np
 
 from pipeline.config import EnvConfig
-from pipeline.env_registry import KNOWN_ENVS, EnvInfo, UnknownEnvError, env_info
+from pipeline.env_registry import (
+    KNOWN_ENVS,
+    EnvInfo,
+    UnknownEnvError,
+    brought_schema,
+    env_info,
+)
 from pipeline.envs.wrappers import CONTEXT, PIXELS, STATE, ActionRepeat, ObservationContract
 
 __all__ = [
@@ -32,9 +38,22 @@ def make_env(env_id: str, cfg: EnvConfig, *, pixels: bool = True) -> gym.Env:
     if info.family == "dmc":
         from pipeline.envs.dmc import DMCEnv, dmc_context, dmc_frame, dmc_state
 
-        base: gym.Env = DMCEnv(env_id, cfg.image_size, cfg.max_episode_steps)
+        base: gym.Env = DMCEnv(
+            info.target or env_id,
+            cfg.image_size,
+            cfg.max_episode_steps,
+            quote_observation=not info.shipped,
+        )
         frame_fn, state_fn, context_fn = dmc_frame, dmc_state, dmc_context
         state_dim = base.observation_space.shape[0]
+    elif info.family in ("gym", "factory"):
+        from pipeline.envs import gym_envs
+
+        base = gym_envs.make_brought_base(info, cfg.max_episode_steps)
+        frame_fn, state_fn, context_fn = (
+            gym_envs.brought_frame, gym_envs.brought_state, gym_envs.brought_context,
+        )  # fmt: skip
+        state_dim = _flat_dim(env_id, base.observation_space)
     elif info.family == "highway":
         from pipeline.envs.highway import (
             highway_context,
@@ -70,6 +89,8 @@ def make_env(env_id: str, cfg: EnvConfig, *, pixels: bool = True) -> gym.Env:
                 gym_envs.mountaincar_context,
                 2,
             )
+    if not info.shipped:
+        _check_brought_actions(env_id, base.action_space)
     env = ActionRepeat(base, cfg.action_repeat)
     return ObservationContract(
         env,
@@ -83,6 +104,37 @@ def make_env(env_id: str, cfg: EnvConfig, *, pixels: bool = True) -> gym.Env:
     )
 
 
+def _flat_dim(env_id: str, space: gym.Space) -> int:
+    if not isinstance(space, gym.spaces.Box):
+        raise ValueError(
+            f"env.{env_id}.make: the observation space is {space}; a brought env's observation "
+            "must be a Box (it becomes the float32 `state`); wrap the env to flatten it"
+        )
+    return int(np.prod(space.shape))
+
+
+def _check_brought_actions(env_id: str, space: gym.Space) -> None:
+    """A brought env's label schema must name its actions as the env takes them."""
+    schema = brought_schema(env_id)
+    where = f"env.{env_id}.labels"
+    if isinstance(space, gym.spaces.Discrete):
+        if schema.action_choices is None or len(schema.action_choices) != int(space.n):
+            raise ValueError(
+                f"{where}.action_choices: the env takes {space.n} discrete actions; name each "
+                f"(got {list(schema.action_choices or [])})"
+            )
+    elif isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        if schema.action_choices is not None or len(schema.action_names) != space.shape[0]:
+            raise ValueError(
+                f"{where}.action_names: the env's action is a vector of {space.shape[0]}; give "
+                f"one name per dimension and no action_choices (got {list(schema.action_names)})"
+            )
+    else:
+        raise ValueError(
+            f"env.{env_id}.make: action space {space} is neither Discrete nor a 1-d Box"
+        )
+
+
 def state_from_context(env_id: str, context: dict[str, Any]) -> np.ndarray:
     """The `state` observation (float32, (n,)) that `env_id` gave together with `context` (its
     `info["context"]`, what a prompt carries), rebuilt from the context alone: for a reader of
@@ -93,6 +145,10 @@ def state_from_context(env_id: str, context: dict[str, Any]) -> np.ndarray:
     (or a dm_control task whose observation keys are not listed) is a ValueError."""
     info = env_info(env_id)
     try:
+        if not info.shipped:  # a brought env quotes its flattened observation
+            from pipeline.envs.gym_envs import brought_state_from_context
+
+            return brought_state_from_context(context)
         if info.family == "dmc":
             from pipeline.envs.dmc import dmc_state_from_context
 

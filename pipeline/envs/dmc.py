@@ -24,7 +24,14 @@ class DMCEnv(gym.Env):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, name: str, image_size: int, max_episode_steps: int | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        image_size: int,
+        max_episode_steps: int | None,
+        *,
+        quote_observation: bool = False,
+    ) -> None:
         prepare_headless_gl()  # before dm_control picks its GL back end at import
         from dm_control import suite
 
@@ -33,6 +40,8 @@ class DMCEnv(gym.Env):
         self._env = suite.load(domain, task, task_kwargs={"time_limit": float("inf")})
         self._limit = max_episode_steps or DMC_DEFAULT_EPISODE_STEPS
         self._size = image_size
+        # a brought task also quotes its flattened observation: its state from a context
+        self._quote_observation = quote_observation
         self._camera = 2 if domain == "quadruped" else 0  # DrQ / RAD convention
         self._steps = 0
         spec = self._env.action_spec()
@@ -77,6 +86,8 @@ class DMCEnv(gym.Env):
         }
         for key, value in self._last_obs.items():
             ctx[key] = np.asarray(value).tolist()
+        if self._quote_observation:
+            ctx["observation"] = self._flat(self._last_obs).astype(np.float64).tolist()
         return ctx
 
     def close(self) -> None:

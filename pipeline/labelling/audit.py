@@ -38,7 +38,7 @@ from pipeline.labels.tasks import parse_answer, render_prompt
 from pipeline.masks.base import decode_mask
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.tables import read_label_table, read_mask_table
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.teachers.scripted import ScriptedTeacher, has_script
 
 TELEMETRY_JS_SUFFIX = ".telemetry.js"  # beside the page, not a DVC output
 EXAMPLES_PER_KIND = 6  # thumbnails shown per (task, status) failure kind and per disagreement task
@@ -59,7 +59,10 @@ def _percentiles(values: pl.Series) -> dict[str, float]:
 def _reference(
     env_id: str, space: dict[str, Any], queried: pl.DataFrame, samples: dict[str, Any]
 ) -> dict:
-    """Parsed answers of the fully reliable scripted teacher for the queried (sample, task) rows."""
+    """Parsed answers of the fully reliable scripted teacher for the queried (sample, task) rows;
+    none for an env that has no script (CARLA, a brought env)."""
+    if not has_script(env_id):
+        return {}
     reference = ScriptedTeacher(reliability=1.0, seed=0)
     out: dict[tuple[str, str], ParseResult] = {}
     for key, task in queried.select("sample_key", "task").iter_rows():
@@ -237,6 +240,7 @@ def build_audit(
         "acting_agent": manifest.get("acting_agent"),
         "teacher_ids": sorted(set(table["teacher_id"])),
         "scripted": any(t.startswith("scripted:") for t in table["teacher_id"].unique()),
+        "has_reference": has_script(env_id),
         "rows": table.height,
         "queried": queried.height,
         "frames": len(samples),
@@ -320,6 +324,7 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
 {% if a.agreement %}<table><tr><th class="l">task</th><th>compared</th><th>agree</th></tr>
 {% for task, s in a.agreement.items() %}<tr><td class="l">{{ task }}</td><td>{{ s.n }}</td><td>{{ '%.1f' % (100 * s.rate) }} %</td></tr>{% endfor %}</table>
 <p class="note">Over answers that parsed. Continuous actions agree when the mean gap per dimension is under a quarter of the action range.</p>
+{% elif not a.has_reference %}<p>No reference for this env: the scripted teacher has no script for {{ a.env_id }}.</p>
 {% else %}<p>No parsed answers to compare.</p>{% endif %}
 
 {% if a.comparison %}{% set c = a.comparison %}<h2>Two teachers on the same frames</h2>

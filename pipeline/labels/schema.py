@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pipeline.env_registry import EnvLabelSchema, brought_schema, env_info
 
-from pipeline.env_registry import env_info
-
-
-@dataclass(frozen=True)
-class EnvLabelSchema:
-    env_id: str
-    prompt_dir: str  # folder under pipeline/labels/prompts/
-    # Continuous envs: one name per action dimension, asked as `name: value` lines (ERPv fig. 12-14
-    # asks `throttle:` and `steer:` the same way). Discrete envs: one name and its choices, whose
-    # index is the action.
-    action_names: tuple[str, ...]
-    action_choices: tuple[str, ...] | None
-    # Milestone label -> raw potential Phi_raw (hybrid VLM-PPO 3.2), ordered from low to high.
-    milestones: dict[str, float]
-    # Phrases a scripted teacher may name for the `objects` task (Semore's key objects).
-    objects: tuple[str, ...]
-    task_description: str
+__all__ = ["SCHEMAS", "EnvLabelSchema", "label_schema"]
 
 
 _MOUNTAINCAR_MILESTONES = {
@@ -109,5 +93,8 @@ SCHEMAS: dict[str, EnvLabelSchema] = {
 
 
 def label_schema(env_id: str) -> EnvLabelSchema:
-    env_info(env_id)  # unknown ids get the error that lists the known ones
-    return SCHEMAS[env_id]
+    """The shipped schema of `env_id`, or the one its `env.<id>.labels` registered."""
+    if env_info(env_id).shipped:  # unknown ids get the error that lists the known ones
+        return SCHEMAS[env_id]
+    schema: EnvLabelSchema = brought_schema(env_id)
+    return schema

@@ -67,6 +67,16 @@ def load_template(prompt_dir: str, task: str) -> tuple[str, str]:
     return system.strip(), user.strip()
 
 
+def schema_template(schema: EnvLabelSchema, task: str) -> tuple[str, str]:
+    """(system, user template) of `task` for `schema`'s env: its own template from params.yaml
+    (a brought env's `env.<id>.labels.prompts.<task>`), else `load_template`'s files."""
+    text = schema.prompts.get(task)
+    if text is None:
+        return load_template(schema.prompt_dir, task)
+    system, user = text.split(_SEPARATOR, 1)  # the `---` line is checked by pipeline.config
+    return system.strip(), user.strip()
+
+
 def _action_fields(schema: EnvLabelSchema, action_space: dict[str, Any]) -> tuple[str, str]:
     if schema.action_choices is not None:
         (name,) = schema.action_names
@@ -108,6 +118,12 @@ def answer_text(task: TaskName, value: Any, env_id: str, action_space: dict[str,
     raise ValueError(f"unknown task {task!r}")
 
 
+def _template_source(schema: EnvLabelSchema, task: str) -> str:
+    if task in schema.prompts:
+        return f"params.yaml env.{schema.env_id}.labels.prompts.{task}"
+    return f"{schema.prompt_dir}/{task}.txt"
+
+
 def render_prompt(
     task: TaskName,
     env_id: str,
@@ -117,7 +133,7 @@ def render_prompt(
     stored_action: Any = None,
 ) -> Prompt:
     schema = label_schema(env_id)
-    system, template = load_template(schema.prompt_dir, task)
+    system, template = schema_template(schema, task)
     action_spec, action_answer = _action_fields(schema, action_space)
     fields = {
         "task_description": schema.task_description,
@@ -133,7 +149,8 @@ def render_prompt(
         user = template.format(**fields)
     except (KeyError, IndexError) as exc:
         raise ValueError(
-            f"prompt {schema.prompt_dir}/{task}.txt uses a field the {env_id} context lacks: {exc}"
+            f"the {task} prompt of {env_id} ({_template_source(schema, task)}) uses a field the "
+            f"{env_id} context lacks: {exc}"
         ) from exc
     return Prompt(task, env_id, system, user, frame_png, context, action_space, stored_action)
 

@@ -31,6 +31,11 @@ class MaskBackend(Protocol):
         ...
 
 
+# A back end may also define `covers(env_id) -> bool`: False where it has no masks for an env
+# (pipeline.masks.compute then lists the env's frames with status no_backend). Without it, a
+# back end covers every env.
+
+
 def combine(masks: np.ndarray) -> np.ndarray:
     """Semore eq. 4: the per-phrase masks (P, H, W) added together -> (H, W). Not clipped."""
     return masks.sum(axis=0) if len(masks) else np.zeros(masks.shape[1:], np.float32)

@@ -134,6 +134,9 @@ def compute_masks(
         rebuild=rebuild or f"`dvc repro masks@{env_id}`",
     )
     summary = MaskSummary()
+    # a back end may have no masks for an env (the scripted one knows the shipped envs only):
+    # its frames are listed with status no_backend, and no mask is paid or cached
+    covered = getattr(backend, "covers", lambda env: True)(env_id)
     rows: dict[str, dict[str, Any]] = {}
     pending: dict[str, tuple[MaskRequest, list[dict[str, Any]]]] = {}  # key -> request, its rows
     started = time.perf_counter()
@@ -145,7 +148,7 @@ def compute_masks(
     )
 
     computed_on_ray: set[str] = set()
-    if ray is not None:
+    if ray is not None and covered:
         if ray_build is None:
             raise ValueError("executor ray needs ray_build: how an actor builds the back end")
         computed_on_ray = _compute_on_ray(
@@ -183,6 +186,10 @@ def compute_masks(
             if not phrases:
                 row["status"] = "no_objects"
                 summary.statuses["no_objects"] += 1
+                continue
+            if not covered:
+                row.update(status="no_backend", phrases=list(phrases))
+                summary.statuses["no_backend"] += 1
                 continue
             key = mask_key(
                 hashlib.sha256(sample.frame_png).hexdigest(), phrases, backend.backend_id

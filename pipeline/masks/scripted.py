@@ -139,6 +139,10 @@ class ScriptedMasks:
     def __init__(self) -> None:
         self._renderers: dict[tuple[str, int], _DMCRenderer] = {}
 
+    def covers(self, env_id: str) -> bool:
+        """The shipped envs with colour keys or MuJoCo groups (not CARLA, nor brought envs)."""
+        return env_id in _COLOUR_KEYS or env_id in _DMC_GROUPS or env_id.startswith("carla-")
+
     def _one(self, request: MaskRequest) -> np.ndarray:
         h, w = request.frame.shape[:2]
         out = np.zeros((len(request.phrases), h, w), np.float32)

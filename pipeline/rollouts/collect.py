@@ -30,7 +30,7 @@ from pipeline.io import TMP_SUFFIX, atomic_write_json, sha256_file
 from pipeline.labels.cache import LabelCache
 from pipeline.labels.parsers import PARSER_VERSION
 from pipeline.labels.schema import label_schema
-from pipeline.labels.tasks import load_template
+from pipeline.labels.tasks import schema_template
 from pipeline.rollouts.behaviours import (
     Behaviour,
     check_checkpoint_source,
@@ -136,7 +136,7 @@ def collection_fingerprint(
             "id": teacher.teacher_id,
             "decoding": teacher.decoding,
             "parser_version": PARSER_VERSION,
-            "prompt": load_template(schema.prompt_dir, "action"),
+            "prompt": schema_template(schema, "action"),
         }
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 

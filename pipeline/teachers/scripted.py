@@ -212,6 +212,14 @@ def reference_answer(env_id: str, ctx: dict[str, Any], frame: np.ndarray) -> tup
     raise ValueError(f"no scripted teacher for env {env_id!r}")
 
 
+def has_script(env_id: str) -> bool:
+    """Whether the scripted teacher can answer for `env_id`: every shipped env but CARLA's (a
+    brought env has none)."""
+    from pipeline.env_registry import KNOWN_ENVS
+
+    return env_id in KNOWN_ENVS and not env_id.startswith("carla-")
+
+
 # ---- answer text, with injected failures ------------------------------------------------------
 
 
