@@ -14,9 +14,10 @@ cell, and the data a cell reads prepared by the stages' own functions.
   label / masks / dataset / critic settings), so that a rerun or another benchmark reuses them.
   With no teacher (`label=None`) the pipeline's own outputs under `--data` are read as they are.
 - `run_cells` trains every cell that has no result yet with pipeline.training.train_run in a
-  spawned worker process (agent in `<out>/agents/<cell>`, dvclive curves in
-  `<out>/live/<cell>`, a killed run's resume state in `<out>/resume/<cell>`), then calls the
-  benchmark's `finish(cell, params, agent_dir, trained)` there for its evaluation (deployment:
+  spawned worker process (agent in `<out>/agents/<cell>`, curves in `<out>/live/<cell>`: TSVs
+  in dvclive's layout, written by pipeline.curves; a killed run's resume state in
+  `<out>/resume/<cell>`), then calls the benchmark's `finish(cell, params, agent_dir, trained)`
+  there for its evaluation (deployment:
   pipeline.methods.table.load_agent + pipeline.evaluation.deployed + play_episodes /
   evaluate_policy) and writes the result to `<out>/<results_dir>/<cell>.json` atomically. A rerun
   skips cells whose result exists and was made with the same settings (run, method section,
@@ -365,8 +366,8 @@ class _Job:
 
 
 def read_logs(live_dir: str | Path) -> list[dict[str, float]]:
-    """The metric rows a run wrote through dvclive (pipeline.curves), back as rows keyed by step
-    (every metric but the episode `return`)."""
+    """The metric rows a run wrote (pipeline.curves: TSVs in dvclive's layout), back as rows
+    keyed by step (every metric but the episode `return`)."""
     from pipeline.curves import METRICS_SUBDIR, RETURN, read_metric
 
     root = Path(live_dir) / METRICS_SUBDIR

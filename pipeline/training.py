@@ -3,8 +3,9 @@ learning curve, by the method the run names (pipeline.methods.table). The agent 
 labels only; nothing here, nor anything it imports, imports a teacher (tests/test_training.py
 checks).
 
-Learning curves go through dvclive (pipeline.curves): `return` is the env's native return of each
-finished episode, whatever reward the agent was trained on.
+Learning curves are TSVs in dvclive's layout, the one `dvc plots` reads, written by
+pipeline.curves: `return` is the env's native return of each finished episode, whatever reward
+the agent was trained on.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def train_run(
     progress: bool = True,
 ) -> list[tuple[int, float]]:
     """Train `train.<name>` of params.yaml; write the checkpoint to `out_dir`, and the learning
-    curve with the training metrics through dvclive to `log_dir` + `summary_path`."""
+    curve with the training metrics (pipeline.curves: TSVs in dvclive's layout) to `log_dir` +
+    `summary_path`."""
     if params.train is None or name not in params.train:
         known = ", ".join(params.train or {}) or "none"
         raise TrainError(f"params.yaml has no run train.{name} (runs: {known})")

@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"labelling", "dataset", "shaping", "teacher_eval"},  # label stage + audit; shareable
     # dataset; hybrid PBRS; the labelling teacher acting alone
     {"agents"},  # PPO and the SAC family on one base, replay, checkpoints, resume state
-    {"curves", "evaluation"},  # dvclive logs and curve figures; deployed policies, evaluation
+    {"curves", "evaluation"},  # curve TSVs (dvclive layout), figures; deployed policies, evaluation
     {"methods"},  # one unit per method (params, train, load) and the method table
     {"training", "integrity", "experiments", "reproducibility"},  # train logic; vlmrl-verify;
     # vlmrl-seeds; vlmrl-lockcheck

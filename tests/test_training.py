@@ -349,23 +349,9 @@ def test_nothing_training_imports_imports_a_teacher():
     assert "pipeline.teachers.scripted" in labelling
 
 
-def test_dvclive_is_the_version_whose_private_init_the_logger_overrides():
-    """pipeline.curves overrides dvclive's private `Live._init_dvc`: Live.__init__ always calls it,
-    and it `dvc init`s a git repository that has no DVC (by design: treeverse/dvclive#531, #539),
-    with no constructor option to opt out (checked in 3.49.1: `save_dvc_exp=False` and
-    `dvcyaml=False` still reach it; only the DVCLIVE_TEST hook skips it). A new dvclive fails here
-    first: check that `_init_dvc` is still the only repository side effect, then move the pin."""
-    from importlib.metadata import version
-
-    import dvclive.live
-
-    assert version("dvclive") == "3.49.1"
-    assert hasattr(dvclive.live.Live, "_init_dvc")
-
-
 def test_training_log_leaves_the_repository_alone(tmp_path, monkeypatch):
-    """dvclive as a file logger: no `dvc init` of a bare git repository, no failure in a
-    repository with no commit, one TSV per metric with values only where measured."""
+    """pipeline.curves writes files only: no `dvc init` of a bare git repository, no failure in
+    a repository with no commit, one TSV per metric with values only where measured."""
     import subprocess
 
     from pipeline.curves import write_run_summary, write_training_log
