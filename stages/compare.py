@@ -22,7 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument(
-        "--curves", required=True, type=Path, help="directory of the runs' dvclive directories"
+        "--curves",
+        required=True,
+        type=Path,
+        help="directory of the runs' curve directories (dvclive's layout)",
     )
     parser.add_argument("--out", required=True, type=Path, help="directory for <env>.png")
     args = parser.parse_args(argv)

@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", required=True, help="env id (listed in critic.envs)")
     parser.add_argument("--dataset", required=True, type=Path, help="the env's labelled dataset")
     parser.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
-    parser.add_argument("--live", required=True, help="dvclive directory: the TD-loss curve")
+    parser.add_argument(
+        "--live", required=True, help="curve directory (dvclive's layout): the TD-loss curve"
+    )
     parser.add_argument("--summary", required=True, help="last values of the metrics (JSON)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         "--caches", required=True, type=Path, help="the round's label and mask caches (persisted)"
     )
     parser.add_argument("--out", required=True, type=Path, help="the round's agent checkpoint")
-    parser.add_argument("--live", required=True, help="dvclive directory of its training")
+    parser.add_argument(
+        "--live", required=True, help="curve directory (dvclive's layout) of its training"
+    )
     parser.add_argument("--summary", required=True, help="its metrics: training and costs")
     parser.add_argument("--resume-dir", help="where a killed round's training goes on from")
     args = parser.parse_args(argv)

@@ -33,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--critics", type=Path, help="directory of pre-trained C_V, one per env")
     parser.add_argument("--out", required=True, help="checkpoint directory to write")
     parser.add_argument(
-        "--live", required=True, help="dvclive directory: learning curve and training metrics"
+        "--live",
+        required=True,
+        help="curve directory (dvclive's layout): learning curve and training metrics",
     )
     parser.add_argument("--summary", required=True, help="last values of the metrics (JSON)")
     parser.add_argument(
