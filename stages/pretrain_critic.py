@@ -18,7 +18,13 @@ from pipeline.config import load_params
 from pipeline.curves import write_training_log
 from pipeline.errors import PipelineError, print_error
 from pipeline.kernels import training_torch
-from pipeline.methods.erpv import critic_params, pretrain_critic, write_no_critic
+from pipeline.methods.erpv import (
+    VARIANTS,
+    critic_dir,
+    critic_params,
+    pretrain_critic,
+    write_no_critic,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,12 +51,21 @@ def main(argv: list[str] | None = None) -> int:
         # the same bytes from run to run on one machine: see `threads` and pipeline/kernels.py
         training_torch(critic_params(params, args.env).threads)
         logs = pretrain_critic(args.env, params, args.dataset, args.out)
+        write_training_log(args.live, args.summary, rows=logs)
+        last = logs[-1] if logs else {}
+        print(f"{args.out}: C_V pre-trained; last log row {last}")
+        # the env's further C_V (critic.variants.<env>), each beside its own curves
+        for name in params.critic.variants.get(args.env, {}):
+            training_torch(critic_params(params, args.env, name).threads)
+            out = critic_dir(args.out, name)
+            logs = pretrain_critic(args.env, params, args.dataset, out, variant=name)
+            write_training_log(
+                Path(args.live) / VARIANTS / name, out / "curves_summary.json", rows=logs
+            )
+            print(f"{out}: C_V {name!r} pre-trained; last log row {logs[-1] if logs else {}}")
     except (PipelineError, FileNotFoundError) as exc:
         print_error(exc)
         return 2
-    write_training_log(args.live, args.summary, rows=logs)
-    last = logs[-1] if logs else {}
-    print(f"{args.out}: C_V pre-trained; last log row {last}")
     return 0
 
 

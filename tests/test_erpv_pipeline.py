@@ -220,3 +220,47 @@ def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp
         assert value.numpy().tobytes() == tensors["erpv-l0"][key].numpy().tobytes(), key
     logged = set().union(*(row.keys() for row in logs["erpv-l0"]))
     assert {"vpg/gate_open", "vpg/zeros/gate_open", "vpg/own/gate_open", "guidance/ratio"} <= logged
+
+
+def test_a_state_and_a_pixel_erpv_run_share_an_env(pipeline_dir, tmp_path):
+    """`critic.variants.<env>` pre-trains more C_V of one env (here a pixel one beside the state
+    one) and a run picks one with `critic_variant`: a state and a pixel erpv run on one env."""
+    from pipeline.config import ConfigError, parse_params
+    from pipeline.methods.table import check_params
+    from stages import pretrain_critic, train
+
+    d = pipeline_dir
+    raw = yaml.safe_load((d / "params.yaml").read_text())
+    raw["critic"].update(steps=10, variants={ENV: {"pix": {"network": {"obs": "pixels"}}}})
+    raw["erpv"]["start_steps"] = 100
+    raw["train"]["erpv-pix"] = {"env": ENV, "method": "erpv", "steps": 104, "seed": 0,
+                                "overrides": {"critic_variant": "pix",
+                                              "network": {"obs": "pixels"}}}  # fmt: skip
+    check_params(parse_params(raw))
+    p = tmp_path / "params.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    critics = tmp_path / "critics"
+    assert pretrain_critic.main(["--params", str(p), "--env", ENV, "--dataset", f"{d}/dataset",
+                                 "--out", f"{critics}/{ENV}", "--live", f"{tmp_path}/live",
+                                 "--summary", f"{tmp_path}/critic.json"]) == 0  # fmt: skip
+    state = json.loads((critics / ENV / "agent.json").read_text())
+    pix = json.loads((critics / ENV / "variants" / "pix" / "agent.json").read_text())
+    assert (state["network"]["obs"], pix["network"]["obs"]) == ("state", "pixels")
+    assert (tmp_path / "live" / "variants" / "pix" / "plots" / "metrics").is_dir()
+
+    argv = _train_argv(d, "erpv-pix")
+    argv[argv.index("--params") + 1] = str(p)
+    argv[argv.index("--critics") + 1] = str(critics)
+    argv[argv.index("--out") + 1] = str(tmp_path / "models" / "erpv-pix")
+    assert train.main(argv) == 0
+    meta = json.loads((tmp_path / "models" / "erpv-pix" / "agent.json").read_text())
+    assert (meta["config"]["critic_variant"], meta["obs"]) == ("pix", "pixels")
+
+    # a variant no env has, and a variant of an env without C_V, are refused by name
+    raw["train"]["erpv-pix"]["overrides"]["critic_variant"] = "rgb"
+    with pytest.raises(ConfigError, match=r"critic_variant 'rgb' is not a C_V of"):
+        check_params(parse_params(raw))
+    raw["train"]["erpv-pix"]["overrides"]["critic_variant"] = "pix"
+    raw["critic"]["variants"]["MountainCar-v0"] = {"x": {"gamma": 0.9}}
+    with pytest.raises(ConfigError, match=r"critic.variants.MountainCar-v0: .* not in critic.envs"):
+        check_params(parse_params(raw))

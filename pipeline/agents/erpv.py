@@ -106,6 +106,12 @@ class ERPvParams(SACParams):
         "sigmoid(G) (eq. 7 as printed: > 0.5, grows with G); `text` alpha_bar = sigmoid(-G) (sec. "
         "3.4's words: lower confidence, more entropy).",
     )
+    critic_variant: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # runs without one fingerprint as before
+        description="Which C_V of the run's env it reads: null, the env's own (`critic.overrides`"
+        "); a name, that C_V of `critic.variants.<env>` (e.g. a pixel run beside a state run).",
+    )
 
 
 def minmax_scale(q: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:

@@ -321,6 +321,13 @@ class CriticConfig(Section):
         "(e.g. `cartpole-swingup: {network: {obs: pixels}}` for the C_V of a pixel erpv run); "
         "only the keys C_V reads (pipeline.methods.erpv.CRITIC_KEYS).",
     )
+    variants: dict[str, dict[str, dict[str, Any]]] = Field(
+        default_factory=dict,
+        description="Per env, more C_V by name, each with the erpv keys it sets for itself, "
+        "merged over `erpv` and the env's `overrides` (e.g. `cartpole-swingup: {pixels: "
+        "{network: {obs: pixels}}}`); a run reads one with `critic_variant` in its erpv settings, "
+        "so a state and a pixel erpv run share an env. Written to models/critic/<env>/variants/.",
+    )
 
 
 RewardTerm = Literal["env", "kinematic", "potential"]

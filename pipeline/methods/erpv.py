@@ -6,6 +6,7 @@ Deployed agents are SAC's networks: C_V guides training only."""
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -47,15 +48,31 @@ class ERPv(OffPolicyMethod):
             )
             return problems
         try:
-            agent, critic = self.params(params, run).network, critic_params(params, run.env).network
+            hp = self.params(params, run)
         except ConfigError:
-            return problems  # reported by check_params / check_critic
+            return problems  # reported by check_params
+        variant = hp.critic_variant
+        variants = params.critic.variants.get(run.env, {}) if params.critic is not None else {}
+        if variant is not None and variant not in variants:
+            problems.append(
+                f"train.{name}: critic_variant {variant!r} is not a C_V of {run.env!r}; add it "
+                f"under critic.variants.{run.env} (now: {sorted(variants) or 'none'})"
+            )
+            return problems
+        try:
+            critic = critic_params(params, run.env, variant).network
+        except ConfigError:
+            return problems  # reported by check_critic
+        where = (
+            f"critic.overrides.{run.env}" if variant is None
+            else f"critic.variants.{run.env}.{variant}"
+        )  # fmt: skip
         for key in ("obs", "frame_stack"):
-            if getattr(agent, key) != getattr(critic, key):
+            if getattr(hp.network, key) != getattr(critic, key):
                 problems.append(
-                    f"train.{name}: the agent's network.{key} is {getattr(agent, key)!r}, the C_V "
-                    f"of {run.env!r} reads {getattr(critic, key)!r}: set "
-                    f"critic.overrides.{run.env}.network.{key} (or the run's overrides) to match"
+                    f"train.{name}: the agent's network.{key} is {getattr(hp.network, key)!r}, "
+                    f"the C_V of {run.env!r} reads {getattr(critic, key)!r}: set "
+                    f"{where}.network.{key} (or the run's overrides) to match"
                 )
         return problems
 
@@ -65,14 +82,18 @@ class ERPv(OffPolicyMethod):
         """ERPv's agent with its env's frozen C_V; the critic's data hashes go in the meta."""
         if inputs.critics is None:
             raise TrainError("erpv needs the directory of pre-trained critics (--critics)")
-        path = inputs.critics / run.env
-        if (path / NO_CRITIC).exists():
+        path = critic_dir(inputs.critics / run.env, hp.critic_variant)
+        if (inputs.critics / run.env / NO_CRITIC).exists():
             raise TrainError(
                 f"erpv needs the pre-trained C_V of {run.env}; add {run.env} to critic.envs in "
                 f"params.yaml"
             )
         if not path.exists():
-            raise TrainError(f"{path} does not exist: run pretrain_critic@{run.env} first")
+            raise TrainError(
+                f"{path} does not exist: run pretrain_critic@{run.env} first"
+                + ("" if hp.critic_variant is None else f" (with critic.variants.{run.env}."
+                   f"{hp.critic_variant} in params.yaml)")
+            )  # fmt: skip
         critic = VLMCritic.load(path)
         agent = ERPvAgent.for_env(env, hp, vlm_critic=critic, seed=run.seed)
         return agent, {"critic": critic.data_hashes}
@@ -101,13 +122,28 @@ CRITIC_KEYS = (
 )  # fmt: skip
 
 
-def critic_params(params: Params, env_id: str) -> ERPvParams:
-    """The settings of `env_id`'s C_V: `erpv`'s, with `critic.overrides.<env>` merged over."""
+VARIANTS = "variants"  # models/critic/<env>/variants/<name>/: the env's further C_V
+
+
+def critic_dir(env_dir: Path, variant: str | None) -> Path:
+    """Where the C_V `variant` of an env lies (None: the env's own, `env_dir` itself)."""
+    return env_dir if variant is None else env_dir / VARIANTS / variant
+
+
+def critic_params(params: Params, env_id: str, variant: str | None = None) -> ERPvParams:
+    """The settings of `env_id`'s C_V: `erpv`'s, with `critic.overrides.<env>` merged over, and
+    for a `variant`, `critic.variants.<env>.<variant>` merged over that."""
     raw = params.section(METHOD.name)
     if raw is None:
         raise ConfigError(f"params.yaml has no `{METHOD.name}:` section (C_V reads its settings)")
-    overrides = params.critic.overrides.get(env_id, {}) if params.critic is not None else {}
-    return validate_section(ERPvParams, merge_settings(raw, overrides), METHOD.name)
+    critic = params.critic
+    settings = merge_settings(raw, critic.overrides.get(env_id, {}) if critic else {})
+    if variant is not None:
+        own = critic.variants.get(env_id, {}) if critic else {}
+        if variant not in own:
+            raise ConfigError(f"critic.variants.{env_id} has no C_V {variant!r}")
+        settings = merge_settings(settings, own[variant])
+    return validate_section(ERPvParams, settings, METHOD.name)
 
 
 def check_critic(params: Params) -> list[str]:
@@ -128,22 +164,52 @@ def check_critic(params: Params) -> list[str]:
             critic_params(params, env_id)
         except ConfigError as exc:
             problems += [f"{where}: {line.strip()}" for line in str(exc).split("\n")[1:]]
+    for env_id, variants in params.critic.variants.items():
+        if env_id not in params.critic.envs:
+            problems.append(
+                f"critic.variants.{env_id}: {env_id!r} is not in critic.envs ({params.critic.envs})"
+            )
+            continue
+        for name, overrides in variants.items():
+            where = f"critic.variants.{env_id}.{name}"
+            if not _VARIANT_NAME.fullmatch(name):
+                problems.append(f"{where}: a C_V name is a directory name (letters, digits, -, _)")
+                continue
+            unread = sorted(set(overrides) - set(CRITIC_KEYS))
+            if unread:
+                problems.append(
+                    f"{where}: C_V does not read {unread}; it reads {list(CRITIC_KEYS)}"
+                )
+                continue
+            try:
+                critic_params(params, env_id, name)
+            except ConfigError as exc:
+                problems += [f"{where}: {line.strip()}" for line in str(exc).split("\n")[1:]]
     return problems
 
 
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
 def pretrain_critic(
-    env_id: str, params: Params, dataset: Path, out_dir: Path, progress: bool = True
+    env_id: str,
+    params: Params,
+    dataset: Path,
+    out_dir: Path,
+    progress: bool = True,
+    variant: str | None = None,
 ) -> list[dict[str, float]]:
     """ERPv's C_V for `env_id`: TD on the labelled RAE dataset, next-state actions from the cached
     labels (the VLM policy evaluated without calling the VLM); saved frozen with the data hashes.
     Networks, TD settings and device are `erpv`'s with `critic.overrides.<env>` merged over
-    (`critic_params`; the agent must read what C_V reads); the pretrain_critic stage depends on
-    exactly those keys (CRITIC_KEYS), so a change of the guidance weights retrains no critic."""
+    (and `critic.variants.<env>.<variant>` for a variant: `critic_params`; the agent must read
+    what C_V reads); the pretrain_critic stage depends on exactly those keys (CRITIC_KEYS), so a
+    change of the guidance weights retrains no critic."""
     if params.critic is None:
         raise TrainError("params.yaml needs a `critic` section to pre-train C_V")
     if env_id not in params.critic.envs:
         raise TrainError(f"{env_id} is not listed in critic.envs ({params.critic.envs})")
-    cfg = critic_params(params, env_id)
+    cfg = critic_params(params, env_id, variant)
     data = load_offline_transitions(dataset, cfg.network.obs, labels=("action",))
     labelled = int(data["has_next_label"].sum())
     if labelled == 0:
