@@ -85,7 +85,7 @@ def test_card_and_info(dataset):
     assert set(info["software"]) >= {"vlmrl-pipeline", "gymnasium", "mujoco"}
     assert "stand-in for a VLM" in card and info["teacher_ids"][0] in card
     on_disk = json.loads((root / "out" / "meta" / "info.json").read_text())
-    assert on_disk["format_version"] == 2 and on_disk["counts"] == info["counts"]
+    assert on_disk["format_version"] == 3 and on_disk["counts"] == info["counts"]
     assert (
         sum(on_disk["parse_status"]["action"].values())
         == pl.read_parquet(root / "labels.parquet")
@@ -136,6 +136,28 @@ def test_training_shards_stack_frames_within_episodes(dataset):
     assert with_mask and with_mask[0]["mask"].shape == (32, 32)
     raw = next(iter_raw(root / "out" / "wds"))
     assert {"png", "json", "labels.json"} <= set(raw)
+
+
+def test_a_label_has_one_name_in_the_parquet_and_the_shards(dataset):
+    """A shard's labels.json is the sample's label columns of the parquet, under the same names
+    (the action label is `a_v` in both, not `labels["action"]["action"]` in the shards)."""
+    import polars as pl
+
+    from pipeline.dataset.layout import SAMPLE_COLUMNS
+
+    root, _ = dataset
+    table = pl.concat(
+        [pl.read_parquet(p) for p in sorted((root / "out" / "data").glob("*.parquet"))]
+    )
+    label_columns = [c for c in table.columns if c not in SAMPLE_COLUMNS]
+    assert "a_v" in label_columns and "a_v_status" in label_columns
+    rows = {row["key"]: row for row in table.select("key", *label_columns).iter_rows(named=True)}
+    samples = list(iter_stacked(root / "out" / "wds", stack=1))
+    assert len(samples) == len(rows)
+    for sample in samples:
+        expected = {k: v for k, v in rows[sample["key"]].items() if k != "key"}
+        assert sample["labels"] == expected, sample["key"]
+    assert any(s["labels"]["a_v"] is not None for s in samples)
 
 
 def test_rebuild_replaces_files(dataset, tmp_path):

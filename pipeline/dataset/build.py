@@ -5,7 +5,7 @@ Output directory (one per env):
 - `meta/info.json`: format version, sources and their hashes, teachers, counts, parse statuses;
 - `data/train-00000-of-0000N.parquet`: a Hugging Face dataset (frames and masks as `Image`);
 - `wds/shard-000000.tar`, ...: training shards, one sample per step as in the rollouts plus
-  `labels.json`, and when the frame has masks `mask.png` (Semore eq. 4's sum, clipped) and
+  `labels.json` (the parquet's label columns of the sample, under the same names), and when the frame has masks `mask.png` (Semore eq. 4's sum, clipped) and
   `masks.npz` (uint8 (P, H, W), one mask per phrase).
 The layout is defined once, in pipeline.dataset.layout. Frame stacking happens at load time
 (pipeline.dataset.stacking), never on disk.
@@ -33,6 +33,7 @@ from pipeline.dataset.layout import (
     PARQUET_DIR,
     PARQUET_PATTERN,
     PROVENANCE_FIELDS,
+    SAMPLE_COLUMNS,
     TASK_PREFIX,
     WDS_DIR,
 )
@@ -203,14 +204,13 @@ def build_dataset(
         for sample in shard_samples:
             sample_labels = label_of.get(sample.key, {})
             mask = mask_of.get(sample.key)
-            rows.append(_hf_row(sample, sample_labels, mask, discrete, has_state))
+            row = _hf_row(sample, sample_labels, mask, discrete, has_state)
+            rows.append(row)
             if writer is None:
                 writer = AtomicShardWriter(out_dir / WDS_DIR / (SHARD_PATTERN % wds_shards))
-            members = {
-                "labels.json": encode_json(
-                    {**sample_labels, "mask_phrases": None if mask is None else mask["phrases"]}
-                )
-            }
+            # the row's label columns under the parquet's names: one name per label everywhere
+            labels_json = {k: v for k, v in row.items() if k not in SAMPLE_COLUMNS}
+            members = {"labels.json": encode_json(labels_json)}
             if mask is not None:
                 members["mask.png"] = mask["combined"]
                 members["masks.npz"] = _npz(mask["masks"])

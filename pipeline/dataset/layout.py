@@ -31,7 +31,9 @@ from pipeline.io import sha256_file
 
 # 2: meta/info.json records every file's sha256 (`files`); format 1 datasets may not, and are
 # refused by read_info with the rebuild command, never read unverified.
-DATASET_FORMAT_VERSION = 2
+# 3: a shard's `labels.json` holds the sample's label columns under the parquet's names (`a_v`,
+# `a_v_status`, `milestone`, ...), where format 2 nested them by task (`action.action`).
+DATASET_FORMAT_VERSION = 3
 CARD_NAME = "README.md"
 INFO_PATH = "meta/info.json"
 PARQUET_DIR = "data"
@@ -42,7 +44,8 @@ WDS_DIR = "wds"
 _CARD_HEADER = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
-# Label columns per task, as they appear in the parquet and in the shards' `labels.json`.
+# Label columns per task, as the label table names them (the dataset's parquet and shards name
+# the action label `a_v` / `a_v_index`: `action` is the action taken).
 LABEL_COLUMNS: dict[str, list[str]] = {
     "action": ["action", "action_index"],
     "milestone": ["milestone", "potential"],
@@ -65,6 +68,12 @@ OBS_COLUMN: dict[str, str] = {"pixels": "image", "state": "state"}
 STEP_COLUMNS = ("episode", "t", "action", "reward", "terminated", "is_first", "is_last")
 ACTION_LABEL_COLUMNS = ("a_v", "a_v_status")  # continuous action spaces (a_v_index if discrete)
 MASK_COLUMN = "mask"  # Semore eq. 4's combined mask (8-bit PNG), null where there is none
+# The parquet's columns of the sample itself; every other column is a label column, and a
+# shard's `labels.json` holds exactly those, under the same names.
+SAMPLE_COLUMNS = (
+    "key", "episode", "t", "image", "state", "action", "reward", "terminated", "truncated",
+    "is_first", "is_last", "behaviour", "context", MASK_COLUMN,
+)  # fmt: skip
 JUDGE_COLUMNS = ("judge", "judge_status")
 
 
