@@ -19,6 +19,7 @@ from tqdm import tqdm
 from pipeline.config import EnvConfig
 from pipeline.dataset.stacking import FrameStacker
 from pipeline.envs import PIXELS, env_info, make_env
+from pipeline.envs.wrappers import resize_frame
 from pipeline.errors import PipelineError
 
 
@@ -58,12 +59,17 @@ def deployed(
     from the agent's policy (a labelling round's collection)."""
     stacker = FrameStacker(agent.frame_stack, agent.obs_kind)
     fresh = [True]  # the next observation starts an episode
+    # a run with its own frame size (`train.<run>.image_size`) sees the env's frames resized
+    shape = getattr(agent, "obs_shape", None)
+    size = shape[0] if agent.obs_kind == PIXELS and shape is not None else None
 
     def begin(obs: dict[str, np.ndarray]) -> None:
         fresh[0] = True
 
     def act(obs: dict[str, np.ndarray]) -> Any:
         x = obs[agent.obs_kind]
+        if size is not None and x.shape[0] != size:
+            x = resize_frame(x, size)
         x = stacker.reset(x) if fresh[0] else stacker.step(x)
         fresh[0] = False
         return agent.act(x, deterministic=deterministic)

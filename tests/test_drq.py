@@ -140,3 +140,66 @@ def test_drq_refuses_state_observations():
 
 def test_the_table_lists_drq_as_a_method():
     assert METHODS["drq"].params_class is DrQParams
+
+
+def test_a_run_sees_frames_of_its_own_size(tmp_path):
+    """`train.<run>.image_size`: the run's agent sees its env's frames resized (24 -> 16), in
+    training and when it acts, while the env (and every other run) keeps its own size."""
+    from pipeline.evaluation import deployed, evaluate_policy
+
+    raw = _params()
+    raw["train"]["drq-run"]["image_size"] = 16
+    params = parse_params(raw)
+    check_params(params)
+    assert params.env["MountainCarContinuous-v0"].image_size == 24
+    inputs = TrainInputs(tmp_path / "rollouts", tmp_path / "labels.parquet")
+    result = get_method("drq").train("drq-run", params.train["drq-run"], params, inputs,
+                                     progress=False)  # fmt: skip
+    assert result.agent.obs_shape == (16, 16, 3)
+    result.agent.save(tmp_path / "agent", result.meta)
+    loaded = load_agent(tmp_path / "agent")
+    assert loaded.obs_shape == (16, 16, 3)
+    # deployed on the env's 24-pixel frames: resized as in training
+    evaluation = evaluate_policy(deployed(loaded), "MountainCarContinuous-v0",
+                                 params.env["MountainCarContinuous-v0"], 1, 0)  # fmt: skip
+    assert evaluation.episodes == 1 and np.isfinite(evaluation.return_mean)
+    # without the setting, the run's meta stays as before (no image_size key)
+    assert "image_size" not in parse_params(_params()).train["drq-run"].model_dump()
+
+
+def test_image_size_is_refused_where_no_frame_is_read():
+    raw = _params()
+    raw["train"]["drq-run"]["image_size"] = 16
+    raw["sac"] = {**raw["drq"], "network": {**raw["drq"]["network"], "obs": "state"}}
+    raw["sac"].pop("image_pad")
+    raw["train"]["state"] = {"env": "MountainCarContinuous-v0", "method": "sac", "steps": 40,
+                             "seed": 0, "image_size": 16}  # fmt: skip
+    raw["train"]["ppo"] = {"env": "MountainCarContinuous-v0", "method": "ppo", "steps": 64,
+                           "seed": 0, "image_size": 16}  # fmt: skip
+    raw["ppo"] = {}
+    with pytest.raises(ConfigError) as err:
+        check_params(parse_params(raw))
+    message = str(err.value)
+    assert "train.ppo.image_size: applies to method" in message
+    assert "train.state.image_size: the run's agent reads the state" in message
+
+
+def test_offline_frames_and_masks_are_resized_with_the_run():
+    from pipeline.dataset.transitions import OfflineTransitions, mask_specs, with_frame_size
+    from pipeline.envs.wrappers import resize_frame
+
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 256, (4, 24, 24, 3), dtype=np.uint8)
+    mask = np.zeros((4, 1, 24, 24), np.uint8)
+    mask[:, :, :12] = 255  # the top half
+    data = OfflineTransitions(
+        obs=obs, episode_start=np.zeros(4, np.int64), obs_index=np.arange(3),
+        action=np.zeros((3, 1), np.float32), reward=np.zeros(3, np.float32),
+        terminated=np.zeros(3, bool), specs=mask_specs((24, 24)),
+        fields={"mask": mask, "has_mask": np.ones(4, bool)},
+    )  # fmt: skip
+    small = with_frame_size(data, 16)
+    assert small.obs.shape == (4, 16, 16, 3) and small["mask"].shape == (4, 1, 16, 16)
+    np.testing.assert_array_equal(small.obs[2], resize_frame(obs[2], 16))
+    assert small["mask"][0, 0, :7].min() == 255 and small["mask"][0, 0, 9:].max() == 0
+    assert with_frame_size(data, 24) is data

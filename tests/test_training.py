@@ -515,3 +515,13 @@ def test_the_train_stage_fixes_the_thread_count_the_weights_follow(labelled, tmp
         weights.append((out / "model" / "agent.safetensors").read_bytes())
     if threads:
         assert weights[0] == weights[1]
+
+
+def test_an_erpv_run_takes_its_frame_size_from_its_env():
+    """C_V is pre-trained on the dataset's frames at the env's size: an erpv run cannot set its
+    own `image_size` (the SAC family's other methods can)."""
+    raw = _sac_and_erpv(overrides={"network": {"obs": "pixels"}})
+    raw["critic"]["overrides"] = {"MountainCarContinuous-v0": {"network": {"obs": "pixels"}}}
+    raw["train"]["guided"]["image_size"] = 64
+    with pytest.raises(ConfigError, match=r"train.guided.image_size: an erpv run reads its env's"):
+        check_params(parse_params(raw))

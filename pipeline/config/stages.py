@@ -379,6 +379,16 @@ class TrainRun(Section):
         description="hybrid_ppo only: the terms of eq. 2 that are on (default all: env, "
         "kinematic, potential); e.g. [env, kinematic] is the kinematic-only ablation.",
     )
+    image_size: int | None = Field(
+        default=None,
+        ge=16,
+        le=512,
+        exclude_if=lambda v: v is None,  # runs without one fingerprint as before
+        description="SAC family, pixel runs: the frame side this run's agent sees. Its env's "
+        "frames and the dataset's are resized to it (as the env resizes its render), in "
+        "training and when the agent acts, so the env's own `image_size` and every other run "
+        "stay as they are; null: `env.<id>.image_size`.",
+    )
     overrides: dict[str, Any] = Field(
         default_factory=dict,
         description="Keys of the method's section that this run sets for itself, merged over the "

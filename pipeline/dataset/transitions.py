@@ -39,6 +39,7 @@ from pipeline.dataset.layout import (
     DatasetError,
     parquet_files,
 )
+from pipeline.envs.wrappers import resize_frame
 from pipeline.labels.status import LABELLED_STATUSES
 
 ObsKind = Literal["pixels", "state"]
@@ -259,6 +260,30 @@ def _judge(df: pl.DataFrame, index: np.ndarray) -> dict[str, np.ndarray]:
     )
     judge = np.where(judged, df["judge"].fill_null(False).to_numpy().astype(np.int8), -1)
     return {"judge": judge[index].astype(np.int8)}
+
+
+def with_frame_size(data: OfflineTransitions, size: int) -> OfflineTransitions:
+    """`data` with its frames resized to (size, size) as an env's frames are (`resize_frame`),
+    and Semore's masks with them: what a run with its own `image_size` reads. Unchanged when the
+    frames already have that size."""
+    if data.obs.ndim != 4:
+        raise ValueError("with_frame_size resizes frames; these transitions hold states")
+    if data.obs.shape[1:3] == (size, size):
+        return data
+    fields, specs = dict(data.fields), []
+    for spec in data.specs:
+        if spec.name == "mask":  # (N_obs, 1, H, W) uint8
+            fields["mask"] = np.stack([_resize_mask(m[0], size) for m in data.fields["mask"]])[
+                :, None
+            ]
+            spec = replace(spec, shape=(1, size, size))
+        specs.append(spec)
+    obs = np.stack([resize_frame(frame, size) for frame in data.obs])
+    return replace(data, obs=obs, specs=tuple(specs), fields=fields)
+
+
+def _resize_mask(mask: np.ndarray, size: int) -> np.ndarray:
+    return np.asarray(Image.fromarray(mask).resize((size, size), Image.Resampling.BILINEAR))
 
 
 def load_offline_transitions(

@@ -102,3 +102,21 @@ class ObservationContract(gym.Wrapper):
         native_obs, reward, terminated, truncated, info = self.env.step(action)
         obs, info = self._convert(native_obs, info)
         return obs, reward, terminated, truncated, info
+
+
+class ResizeFrames(gym.ObservationWrapper):
+    """The contract's `pixels` resized to (size, size) by `resize_frame`: a run whose agent sees
+    frames of its own size (`train.<run>.image_size`) beside the env's other runs."""
+
+    def __init__(self, env: gym.Env, size: int) -> None:
+        super().__init__(env)
+        self.size = size
+        space = env.observation_space
+        if not isinstance(space, spaces.Dict) or PIXELS not in space.spaces:
+            raise ValueError(f"ResizeFrames needs an observation with {PIXELS!r}, got {space}")
+        self.observation_space = spaces.Dict(
+            {**space.spaces, PIXELS: spaces.Box(0, 255, (size, size, 3), np.uint8)}
+        )
+
+    def observation(self, observation: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {**observation, PIXELS: resize_frame(observation[PIXELS], self.size)}

@@ -40,6 +40,11 @@ class ERPv(OffPolicyMethod):
 
     def check_run(self, name: str, run: TrainRun, params: Params) -> list[str]:
         problems = super().check_run(name, run, params)
+        if run.image_size is not None:
+            problems.append(
+                f"train.{name}.image_size: an erpv run reads its env's C_V, pre-trained on the "
+                f"dataset's frames at env.{run.env}.image_size; set the frame size there"
+            )
         critic_envs = params.critic.envs if params.critic is not None else []
         if run.env not in critic_envs:
             problems.append(

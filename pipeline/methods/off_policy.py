@@ -18,8 +18,14 @@ from pipeline.agents.off_policy import OffPolicyAgent, SACParams, env_obs_shape
 from pipeline.agents.replay import OfflinePool, ReplayBuffer
 from pipeline.agents.state_io import has_state, load_state
 from pipeline.config import Params, TrainRun
-from pipeline.dataset.transitions import Label, OfflineTransitions, load_offline_transitions
+from pipeline.dataset.transitions import (
+    Label,
+    OfflineTransitions,
+    load_offline_transitions,
+    with_frame_size,
+)
 from pipeline.envs import STATE, make_env
+from pipeline.envs.wrappers import ResizeFrames
 from pipeline.evaluation import deployed, play_episodes
 from pipeline.methods.base import (
     TRAIN_EVAL_SEED,
@@ -49,15 +55,32 @@ class OffPolicyMethod(Method):
     ) -> tuple[OffPolicyAgent, dict[str, Any]]:
         """The agent to train, and the hashes of any data it reads beyond the dataset."""
 
+    run_options: ClassVar[frozenset[str]] = frozenset({"image_size"})
+
     def check_run(self, name: str, run: TrainRun, params: Params) -> list[str]:
-        start = self.params(params, run).start_steps
-        if run.steps >= start:
-            return []
-        return [
-            f"train.{name}: {run.steps} steps never reach {self.name}.start_steps={start} (uniform "
-            "random actions before the first update): the agent would be saved untrained; raise "
-            f"train.{name}.steps above {start} or lower {self.name}.start_steps"
-        ]
+        hp = self.params(params, run)
+        problems = []
+        if run.image_size is not None and hp.network.obs == STATE:
+            problems.append(
+                f"train.{name}.image_size: the run's agent reads the state, not frames; drop "
+                f"image_size or set the run's overrides {{network: {{obs: pixels}}}}"
+            )
+        if run.steps < hp.start_steps:
+            problems.append(
+                f"train.{name}: {run.steps} steps never reach {self.name}.start_steps="
+                f"{hp.start_steps} (uniform random actions before the first update): the agent "
+                f"would be saved untrained; raise train.{name}.steps above {hp.start_steps} or "
+                f"lower {self.name}.start_steps"
+            )
+        return problems
+
+    @staticmethod
+    def _env(run: TrainRun, env_cfg: Any, obs: str) -> gym.Env:
+        """The run's env: frames resized to the run's own `image_size` where it sets one."""
+        env = make_env(run.env, env_cfg, pixels=obs != STATE)
+        if run.image_size is None or obs == STATE:
+            return env
+        return ResizeFrames(env, run.image_size)
 
     def offline_pool(self, hp: Any, offline: OfflineTransitions) -> OfflinePool | None:
         """Which offline transitions each batch draws from (None: all, uniformly)."""
@@ -82,8 +105,8 @@ class OffPolicyMethod(Method):
             raise TrainError(
                 f"train.{name}: the agent reads the state; set env.{run.env}.include_state"
             )
-        env = make_env(run.env, env_cfg, pixels=obs != STATE)
-        eval_env = make_env(run.env, env_cfg, pixels=obs != STATE) if hp.eval_episodes else None
+        env = self._env(run, env_cfg, obs)
+        eval_env = self._env(run, env_cfg, obs) if hp.eval_episodes else None
 
         def eval_fn(agent: OffPolicyAgent) -> dict[str, float]:
             """The deployed policy on fixed seeds (a separate env: training episodes go on)."""
@@ -100,6 +123,8 @@ class OffPolicyMethod(Method):
                 offline = load_offline_transitions(
                     inputs.dataset, obs, self.labels, also=inputs.round_parts
                 )
+                if run.image_size is not None:  # the env's frames are resized to it likewise
+                    offline = with_frame_size(offline, run.image_size)
                 data_hashes = inputs.dataset_hashes()
             agent, more = self.build_agent(env, hp, run, inputs)
             data_hashes |= more

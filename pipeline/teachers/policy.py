@@ -37,6 +37,7 @@ from pipeline.agents.checkpoint import read_meta
 from pipeline.config.teachers import POLICY_TASKS
 from pipeline.dataset.stacking import FrameStacker
 from pipeline.envs import state_from_context
+from pipeline.envs.wrappers import resize_frame
 from pipeline.labels.schema import label_schema
 from pipeline.labels.tasks import Prompt, answer_text
 from pipeline.methods.table import load_agent
@@ -97,6 +98,9 @@ class PolicyTeacher:
             return state_from_context(prompt.env_id, prompt.context)
         with Image.open(io.BytesIO(prompt.frame_png)) as image:
             frame = np.asarray(image.convert("RGB"))
+        size = getattr(self.agent, "obs_shape", frame.shape)[0]
+        if frame.shape[0] != size:  # an agent trained on frames of its own size (image_size)
+            frame = resize_frame(frame, size)
         return FrameStacker(self.agent.frame_stack, "pixels").reset(frame)
 
     def policy_action(self, prompt: Prompt) -> Any:
