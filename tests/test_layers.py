@@ -14,7 +14,8 @@ LAYERS: list[set[str]] = [
     # leaves: atomic writes; env ids; label/mask table schemas; the float kernels of every CPU
     {"io", "env_registry", "tables", "kernels"},
     {"config"},  # params.yaml -> typed config
-    {"envs", "segments", "distributed"},  # env factory; the append-only parquet store; Ray batches
+    # env factory; the append-only parquet store; Ray batches; keys -> cache -> batched compute
+    {"envs", "segments", "distributed", "cached_map"},
     {"labels"},  # tasks, prompts, parsers, schema, status vocabulary, the label cache
     {"teachers"},  # back ends that answer prompts (and asking through the cache)
     {"rollouts"},  # collect (behaviours act on teachers), shard format, reader, verify

@@ -26,6 +26,7 @@ from typing import Any
 import polars as pl
 from tqdm import tqdm
 
+from pipeline.cached_map import CachedMap, missing
 from pipeline.config import LabelConfig
 from pipeline.errors import PipelineError
 from pipeline.io import atomic_write_bytes, check_writable
@@ -255,10 +256,82 @@ def label_rollouts(
         rebuild=rebuild or f"`dvc repro label@{env_id}`",
     )  # fmt: skip
     summary = LabelSummary()
+    probe = _Probe(teacher)
+    if cfg.executor == "ray":
+        teacher = _ask_on_ray_first(rollout_dir, cfg, teacher, cache, probe, ray_build)
+    queried_rows, carried = _label_queried(
+        rollout_dir, manifest, cfg, teacher, cache, summary, probe, progress
+    )
+    summary.corrected, summary.corrections_unused = _overlay_corrections(
+        queried_rows, reviewed, env_id, space, corrections or ""
+    )
+    table = _label_table(queried_rows, carried)
+    summary.rows = table.height
+    _write_table(table, out_path, cfg, summary)
+    return summary
+
+
+class _Probe:
+    """The teacher's pre-flight check, before its first call and not before a run the cache
+    answers alone: a served teacher says what is wrong with it, naming the setting."""
+
+    def __init__(self, teacher: Teacher) -> None:
+        self._probe = getattr(teacher, "probe", None)
+        self._done = self._probe is None
+
+    def __call__(self) -> None:
+        if not self._done:
+            self._probe()
+        self._done = True
+
+
+def _ask_on_ray_first(
+    rollout_dir: str | Path,
+    cfg: LabelConfig,
+    teacher: Teacher,
+    cache: LabelCache,
+    probe: _Probe,
+    ray_build: Any,
+) -> Teacher:
+    """The prompts not yet cached go through Ray Data first; the loop then finds every answer
+    in the cache (and the transport failures in the returned teacher), as a rerun would."""
+    from pipeline.labelling.ray_executor import RayAnswers, RayExecutorError, ask_with_ray
+
+    manifest = load_manifest(rollout_dir)
+    env_id, space = manifest["env_id"], manifest["action_space"]
+    todo = missing(
+        (
+            (key, lambda prompt=prompt: prompt)
+            for sample in iter_rollouts(rollout_dir)
+            for _, prompt, key, _ in _queried_prompts(sample, cfg, teacher, env_id, space)
+        ),
+        cache.get,
+    )
+    if todo:
+        probe()
+    try:
+        failures = ask_with_ray(list(todo.values()), cfg, teacher, cache, ray_build)
+    except RayExecutorError as exc:
+        raise LabelError(str(exc)) from exc
+    return RayAnswers(teacher, failures)
+
+
+def _label_queried(
+    rollout_dir: str | Path,
+    manifest: dict[str, Any],
+    cfg: LabelConfig,
+    teacher: Teacher,
+    cache: LabelCache,
+    summary: LabelSummary,
+    probe: _Probe,
+    progress: bool,
+) -> tuple[dict[tuple[str, str], dict[str, Any]], list[tuple[str, str, str]]]:
+    """The rows of every queried (sample, task), from the cache or asked in batches, and the
+    (sample, task, source sample) of every label carried from the last queried frame."""
+    env_id, space = manifest["env_id"], manifest["action_space"]
     queried_rows: dict[tuple[str, str], dict[str, Any]] = {}  # (sample_key, task) -> row
     carried: list[tuple[str, str, str]] = []  # (sample_key, task, source sample_key)
     last_queried: dict[tuple[int, str], str] = {}  # (episode, task) -> sample_key
-    batch: dict[str, list[_Pending]] = {}  # cache key -> prompts with that key (asked once)
     started = time.perf_counter()
     bar = tqdm(
         total=manifest["totals"]["samples"],
@@ -267,23 +340,10 @@ def label_rollouts(
         disable=not progress,
     )
 
-    probed = [False]
-
-    def probe_once() -> None:
-        """Before the first call, not before a run the cache answers alone: a served teacher
-        says what is wrong with it, naming the setting."""
-        probe = getattr(teacher, "probe", None)
-        if probe is not None and not probed[0]:
-            probe()
-        probed[0] = True
-
-    def flush() -> None:
-        if not batch:
-            return
-        probe_once()
-        unique = [same_key[0] for same_key in batch.values()]
+    def ask(prompts: list[Prompt]) -> list[Reply]:
+        probe()
         asked = time.perf_counter()
-        replies = teacher.answer([p.prompt for p in unique])
+        replies = teacher.answer(prompts)
         summary.teacher_wall_s += time.perf_counter() - asked
         for reply in replies:
             if reply.prompt_tokens is None or reply.completion_tokens is None:
@@ -291,31 +351,31 @@ def label_rollouts(
             else:
                 summary.prompt_tokens += reply.prompt_tokens
                 summary.completion_tokens += reply.completion_tokens
-        if len(replies) != len(unique):
+        if len(replies) != len(prompts):
             raise LabelError(
-                f"teacher {teacher.teacher_id} returned {len(replies)} replies for {len(unique)} prompts"
+                f"teacher {teacher.teacher_id} returned {len(replies)} replies for "
+                f"{len(prompts)} prompts"
             )
-        summary.teacher_calls += len(unique)
-        for same_key, reply in zip(batch.values(), replies, strict=True):
-            for pending in same_key:
-                # a repeat of a key within the batch is served by the one answer, like a cache hit
-                row = _row(pending, reply, teacher.teacher_id, env_id, space)
-                queried_rows[(pending.sample_key, pending.prompt.task)] = row
-                summary.statuses[row["parse_status"]] += 1
-            summary.cache_hits += len(same_key) - 1
-        if summary.teacher_calls == len(unique) and all(
+        summary.teacher_calls += len(prompts)
+        if summary.teacher_calls == len(prompts) and all(
             r.error in TRANSPORT_FAILURES for r in replies
         ):
             first = replies[0]
             raise LabelError(
-                f"teacher {teacher.teacher_id} answered none of the first {len(unique)} prompts "
-                f"({first.error}: {first.error_detail}); check its settings"
+                f"teacher {teacher.teacher_id} answered none of the first {len(prompts)} "
+                f"prompts ({first.error}: {first.error_detail}); check its settings"
             )
-        # one atomic segment per batch: a kill loses at most this batch
-        store_replies(cache, teacher, [p.prompt for p in unique], replies)
-        batch.clear()
-        done = summary.queried
-        no_answer = summary.transport_failures
+        return replies
+
+    def deliver(pending: _Pending, answer: CachedAnswer | Reply, source: str) -> None:
+        # a repeat of a key within the batch is served by the one answer, like a cache hit
+        row = _row(pending, answer, teacher.teacher_id, env_id, space)
+        queried_rows[(pending.sample_key, pending.prompt.task)] = row
+        summary.cache_hits += source != "computed"
+        summary.statuses[row["parse_status"]] += 1
+
+    def note_progress() -> None:
+        done, no_answer = summary.queried, summary.transport_failures
         unparsed = sum(
             n for s, n in summary.statuses.items()
             if s not in LABELLED_STATUSES and s not in TRANSPORT_FAILURES
@@ -328,24 +388,15 @@ def label_rollouts(
             parse_fail=f"{unparsed / max(1, done - no_answer):.0%}",
         )
 
-    if cfg.executor == "ray":
-        # the prompts not yet cached go through Ray Data first; the loop below then finds every
-        # answer in the cache (and the transport failures in `answered`), as a rerun would
-        from pipeline.labelling.ray_executor import RayAnswers, RayExecutorError, ask_with_ray
-
-        missing: dict[str, Prompt] = {}
-        for sample in iter_rollouts(rollout_dir):
-            for _, prompt, key, _ in _queried_prompts(sample, cfg, teacher, env_id, space):
-                if key not in missing and cache.get(key) is None:
-                    missing[key] = prompt
-        if missing:
-            probe_once()
-        try:
-            failures = ask_with_ray(list(missing.values()), cfg, teacher, cache, ray_build)
-        except RayExecutorError as exc:
-            raise LabelError(str(exc)) from exc
-        teacher = RayAnswers(teacher, failures)
-
+    batches: CachedMap[Prompt, Reply, CachedAnswer, _Pending] = CachedMap(
+        cache.get,
+        ask,
+        # one atomic segment per batch: a kill loses at most this batch
+        lambda keys, prompts, replies: store_replies(cache, teacher, prompts, replies),
+        deliver,
+        cfg.batch_size,
+        after_flush=note_progress,
+    )
     try:
         for sample in iter_rollouts(rollout_dir):
             for task, k in cfg.tasks.items():  # judge rows exist for queried frames only
@@ -354,27 +405,22 @@ def label_rollouts(
             for task, prompt, key, frame_sha in _queried_prompts(
                 sample, cfg, teacher, env_id, space
             ):
-                pending = _Pending(prompt, key, frame_sha, sample.key)
                 last_queried[(sample.episode, task)] = sample.key
                 summary.queried += 1
-                hit = cache.get(key)
-                if hit is not None:
-                    row = _row(pending, hit, teacher.teacher_id, env_id, space)
-                    queried_rows[(sample.key, task)] = row
-                    summary.cache_hits += 1
-                    summary.statuses[row["parse_status"]] += 1
-                else:
-                    batch.setdefault(key, []).append(pending)
-                    if len(batch) >= cfg.batch_size:
-                        flush()
+                pending = _Pending(prompt, key, frame_sha, sample.key)
+                batches.submit(key, lambda prompt=prompt: prompt, pending)
             bar.update(1)
-        flush()
+        batches.flush()
     finally:
         bar.close()
+    return queried_rows, carried
 
-    summary.corrected, summary.corrections_unused = _overlay_corrections(
-        queried_rows, reviewed, env_id, space, corrections or ""
-    )
+
+def _label_table(
+    queried_rows: dict[tuple[str, str], dict[str, Any]], carried: list[tuple[str, str, str]]
+) -> pl.DataFrame:
+    """The label table: every queried row, and each carried label as a copy of its source row
+    (`queried` false), sorted by episode, step and task."""
     rows = list(queried_rows.values())
     for sample_key, task, source in carried:
         source_row = queried_rows[(source, task)]
@@ -382,11 +428,15 @@ def label_rollouts(
         rows.append(
             {**source_row, "sample_key": sample_key, "episode": episode, "t": t, "queried": False}
         )
-    table = pl.DataFrame(rows, schema=LABEL_TABLE_SCHEMA).sort(["episode", "t", "task"])
+    return pl.DataFrame(rows, schema=LABEL_TABLE_SCHEMA).sort(["episode", "t", "task"])
+
+
+def _write_table(
+    table: pl.DataFrame, out_path: Path, cfg: LabelConfig, summary: LabelSummary
+) -> None:
+    """Write the table, or, past `max_transport_failure_rate`, keep it aside and fail."""
     buf = io.BytesIO()
     table.write_parquet(buf)
-    summary.rows = table.height
-
     calls = summary.teacher_calls
     if calls and summary.transport_failures / calls > cfg.max_transport_failure_rate:
         # a failed stage leaves no table a later stage could take for a good one
@@ -400,4 +450,3 @@ def label_rollouts(
             f"retry them: answers already received are cached"
         )
     atomic_write_bytes(out_path, buf.getvalue())
-    return summary

@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
+from pipeline.cached_map import CachedMap, missing
 from pipeline.config import RayExecutorConfig
 from pipeline.distributed import map_on_ray
 from pipeline.io import atomic_write_bytes, check_writable
@@ -82,15 +83,18 @@ def _compute_on_ray(
 ) -> set[str]:
     """Compute the (frame, phrases) pairs that the cache lacks on a Ray cluster, caching each
     finished batch as it arrives (a killed job loses only unfinished batches). Returns their keys."""
-    missing: dict[str, MaskRequest] = {}
-    for sample in iter_rollouts(rollout_dir):
-        phrases = phrases_of.get(sample.key)
-        if not phrases:
-            continue
-        key = mask_key(hashlib.sha256(sample.frame_png).hexdigest(), phrases, backend.backend_id)
-        if key not in missing and store.get(key) is None:
-            missing[key] = MaskRequest(sample.frame(), phrases, env_id, sample.record["context"])
-    keys, requests = list(missing), list(missing.values())
+    todo = missing(
+        (
+            (
+                mask_key(hashlib.sha256(sample.frame_png).hexdigest(), phrases, backend.backend_id),
+                _request_of(sample, phrases, env_id),
+            )
+            for sample in iter_rollouts(rollout_dir)
+            if (phrases := phrases_of.get(sample.key))
+        ),
+        store.get,
+    )
+    keys, requests = list(todo), list(todo.values())
     for indices, results in map_on_ray(requests, build, "masks", ray):
         store.put_many(
             [
@@ -99,6 +103,11 @@ def _compute_on_ray(
             ]
         )
     return set(keys)
+
+
+def _request_of(sample: Any, phrases: tuple[str, ...], env_id: str) -> Callable[[], MaskRequest]:
+    """The mask request of a sample, made when asked (decoding the frame costs)."""
+    return lambda: MaskRequest(sample.frame(), phrases, env_id, sample.record["context"])
 
 
 def compute_masks(
@@ -138,7 +147,6 @@ def compute_masks(
     # its frames are listed with status no_backend, and no mask is paid or cached
     covered = getattr(backend, "covers", lambda env: True)(env_id)
     rows: dict[str, dict[str, Any]] = {}
-    pending: dict[str, tuple[MaskRequest, list[dict[str, Any]]]] = {}  # key -> request, its rows
     started = time.perf_counter()
     bar = tqdm(
         total=manifest["totals"]["samples"],
@@ -156,21 +164,30 @@ def compute_masks(
         )
         summary.computed += len(computed_on_ray)
 
-    def flush() -> None:
-        if not pending:
-            return
-        requests = [request for request, _ in pending.values()]
-        results = backend.masks(requests)
-        fresh = []
-        for (key, (request, waiting)), masks in zip(pending.items(), results, strict=True):
-            fresh.append(_cache_row(key, request, masks, backend))
-            for row in waiting:
-                row.update(_mask_columns(fresh[-1]["masks"], masks))
-        summary.computed += len(pending)
-        store.put_many(fresh)  # one atomic segment per batch
-        pending.clear()
+    fresh: dict[str, list[bytes]] = {}  # the batch just computed: key -> its masks as PNGs
+
+    def store_batch(keys: list[str], requests: list[MaskRequest], results: list) -> None:
+        cache_rows = [
+            _cache_row(k, r, m, backend) for k, r, m in zip(keys, requests, results, strict=True)
+        ]
+        store.put_many(cache_rows)  # one atomic segment per batch
+        fresh.clear()
+        fresh.update((r["key"], r["masks"]) for r in cache_rows)
+        summary.computed += len(keys)
+
+    def deliver(row: dict[str, Any], result: Any, source: str) -> None:
+        if source == "cache":  # a cache row: the masks as stored PNGs
+            summary.cache_hits += row["cache_key"] not in computed_on_ray
+            row.update(_mask_columns(result["masks"]))
+        else:  # computed now: (P, H, W) floats
+            row.update(_mask_columns(fresh[row["cache_key"]], result))
+
+    def progress_note() -> None:
         bar.set_postfix(frames_per_s=f"{summary.samples / (time.perf_counter() - started):.1f}")
 
+    batches = CachedMap(
+        store.get, backend.masks, store_batch, deliver, batch_size, after_flush=progress_note
+    )
     try:
         for sample in iter_rollouts(rollout_dir):
             summary.samples += 1
@@ -196,18 +213,8 @@ def compute_masks(
             )
             row.update(status="ok", cache_key=key, phrases=list(phrases))
             summary.statuses["ok"] += 1
-            cached = store.get(key)
-            if cached is not None:
-                summary.cache_hits += key not in computed_on_ray
-                row.update(_mask_columns(cached["masks"]))
-            elif key in pending:
-                pending[key][1].append(row)
-            else:
-                request = MaskRequest(sample.frame(), phrases, env_id, sample.record["context"])
-                pending[key] = (request, [row])
-                if len(pending) >= batch_size:
-                    flush()
-        flush()
+            batches.submit(key, _request_of(sample, phrases, env_id), row)
+        batches.flush()
     finally:
         bar.close()
 
