@@ -62,7 +62,7 @@ from pipeline.config.teachers import (
     PolicyTeacherConfig,
     TeacherConfig,
 )
-from pipeline.env_registry import KNOWN_ENVS
+from pipeline.env_registry import KNOWN_ENVS, EnvInfo, EnvLabelSchema, register_env
 
 __all__ = [
     "LABEL_OUTPUT_KEYS", "Behaviour", "CarlaConfig", "ClipDenseConfig", "ClipSegConfig",
@@ -230,8 +230,6 @@ class Params(Section):
         """Register every brought env (`env.<id>.make`) with its label schema in this process,
         as `gymnasium.register` does: `make_env`, `label_schema` and the stages then treat it as
         a shipped one. `parse_params` calls it."""
-        from pipeline.env_registry import EnvInfo, EnvLabelSchema, register_env
-
         for env_id, cfg in self.env.items():
             if cfg.make is None or cfg.labels is None:
                 continue
