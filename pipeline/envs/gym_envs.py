@@ -92,6 +92,7 @@ def make_brought_base(info: EnvInfo, max_episode_steps: int | None) -> gym.Env:
     _headless_pygame()
     where = f"env.{info.env_id}.make"
     assert info.target is not None  # set for every brought env by pipeline.config
+    module, _, name = info.target.partition(":")  # a factory's `module:function`
     try:
         if info.package:
             importlib.import_module(info.package)
@@ -100,19 +101,19 @@ def make_brought_base(info: EnvInfo, max_episode_steps: int | None) -> gym.Env:
             if max_episode_steps is not None:
                 kwargs["max_episode_steps"] = max_episode_steps
             return gym.make(info.target, **kwargs)
-        module, _, name = info.target.partition(":")
-        factory = getattr(importlib.import_module(module), name)
+        factory_module = importlib.import_module(module)
     except ImportError as exc:
         raise BroughtEnvError(
             f"{where}: cannot import {exc.name!r} ({exc}); install it in this environment"
         ) from None
-    except AttributeError:
-        raise BroughtEnvError(f"{where}.factory: module {module!r} has no {name!r}") from None
     except gym.error.Error as exc:
         raise BroughtEnvError(
             f"{where}.gym: gymnasium cannot make {info.target!r}: {exc}; is `package` set to the "
             "module that registers it?"
         ) from None
+    factory = getattr(factory_module, name, None)
+    if factory is None:
+        raise BroughtEnvError(f"{where}.factory: module {module!r} has no {name!r}")
     env = factory(**info.kwargs)
     if not isinstance(env, gym.Env):
         raise BroughtEnvError(
