@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import signal
 import subprocess
@@ -116,3 +117,14 @@ def sigkill_once_saved(proc: subprocess.Popen, state: Path) -> None:
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def send_json(handler: Any, body: Any, status: int = 200) -> None:
+    """Answer the request `handler` (an http.server handler) serves with `body` as JSON: the
+    tests' stand-in OpenAI-compatible servers."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

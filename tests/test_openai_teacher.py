@@ -24,7 +24,7 @@ from pipeline.rollouts.collect import collect
 from pipeline.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.teachers import make_teacher
 from pipeline.teachers.base import TeacherUnavailableError
-from tests.conftest import collect_cfg, env_cfg, label_cfg
+from tests.conftest import collect_cfg, env_cfg, label_cfg, send_json
 from tests.factories import build_tiny_qwen2_vl
 
 
@@ -134,12 +134,7 @@ class _Scripted(BaseHTTPRequestHandler):
             type(self).release.wait()
             return
         status, body = reply
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, body, status)
 
     def do_POST(self):
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -160,12 +155,7 @@ class _Scripted(BaseHTTPRequestHandler):
             "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105},
             "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": text}}],
         }  # fmt: skip
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, payload)
 
     def log_message(self, *args):
         pass

@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 import yaml
 
-from tests.conftest import REPO, tiny_params_dict, write_params
+from tests.conftest import REPO, send_json, tiny_params_dict, write_params
 from tests.test_dvc_pipeline import _ran, _run, _scratch_repo
 from tests.test_own_env import FINGER, PENDULUM
 
@@ -34,27 +34,19 @@ class _Teacher(BaseHTTPRequestHandler):
     asked: ClassVar[list[str]] = []
 
     def do_GET(self):  # the stage's pre-flight probe: GET /v1/models
-        self._send({"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+        send_json(self, {"object": "list", "data": [{"id": "tiny", "object": "model"}]})
 
     def do_POST(self):
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         user = next(m for m in request["messages"] if m["role"] == "user")
         text = next(part["text"] for part in user["content"] if part["type"] == "text")
         type(self).asked.append(text)
-        self._send({
+        send_json(self, {
             "id": "x", "object": "chat.completion", "created": 0, "model": request["model"],
             "usage": {"prompt_tokens": 50, "completion_tokens": 4, "total_tokens": 54},
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant", "content": _answer(text)}}],
         })  # fmt: skip
-
-    def _send(self, body):
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def log_message(self, *args):
         pass
