@@ -167,7 +167,9 @@ def test_too_many_transport_failures_fail_loudly(rollouts, tmp_path):
     def down(prompt, reply):
         return Reply(text=None, error=ParseStatus.HTTP_ERROR, error_detail="connection refused")
 
-    with pytest.raises(LabelError, match=r"answered none of the first 8 prompts.*check its settings"):
+    with pytest.raises(
+        LabelError, match=r"answered none of the first 8 prompts.*check its settings"
+    ):
         _label(rollouts, tmp_path, CountingTeacher(ScriptedTeacher(0.8, 0), fail=down))
 
     def some(prompt, reply):
