@@ -86,4 +86,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from benchmarks import run_main
+
+    raise SystemExit(run_main(main))

@@ -166,4 +166,6 @@ def executors(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from benchmarks import run_main
+
+    raise SystemExit(run_main(main))

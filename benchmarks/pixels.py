@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import sys
 import typing
 from concurrent.futures import as_completed
 from pathlib import Path
@@ -540,4 +539,6 @@ def report_reevaluation(cells: list[Cell], args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from benchmarks import run_main
+
+    raise SystemExit(run_main(main))

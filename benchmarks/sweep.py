@@ -388,7 +388,10 @@ def _end_with_sweep(sweep_pid: int) -> None:
     """Worker initializer: the worker gets SIGTERM when the sweep's process ends (Linux's
     PR_SET_PDEATHSIG). Otherwise a sweep killed from outside leaves its workers training unseen,
     taking the CPU, and the results they return reach nobody. A worker's resume state stays, so a
-    rerun of the sweep goes on from it."""
+    rerun of the sweep goes on from it. Ctrl-C reaches the terminal's whole process group: a
+    worker ignores it, and the sweep ends its workers itself (benchmarks.run_main), so no worker
+    prints a traceback of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not sys.platform.startswith("linux"):
         return
     libc = ctypes.CDLL(None, use_errno=True)
@@ -396,6 +399,13 @@ def _end_with_sweep(sweep_pid: int) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != sweep_pid:  # the sweep ended before the call
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _end_workers() -> None:
+    """SIGTERM to this process's workers, and wait for them."""
+    for process in multiprocessing.active_children():
+        process.terminate()
+        process.join()
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
@@ -658,37 +668,43 @@ def run_cells(
     every = getattr(args, "progress_every", None)
     progress, next_report = Progress(out, started), time.monotonic() + (every or 0.0)
     with worker_pool(args.workers) as pool:
-        pending: dict[Future, _Job] = {}
-        queue = list(todo)
-        while queue or pending:
-            out_of_time = (
-                args.time_budget is not None and time.monotonic() - started > args.time_budget
-            )
-            while queue and len(pending) < args.workers and not out_of_time:
-                job = queue.pop(0)
-                pending[pool.submit(_run_cell, job)] = job
-            if not pending:
-                break
-            timeout = None if every is None else max(0.0, next_report - time.monotonic())
-            done, _ = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
-            if every is not None and time.monotonic() >= next_report:
-                progress.report(job.cell.name for job in pending.values())
-                next_report = time.monotonic() + every
-            for future in done:
-                job = pending.pop(future)
-                try:
-                    result = future.result()
-                except Exception as exc:  # report and go on: the other cells are worth having
-                    failures += 1
-                    print(f"{job.cell.name}: FAILED: {type(exc).__name__}: {exc}", flush=True)
-                    continue
-                atomic_write_json(directory / f"{job.cell.name}.json", result)
-                results[job.cell.name] = result
-                print(
-                    f"{job.cell.name}: {describe(result)} "
-                    f"[{time.monotonic() - started:.0f} s elapsed]",
-                    flush=True,
+        try:
+            pending: dict[Future, _Job] = {}
+            queue = list(todo)
+            while queue or pending:
+                out_of_time = (
+                    args.time_budget is not None and time.monotonic() - started > args.time_budget
                 )
+                while queue and len(pending) < args.workers and not out_of_time:
+                    job = queue.pop(0)
+                    pending[pool.submit(_run_cell, job)] = job
+                if not pending:
+                    break
+                timeout = None if every is None else max(0.0, next_report - time.monotonic())
+                done, _ = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+                if every is not None and time.monotonic() >= next_report:
+                    progress.report(job.cell.name for job in pending.values())
+                    next_report = time.monotonic() + every
+                for future in done:
+                    job = pending.pop(future)
+                    try:
+                        result = future.result()
+                    except Exception as exc:  # report and go on: the other cells are worth having
+                        failures += 1
+                        print(f"{job.cell.name}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+                        continue
+                    atomic_write_json(directory / f"{job.cell.name}.json", result)
+                    results[job.cell.name] = result
+                    print(
+                        f"{job.cell.name}: {describe(result)} "
+                        f"[{time.monotonic() - started:.0f} s elapsed]",
+                        flush=True,
+                    )
+        except KeyboardInterrupt:
+            # Ctrl-C: the workers ignore it (`_end_with_sweep`); end them now rather than
+            # after their cells (a killed cell's resume state stays for the rerun)
+            _end_workers()
+            raise
     missing = [c.name for c in cells if c.name not in results]
     if missing:
         print(

@@ -127,3 +127,49 @@ def test_a_resumed_runs_rates_count_the_steps_after_its_resume_state():
     assert (resumed.steps_timed(10_000), resumed.updates_timed(10_000, 1000)) == (7000, 7000)
     # resumed within the random warm-up: every update is still in the timed part
     assert Trained([], [], 1.0, resumed_from=500).updates_timed(10_000, 1000) == 9001
+
+
+@pytest.mark.slow  # two sweeps, each with a spawned worker
+def test_ctrl_c_ends_a_sweep_in_one_line_and_its_cell_goes_on_after(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group, sweep and workers alike) once the cell has
+    saved a resume state: the sweep ends its worker and exits 130 with one line, no traceback
+    from it or the worker; the same command then goes on from the resume state."""
+    import signal
+
+    raw = tiny_params_dict((ENV,))
+    raw["env"][ENV].update(max_episode_steps=24)
+    raw["sac"] = {"batch_size": 8, "start_steps": 16, "log_every": 24, "resume_every": 24,
+                  "network": {"obs": "state", "hidden_dim": 16}}  # fmt: skip
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    (tmp_path / "rollouts").mkdir()
+    (tmp_path / "rollouts" / MANIFEST_NAME).write_text("{}")
+    (tmp_path / "labels.parquet").write_bytes(b"unread")
+    # long enough that the interrupt lands mid-run (the resume state is saved every 24 steps)
+    script = (
+        SWEEP.replace('if __name__ == "__main__":', "def main():")
+        .replace("    sys.exit(0 if sweep", "    return (0 if sweep")
+        .replace('"steps": 120', '"steps": 3000')
+    )
+    script += "\nif __name__ == '__main__':\n    from benchmarks import run_main\n"
+    script += "    sys.exit(run_main(main))\n"
+    (tmp_path / "sweep.py").write_text(script)
+    state = tmp_path / "out" / "resume" / CELL / Resume.STATE
+    result = tmp_path / "out" / "cells" / f"{CELL}.json"
+
+    proc = subprocess.Popen(
+        [sys.executable, str(tmp_path / "sweep.py"), "--root", str(tmp_path), "--only", CELL],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    while not state.exists() and proc.poll() is None:  # driven by the run's own progress
+        time.sleep(0.02)
+    assert proc.poll() is None, "the sweep ended before its cell saved a resume state"
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out
+    assert "interrupted: finished cells, prepared data and resume states are kept" in out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+    assert state.exists() and not result.exists()
+
+    out = _finish(_sweep(tmp_path, "--only", CELL))
+    assert json.loads(result.read_text())["resumed_from"] > 0, out
