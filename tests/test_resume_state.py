@@ -146,14 +146,3 @@ def test_an_old_pickled_state_is_never_unpickled(tmp_path, caplog):
     assert not marker.exists()
     assert f"{old} is a resume state of an older version" in caplog.text
     assert not old.exists()  # gone: the run starts over and saves the new format
-
-
-def test_peek_reads_the_json_alone(tmp_path):
-    from benchmarks.sweep import peek
-
-    Resume(tmp_path, "f", every=1).save(STATE)
-    for tensors in tmp_path.glob("state.*.safetensors"):
-        tensors.unlink()
-    assert peek(tmp_path) == {
-        "step": 12, "eval_step": 8, "eval_return": 3.25, "episode_return": 2.0
-    }  # fmt: skip

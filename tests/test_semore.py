@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import gymnasium as gym
@@ -423,7 +422,6 @@ def semore_pipeline(tmp_path_factory):
     import yaml
 
     from stages import collect, dataset, label, masks
-    from tests.conftest import REPO
 
     env = "CarRacing-v3"
     d = tmp_path_factory.mktemp("semore")
@@ -460,7 +458,6 @@ def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segm
 
     from pipeline.agents.checkpoint import read_meta
     from pipeline.evaluation import deployed, evaluate_policy
-    from tests.conftest import REPO
 
     env = "CarRacing-v3"
     d, p = semore_pipeline
@@ -524,33 +521,3 @@ def test_an_interrupted_semore_training_resumes_to_the_uninterrupted_result(
     for name, state in a["modules"].items():
         for key, tensor in state.items():
             assert torch.equal(tensor, b["modules"][name][key]), (name, key)
-
-
-@pytest.mark.parametrize("preset", ["semore_cpu.yaml", "semore_paper.yaml"])
-def test_semore_ablation_presets_parse_over_params_yaml(preset):
-    """The benchmark's presets stay valid against the current params.yaml and config."""
-    from benchmarks.semore_ablation import load_preset
-
-    params, steps = load_preset(str(REPO / "params.yaml"), str(REPO / "benchmarks/params" / preset))
-    hp = get_method("semore").params(params)
-    assert isinstance(hp, SemoreParams)
-    assert steps > hp.start_steps and hp.network.obs == "pixels"
-
-
-def test_semore_ablation_table_reports_the_ordering():
-    from benchmarks.semore_ablation import steps_to, table
-
-    results = [
-        {"variant": v, "seed": s, "steps": 100, "final_return": base + s, "train_seconds": 1.0,
-         "eval": [(50, base), (100, base + 50)]}
-        for v, base in (("sac", 10.0), ("m1", 30.0), ("m4", 80.0))
-        for s in range(2)
-    ]  # fmt: skip
-    assert steps_to([(50, 10.0), (100, 120.0)], 100.0) == 100
-    assert steps_to([(50, 10.0)], 100.0) is None
-    text = table(results, 100.0)
-    assert "ours, by mean final return: sac < m1 < m4" in text
-    assert "10.5 +- 0.5" in text and "100 (2/2)" in text
-    with_random = table(results, 100.0, {"variant": "random", "final_returns": [-40.0, -20.0]})
-    assert re.search(r"random\s+2\s+-30.0 \+- 10.0", with_random)
-    assert "ours, by mean final return: sac < m1 < m4" in with_random  # not a ranked variant

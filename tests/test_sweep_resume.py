@@ -173,3 +173,25 @@ def test_ctrl_c_ends_a_sweep_in_one_line_and_its_cell_goes_on_after(tmp_path):
 
     out = _finish(_sweep(tmp_path, "--only", CELL))
     assert json.loads(result.read_text())["resumed_from"] > 0, out
+
+
+def test_peek_reads_the_json_alone(tmp_path):
+    """benchmarks.sweep.peek reports a resume state's progress from its JSON, without its
+    tensors."""
+    import torch
+
+    from benchmarks.sweep import peek
+
+    state = {
+        "step": 12,
+        "curve": [(4, -1.5), (8, 2.0)],
+        "logs": [{"step": 8.0, "eval_return": 3.25}],
+        "weights": {"w": torch.arange(6.0).reshape(2, 3)},
+        "optimizer": {0: {"step": torch.tensor(3.0)}},
+    }
+    Resume(tmp_path, "f", every=1).save(state)
+    for tensors in tmp_path.glob("state.*.safetensors"):
+        tensors.unlink()
+    assert peek(tmp_path) == {
+        "step": 12, "eval_step": 8, "eval_return": 3.25, "episode_return": 2.0
+    }  # fmt: skip
