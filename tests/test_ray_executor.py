@@ -212,3 +212,26 @@ def test_ray_masks_table_is_byte_identical_to_local(cluster, tmp_path):
         summaries[executor] = (summary.computed, summary.cache_hits, summary.statuses["ok"])
     assert summaries["ray"] == summaries["local"] and summaries["ray"][0] > 0
     assert tables["ray"] == tables["local"]
+
+
+class SchemaReader:
+    """An actor that reads label schemas (in another process than the driver)."""
+
+    def names(self, env_ids):
+        from pipeline.labels.schema import label_schema
+
+        return [list(label_schema(env_id).action_names) for env_id in env_ids]
+
+
+def test_an_actor_knows_the_envs_the_driver_brought(cluster):
+    """An env brought from params (`env.<id>.make`) is registered in the driver when the params
+    are loaded; map_on_ray hands the registry to each actor, so a teacher there reads its label
+    schema."""
+    from pipeline.config import RayExecutorConfig, parse_params
+    from pipeline.distributed import map_on_ray
+    from tests.conftest import tiny_params_dict
+    from tests.test_own_env import POINT, _with
+
+    parse_params(_with(tiny_params_dict(), "point-on-ray", POINT))
+    batches = map_on_ray(["point-on-ray"], SchemaReader, "names", RayExecutorConfig(**RAY))
+    assert [names for _, results in batches for names in results] == [["push"]]
