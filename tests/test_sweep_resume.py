@@ -157,21 +157,31 @@ def test_ctrl_c_ends_a_sweep_in_one_line_and_its_cell_goes_on_after(tmp_path):
     result = tmp_path / "out" / "cells" / f"{CELL}.json"
 
     proc = subprocess.Popen(
-        [sys.executable, str(tmp_path / "sweep.py"), "--root", str(tmp_path), "--only", CELL],
+        [sys.executable, str(tmp_path / "sweep.py"), "--root", str(tmp_path), "--only", CELL,
+         "--progress-every", "0.01"],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
-    while not state.exists() and proc.poll() is None:  # driven by the run's own progress
-        time.sleep(0.02)
-    assert proc.poll() is None, "the sweep ended before its cell saved a resume state"
+    # driven by the run's own progress: the sweep prints `<cell>: resume state at step N` once
+    # the cell has saved one; the interrupt follows that line
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if f"{CELL}: resume state at step " in line:
+            break
+    assert seen and f"{CELL}: resume state at step " in seen[-1], (
+        "the sweep ended before its cell saved a resume state:\n" + "".join(seen)
+    )
     os.killpg(proc.pid, signal.SIGINT)
-    out, _ = proc.communicate(timeout=300)
+    out = "".join(seen) + proc.communicate()[0]
     assert proc.returncode == 130, out
     assert "interrupted: finished cells, prepared data and resume states are kept" in out
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
     assert state.exists() and not result.exists()
 
-    out = _finish(_sweep(tmp_path, "--only", CELL))
+    rerun = _sweep(tmp_path, "--only", CELL)
+    out = rerun.communicate()[0]
+    assert rerun.returncode == 0, out
     assert json.loads(result.read_text())["resumed_from"] > 0, out
 
 
