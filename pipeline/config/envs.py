@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from pipeline.config.base import Section
+from pipeline.config.stages import LabelTaskName
 
 PROMPT_SEPARATOR = "\n---\n"  # between a prompt template's system message and its user part
 
@@ -94,7 +95,7 @@ class EnvLabelsConfig(Section):
         min_length=1,
         description="Phrases a teacher may name for the `objects` task (Semore's key objects).",
     )
-    prompts: dict[Literal["action", "milestone", "objects", "judge"], str] = Field(
+    prompts: dict[LabelTaskName, str] = Field(
         default_factory=dict,
         description="Own prompt templates by task: the system message, a line `---`, then the "
         "user template with the fields of pipeline/labels/prompts/common/<task>.txt (a task not "

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from pipeline.config.envs import PROMPT_SEPARATOR
 from pipeline.dataset.card import render_card
 from pipeline.dataset.layout import (
     CARD_NAME,
@@ -252,7 +253,9 @@ def build_dataset(
         "milestones": schema.milestones,
         "teacher_ids": sorted(set(labels["teacher_id"])),
         "mask_backend_ids": sorted(set(masks["backend_id"])),
-        "prompts": {task: "\n---\n".join(schema_template(schema, task)) for task in statuses},
+        "prompts": {
+            task: PROMPT_SEPARATOR.join(schema_template(schema, task)) for task in statuses
+        },
         "counts": {
             "samples": samples,
             "episodes": manifest["totals"]["episodes"],

@@ -258,7 +258,7 @@ def label_rollouts(
     summary = LabelSummary()
     probe = _Probe(teacher)
     if cfg.executor == "ray":
-        teacher = _ask_on_ray_first(rollout_dir, cfg, teacher, cache, probe, ray_build)
+        teacher = _ask_on_ray_first(rollout_dir, manifest, cfg, teacher, cache, probe, ray_build)
     queried_rows, carried = _label_queried(
         rollout_dir, manifest, cfg, teacher, cache, summary, probe, progress
     )
@@ -287,6 +287,7 @@ class _Probe:
 
 def _ask_on_ray_first(
     rollout_dir: str | Path,
+    manifest: dict[str, Any],
     cfg: LabelConfig,
     teacher: Teacher,
     cache: LabelCache,
@@ -297,7 +298,6 @@ def _ask_on_ray_first(
     in the cache (and the transport failures in the returned teacher), as a rerun would."""
     from pipeline.labelling.ray_executor import RayAnswers, RayExecutorError, ask_with_ray
 
-    manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
     todo = missing(
         (

@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from pipeline.config.envs import PROMPT_SEPARATOR
 from pipeline.labels.parsers import (
     ParseResult,
     parse_action,
@@ -28,7 +29,7 @@ from pipeline.labels.schema import EnvLabelSchema, label_schema
 TaskName = Literal["action", "milestone", "objects", "judge"]
 TASKS: tuple[TaskName, ...] = ("action", "milestone", "objects", "judge")
 PROMPT_DIR = Path(__file__).parent / "prompts"
-_SEPARATOR = "\n---\n"
+_SEPARATOR = PROMPT_SEPARATOR  # between a template's system message and its user part
 
 
 @dataclass(frozen=True)
