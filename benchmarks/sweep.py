@@ -245,7 +245,8 @@ def _critic(env_id: str, params: Params, dataset: Path, root: Path) -> Path:
     key = content_key(
         {
             "dataset": dataset_hashes(dataset),
-            "critic": params.critic.model_dump(mode="json"),
+            # not how often it saves a resume state: that changes no byte of C_V
+            "critic": params.critic.model_dump(mode="json", exclude={"resume_every"}),
             "erpv": params.section("erpv"),
         }
     )
@@ -255,8 +256,12 @@ def _critic(env_id: str, params: Params, dataset: Path, root: Path) -> Path:
     if directory.exists():
         shutil.rmtree(directory)
     started = time.perf_counter()
-    # the longest part of a pixel benchmark's preparation (minutes on a CPU): a progress bar
-    logs = pretrain_critic(env_id, params, dataset, directory / env_id, progress=True)
+    # the longest part of a pixel benchmark's preparation (minutes on a CPU): a progress bar,
+    # and a resume state beside the directory (which a rerun deletes), so Ctrl-C loses little
+    logs = pretrain_critic(
+        env_id, params, dataset, directory / env_id, progress=True,
+        resume_dir=root / f"critic-{key}.resume",
+    )  # fmt: skip
     write_training_log(directory / "live", directory / "critic.json", rows=logs)
     stats = {
         "env": env_id,

@@ -4,7 +4,8 @@ checkpoint (safetensors + JSON with its config and data hashes) and the TD-loss 
 
     python -m stages.pretrain_critic --params params.yaml --env cartpole-swingup \\
         --dataset data/datasets/cartpole-swingup --out models/critic/cartpole-swingup \\
-        --live plots/critic/cartpole-swingup --summary metrics/critic/cartpole-swingup.json
+        --live plots/critic/cartpole-swingup --summary metrics/critic/cartpole-swingup.json \\
+        --resume-dir .resume/critic/cartpole-swingup
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         "--live", required=True, help="curve directory (dvclive's layout): the TD-loss curve"
     )
     parser.add_argument("--summary", required=True, help="last values of the metrics (JSON)")
+    parser.add_argument(
+        "--resume-dir",
+        type=Path,
+        help="where a killed pre-training keeps its resume state (outside DVC's outputs); a rerun "
+        "goes on from it. Each variant uses variants/<name>/ under it",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -50,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         # the same bytes from run to run on one machine: see `threads` and pipeline/kernels.py
         training_torch(critic_params(params, args.env).threads)
-        logs = pretrain_critic(args.env, params, args.dataset, args.out)
+        logs = pretrain_critic(
+            args.env, params, args.dataset, args.out, resume_dir=args.resume_dir
+        )
         write_training_log(args.live, args.summary, rows=logs)
         last = logs[-1] if logs else {}
         print(f"{args.out}: C_V pre-trained; last log row {last}")
@@ -58,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in params.critic.variants.get(args.env, {}):
             training_torch(critic_params(params, args.env, name).threads)
             out = critic_dir(args.out, name)
-            logs = pretrain_critic(args.env, params, args.dataset, out, variant=name)
+            resume_dir = None if args.resume_dir is None else critic_dir(args.resume_dir, name)
+            logs = pretrain_critic(
+                args.env, params, args.dataset, out, variant=name, resume_dir=resume_dir
+            )
             write_training_log(
                 Path(args.live) / VARIANTS / name, out / "curves_summary.json", rows=logs
             )

@@ -245,3 +245,46 @@ def test_guidance_terms_split_the_erpv_actors_own_gradient(pixel_pipeline, tmp_p
     sac_path.write_text(yaml.safe_dump(sac))
     with pytest.raises(SystemExit, match="sac: a sac run has no policy guidance"):
         load_guided(get_method("sac"), load_params(sac_path), "sac", inputs, tmp_path / "run")
+
+
+def test_an_interrupted_critic_preparation_resumes(pixel_pipeline, tmp_path, monkeypatch):
+    """The sweep's C_V step (the longest of a pixel table's preparation) keeps a resume state: a
+    Ctrl-C after it goes on from it on the rerun (the remaining updates only), and the finished
+    C_V is the uninterrupted one, its state cleared."""
+    import torch
+
+    from benchmarks.sweep import _critic
+    from pipeline.agents.erpv import VLMCritic
+    from pipeline.agents.replay import TransitionStore
+
+    raw = yaml.safe_load((pixel_pipeline / "params.yaml").read_text())
+    raw["critic"].update(steps=30, resume_every=10)
+    params = parse_params(raw)
+    dataset = pixel_pipeline / "ds"
+    whole = _critic(ENV, params, dataset, tmp_path / "whole")
+
+    sample, calls = TransitionStore.sample, [0]
+
+    def dies_at_update_15(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 15:
+            raise KeyboardInterrupt
+        return sample(self, *args, **kwargs)
+
+    monkeypatch.setattr(TransitionStore, "sample", dies_at_update_15)
+    with pytest.raises(KeyboardInterrupt):
+        _critic(ENV, params, dataset, tmp_path / "killed")
+    states = list((tmp_path / "killed").glob("critic-*.resume/state.json"))
+    assert len(states) == 1, states
+
+    def counted(self, *args, **kwargs):
+        calls[0] += 1
+        return sample(self, *args, **kwargs)
+
+    calls[0] = 0
+    monkeypatch.setattr(TransitionStore, "sample", counted)
+    resumed = _critic(ENV, params, dataset, tmp_path / "killed")
+    assert calls[0] == 20  # updates 11-30
+    assert not states[0].parent.exists()
+    a, b = (VLMCritic.load(d / ENV).state_dict() for d in (whole, resumed))
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -222,6 +222,48 @@ def test_pretrained_vlm_critic_reaches_the_td_fixed_point_of_the_vlm_policy():
     np.testing.assert_allclose(q_minus, -1 + np.array(offset), atol=0.1)
 
 
+def test_an_interrupted_critic_pretraining_resumes_to_the_uninterrupted_result(
+    tmp_path, monkeypatch
+):
+    """Interrupted after its resume state at update 50, C_V's pre-training goes on from it to the
+    uninterrupted run's weights and logs; a state of other settings is not read."""
+    from pipeline.agents.replay import TransitionStore
+    from pipeline.agents.resume import Resume
+
+    data = chain_transitions(120, dict.fromkeys(range(5), 1.0))
+    cfg = small_cfg()
+    run = dict(steps=100, seed=3, log_every=30, progress=False)
+    whole, whole_logs = pretrain_vlm_critic(data, SPACE, cfg, **run)
+
+    sample, calls = TransitionStore.sample, [0]
+
+    def dies_at_update_70(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 70:
+            raise KeyboardInterrupt
+        return sample(self, *args, **kwargs)
+
+    monkeypatch.setattr(TransitionStore, "sample", dies_at_update_70)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain_vlm_critic(data, SPACE, cfg, **run, resume=Resume(tmp_path, "this run", 50))
+    assert (tmp_path / Resume.STATE).exists()
+    assert Resume(tmp_path, "other settings", 50).load() is None  # another fingerprint
+
+    def counted(self, *args, **kwargs):
+        calls[0] += 1
+        return sample(self, *args, **kwargs)
+
+    calls[0] = 0
+    monkeypatch.setattr(TransitionStore, "sample", counted)
+    resumed, logs = pretrain_vlm_critic(
+        data, SPACE, cfg, **run, resume=Resume(tmp_path, "this run", 50)
+    )
+    assert calls[0] == 50  # updates 51-100 only
+    assert logs == whole_logs and len(logs) == 4  # steps 30, 60, 90, 100
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
 class _Reads:
     """A config that records which of its fields are read."""
 

@@ -178,6 +178,39 @@ def test_a_killed_training_resumes_to_the_uninterrupted_result(pipeline_dir, tmp
     )
 
 
+@pytest.mark.slow
+def test_a_killed_critic_pretraining_resumes_to_the_uninterrupted_result(pipeline_dir, tmp_path):
+    """SIGKILL pretrain_critic@<env> after its first resume state; the rerun goes on from there
+    (its curve starts where the state was taken) and writes C_V and its curves byte-identical to
+    a pre-training never interrupted, then clears the state."""
+    d = pipeline_dir
+    raw = yaml.safe_load((d / "params.yaml").read_text())
+    raw["critic"].update(steps=1500, resume_every=100)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+
+    def run(out, stderr=None):
+        argv = ["--params", str(tmp_path / "params.yaml"), "--env", ENV, "--dataset",
+                f"{d}/dataset", "--out", f"{out}/critic", "--live", f"{out}/live", "--summary",
+                f"{out}/summary.json", "--resume-dir", f"{out}/resume"]  # fmt: skip
+        code = f"from stages.pretrain_critic import main; raise SystemExit(main({argv!r}))"
+        return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stderr=stderr)
+
+    assert run(tmp_path / "whole").wait() == 0
+    killed = run(tmp_path / "killed")
+    state = tmp_path / "killed" / "resume" / "state.json"
+    sigkill_once_saved(killed, state)
+    assert state.exists() and not (tmp_path / "killed" / "critic").exists()
+    resumed = run(tmp_path / "killed", stderr=subprocess.PIPE)
+    _, err = resumed.communicate()
+    assert resumed.returncode == 0 and b"resuming" in err, err.decode()[-2000:]
+    assert not (tmp_path / "killed" / "resume").exists()  # cleared once C_V is saved
+    whole = sorted(p.relative_to(tmp_path / "whole") for p in (tmp_path / "whole").rglob("*"))
+    files = [p for p in whole if (tmp_path / "whole" / p).is_file()]
+    assert any(p.suffix == ".safetensors" for p in files) and any(p.suffix == ".tsv" for p in files)
+    for p in files:
+        assert (tmp_path / "killed" / p).read_bytes() == (tmp_path / "whole" / p).read_bytes(), p
+
+
 def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp_path):
     """ERPv with lambda_1 = lambda_2 = 0 trains the same weights, byte for byte, as SAC reading
     the same labelled dataset at the same offline fraction (sac-offline): the control that

@@ -73,6 +73,7 @@ from pipeline.agents.off_policy import (
     soft_update,
 )
 from pipeline.agents.replay import TransitionStore
+from pipeline.agents.resume import Resume
 from pipeline.agents.sac import SACAgent
 from pipeline.dataset.transitions import OfflineTransitions
 
@@ -255,9 +256,14 @@ def pretrain_vlm_critic(
     device: torch.device | str = "cpu",
     log_every: int = 1000,
     progress: bool = True,
+    resume: Resume | None = None,
 ) -> tuple[VLMCritic, list[dict[str, float]]]:
     """Pre-train C_V offline on labelled (RAE) transitions by TD (sec. 3.3, appendix D.1) and
     return it frozen, with metric rows (step, td_loss, q) every `log_every` steps.
+
+    With `resume`, the whole state (C_V, its target, Adam, the sampling RNG, the logs) is saved
+    every `resume.every` updates, and a call that finds one goes on from it to the same bytes as
+    an uninterrupted run; the caller clears it once C_V is saved.
 
     Target: r + gamma (1 - done) min C_V~(s', a_v(s')), with a_v(s') the cached label of the next
     state: C_V is the Q function of the VLM policy, for any action taken in s (RAE mixes the
@@ -289,7 +295,18 @@ def pretrain_vlm_critic(
     rng = np.random.default_rng(seed)
     logs: list[dict[str, float]] = []
     window: list[tuple[float, float]] = []
-    for step in tqdm(range(steps), desc="pretrain C_V", unit="step", disable=not progress):
+    first = 0
+    state = resume.load() if resume is not None else None
+    if state is not None:
+        critic.load_state_dict(state["critic"])
+        target.load_state_dict(state["target"])
+        optimizer.load_state_dict(state["optimizer"])
+        rng.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
+        first, logs = state["step"], state["logs"]
+        window = [(float(td), float(q)) for td, q in state["window"]]
+    bar = tqdm(range(first, steps), desc="pretrain C_V", unit="step", disable=not progress)
+    for step in bar:
         b = {
             k: torch.as_tensor(v, device=device)
             for k, v in store.sample(cfg.batch_size, rng).items()
@@ -313,6 +330,20 @@ def pretrain_vlm_critic(
             td, q = np.mean(window, axis=0)
             logs.append({"step": float(step + 1), "td_loss": float(td), "q": float(q)})
             window = []
+        if resume is not None and (step + 1) % resume.every == 0 and step + 1 < steps:
+            resume.save(
+                {
+                    "step": step + 1,
+                    "critic": critic.state_dict(),
+                    "target": target.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "rng": rng.bit_generator.state,
+                    "torch_rng": torch.get_rng_state(),
+                    "logs": logs,
+                    "window": [list(w) for w in window],
+                }
+            )
+    bar.close()
     return critic.freeze(), logs
 
 

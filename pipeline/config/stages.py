@@ -315,6 +315,13 @@ class CriticConfig(Section):
     envs: list[str] = Field(description="Envs whose C_V is pre-trained (continuous actions).")
     steps: int = Field(ge=1, description="TD updates.")
     seed: int = Field(ge=0, description="Seed of the networks and the sampling.")
+    resume_every: int = Field(
+        500,
+        ge=0,
+        description="TD updates between resume states of C_V's pre-training (in the stage's "
+        "resume directory, `.resume/critic/<env>/`): a killed pre-training goes on from the last "
+        "one to the same bytes as an uninterrupted one; 0: none.",
+    )
     overrides: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="Per env, the erpv keys that env's C_V sets for itself, merged over `erpv` "

@@ -20,7 +20,7 @@ from pipeline.config import ConfigError, Params, TrainRun, merge_settings, valid
 from pipeline.dataset.layout import dataset_action_space, dataset_hashes
 from pipeline.dataset.transitions import load_offline_transitions
 from pipeline.io import atomic_write_json
-from pipeline.methods.base import TrainError, TrainInputs
+from pipeline.methods.base import TrainError, TrainInputs, resume_for
 from pipeline.methods.off_policy import OffPolicyMethod
 
 log = logging.getLogger(__name__)
@@ -203,13 +203,15 @@ def pretrain_critic(
     out_dir: Path,
     progress: bool = True,
     variant: str | None = None,
+    resume_dir: Path | None = None,
 ) -> list[dict[str, float]]:
     """ERPv's C_V for `env_id`: TD on the labelled RAE dataset, next-state actions from the cached
     labels (the VLM policy evaluated without calling the VLM); saved frozen with the data hashes.
     Networks, TD settings and device are `erpv`'s with `critic.overrides.<env>` merged over
     (and `critic.variants.<env>.<variant>` for a variant: `critic_params`; the agent must read
     what C_V reads); the pretrain_critic stage depends on exactly those keys (CRITIC_KEYS), so a
-    change of the guidance weights retrains no critic."""
+    change of the guidance weights retrains no critic. With `resume_dir` and
+    `critic.resume_every`, a killed pre-training goes on from its last resume state there."""
     if params.critic is None:
         raise TrainError("params.yaml needs a `critic` section to pre-train C_V")
     if env_id not in params.critic.envs:
@@ -222,6 +224,16 @@ def pretrain_critic(
             f"{dataset}: no transition has a labelled next state; C_V has nothing to learn from "
             f"(check the label table's `action` task)"
         )
+    hashes = dataset_hashes(dataset)
+    material = {  # what the result depends on: a resume state of other settings is not read
+        "env": env_id,
+        "variant": variant,
+        "erpv": cfg.model_dump(mode="json"),
+        "steps": params.critic.steps,
+        "seed": params.critic.seed,
+        "data": hashes,
+    }
+    resume = resume_for(resume_dir, params.critic.resume_every, material)
     critic, logs = pretrain_vlm_critic(
         data,
         dataset_action_space(dataset),
@@ -231,8 +243,11 @@ def pretrain_critic(
         device=cfg.torch_device(),
         log_every=max(1, params.critic.steps // 20),
         progress=progress,
+        resume=resume,
     )
-    critic.save(out_dir, data_hashes=dataset_hashes(dataset))
+    critic.save(out_dir, data_hashes=hashes)
+    if resume is not None:
+        resume.clear()  # C_V is saved: nothing to resume
     log.info(
         "C_V of %s: %d transitions, %d with a labelled next state", env_id, len(data), labelled
     )
