@@ -57,9 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         # the same bytes from run to run on one machine: see `threads` and pipeline/kernels.py
         training_torch(critic_params(params, args.env).threads)
-        logs = pretrain_critic(
-            args.env, params, args.dataset, args.out, resume_dir=args.resume_dir
-        )
+        logs = pretrain_critic(args.env, params, args.dataset, args.out, resume_dir=args.resume_dir)
         write_training_log(args.live, args.summary, rows=logs)
         last = logs[-1] if logs else {}
         print(f"{args.out}: C_V pre-trained; last log row {last}")
