@@ -45,7 +45,7 @@ from pipeline.dataset.build import build_dataset
 from pipeline.errors import PipelineError
 from pipeline.evaluation import Agent, deployed
 from pipeline.io import atomic_write_json, sha256_file
-from pipeline.labelling.audit import write_audit
+from pipeline.labelling.audit import EarlierLabels, write_audit
 from pipeline.labelling.label import label_rollouts
 from pipeline.masks import make_mask_backend
 from pipeline.masks.compute import compute_masks
@@ -203,7 +203,17 @@ def run_round(
         rollouts, labels, make_mask_backend(params.masks), caches_dir / MASK_CACHE, masks,
         batch_size=params.masks.batch_size, progress=progress, rebuild=f"`dvc repro round@{name}`",
     )  # fmt: skip
-    write_audit(rollouts, labels, data_dir / "audit.html", masks)  # what the VLM said of them
+    # what the VLM said of this round's frames, beside every earlier label of the run with its
+    # round (0: the env's static data), so one page says which round each label came from
+    shown = [
+        EarlierLabels(0, Path("data/rollouts") / env_id, Path("data/labels") / f"{env_id}.parquet")
+    ]
+    shown += [
+        EarlierLabels(params.rounds[n].round, data_dir.parent / n / "rollouts",
+                      data_dir.parent / n / "labels.parquet")
+        for n in earlier
+    ]  # fmt: skip
+    write_audit(rollouts, labels, data_dir / "audit.html", masks, earlier=shown)
     part = data_dir / "dataset"
     build_dataset(rollouts, labels, masks, part, shard_max_samples=params.dataset.shard_max_samples)
     round_parts = [(data_dir.parent / n / "dataset").as_posix() for n in earlier]

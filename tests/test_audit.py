@@ -233,3 +233,112 @@ def test_the_browser_filters_by_the_reference_and_text_sorts_and_exports(rollout
     # the disagreement examples jump to their row in the browser
     first = audit["disagreements"][0]
     assert f'class="jump" href="#br-detail" data-key="{first["key"]}"' in page
+
+
+def _round_rollouts(tmp_path, k: int):
+    """Episodes of a labelling round k (an acting behaviour recorded as round k's agent), with
+    episode numbers and sample keys that collide with the static rollouts'."""
+    import gymnasium as gym
+
+    from pipeline.rollouts.behaviours import RandomBehaviour
+    from pipeline.rollouts.collect import Acting
+
+    space = gym.make("MountainCarContinuous-v0").action_space
+    out = tmp_path / f"round{k}" / "rollouts"
+    acting = Acting(RandomBehaviour(space), {"round": k, "run": "r", "agent": "models/r",
+                                             "agent_sha256": "0" * 64, "explore": "sample"})  # fmt: skip
+    collect("MountainCarContinuous-v0", env_cfg(max_episode_steps=20),
+            collect_cfg(behaviour="agent", episodes=2, seed=k), out, acting=acting,
+            progress=False)  # fmt: skip
+    return out
+
+
+ROUND_DRIVE = """<script>
+window.addEventListener("load", function () {
+  var el = function (id) { return document.getElementById(id); }, b = document.body;
+  var r = el("f-round");
+  b.setAttribute("data-shown", el("f-round-label").style.display !== "none");
+  b.setAttribute("data-options", JSON.stringify(Array.prototype.map.call(r.options,
+    function (o) { return o.textContent; })));
+  r.value = "1"; r.dispatchEvent(new Event("change"));
+  b.setAttribute("data-count", el("br-count").textContent);
+  b.setAttribute("data-cells", JSON.stringify(Array.prototype.map.call(
+    document.querySelectorAll("#br-table tr[data-i] td:first-child"), function (td) { return td.textContent; })));
+  b.setAttribute("data-episodes", JSON.stringify(Array.prototype.map.call(
+    el("tl-episode").options, function (o) { return o.textContent; })));
+});
+</script></body>"""
+
+
+def test_a_rounds_page_lists_every_label_of_the_run_with_its_round(rollouts, tmp_path):
+    """A labelling round's page lists the static labels (round 0) and earlier rounds' with its
+    own: every row with its round, keys and episodes kept apart although each round numbers its
+    own from 0, the reference checked on every round's frames; in the browser a round filter
+    lists exactly that round's rows (headless Chromium)."""
+    import json
+    import re
+
+    from pipeline.labelling.audit import EarlierLabels
+
+    teacher = ScriptedTeacher(0.5, 0)
+    static = _labels(rollouts, tmp_path / "r0", teacher)
+    r1, r2 = _round_rollouts(tmp_path, 1), _round_rollouts(tmp_path, 2)
+    l1 = _labels(r1, tmp_path / "r1", teacher)
+    l2 = _labels(r2, tmp_path / "r2", teacher)
+    earlier = [EarlierLabels(0, rollouts, static), EarlierLabels(1, r1, l1)]
+    audit = write_audit(r2, l2, tmp_path / "audit.html", earlier=earlier)
+
+    tables = {k: pl.read_parquet(p) for k, p in ((0, static), (1, l1), (2, l2))}
+    browse = audit["browse"]
+    column = {c: i for i, c in enumerate(browse["columns"])}
+    rows = browse["rows"]
+    assert audit["rows"] == len(rows) == sum(t.height for t in tables.values())
+    for k, table in tables.items():
+        mine = [r for r in rows if r[column["round"]] == k]
+        assert len(mine) == table.height
+        assert {r[column["sample_key"]] for r in mine} == {
+            f"round{k}/{key}" for key in table["sample_key"]
+        }
+    assert len({(r[column["sample_key"]], r[column["task"]]) for r in rows}) == len(rows)
+    # each round numbers its episodes from 0: on the page they follow one another
+    assert len(audit["timelines"]) == sum(t["episode"].n_unique() for t in tables.values())
+    assert audit["episode_names"][0] == "round 0, episode 0"
+    assert sorted(n for n in audit["episode_names"].values() if n.startswith("round 2")) == [
+        "round 2, episode 0", "round 2, episode 1"
+    ]  # fmt: skip
+    assert sum(s["n"] for s in audit["agreement"].values()) > 0
+    assert [r["round"] for r in audit["rounds"]] == [0, 1, 2]
+
+    page = (tmp_path / "audit.html").read_text()
+    (tmp_path / "driven.html").write_text(page.replace("</body>", ROUND_DRIVE, 1))
+    dom = dump_dom(tmp_path / "driven.html")
+    attrs = dict(re.findall(r'data-([a-z]+)="([^"]*)"', re.search(r"<body([^>]*)>", dom).group(1)))
+    assert attrs["shown"] == "true"
+    assert json.loads(attrs["options"].replace("&quot;", '"')) == ["any", "0", "1", "2"]
+    queried_1 = tables[1].filter(pl.col("queried")).height  # the browser lists queried rows first
+    assert attrs["count"].startswith(f"rows 1-{min(50, queried_1)} of {queried_1} ")
+    assert set(json.loads(attrs["cells"].replace("&quot;", '"'))) == {"1"}
+    assert "round 1, episode 0" in json.loads(attrs["episodes"].replace("&quot;", '"'))
+    assert "Uncaught" not in dom, dom.split("<!-- console -->")[1]
+
+
+def test_a_single_rounds_page_hides_the_round_filter(rollouts, tmp_path):
+    """The env's own page (one round) keeps its keys and episode numbers and shows no round
+    filter; listing a round twice is refused."""
+    import re
+
+    from pipeline.labelling.audit import EarlierLabels
+
+    labels = _labels(rollouts, tmp_path, ScriptedTeacher(1.0, 0))
+    audit = write_audit(rollouts, labels, tmp_path / "audit.html")
+    assert audit["rounds"] == [] and audit["episode_names"] == {}
+    keys = set(pl.read_parquet(labels)["sample_key"])
+    assert {r[0] for r in audit["browse"]["rows"]} == keys
+    (tmp_path / "driven.html").write_text(
+        (tmp_path / "audit.html").read_text().replace("</body>", ROUND_DRIVE, 1)
+    )
+    dom = dump_dom(tmp_path / "driven.html")
+    attrs = dict(re.findall(r'data-([a-z]+)="([^"]*)"', re.search(r"<body([^>]*)>", dom).group(1)))
+    assert attrs["shown"] == "false"
+    with pytest.raises(ValueError, match="rounds listed twice"):
+        build_audit(rollouts, labels, earlier=[EarlierLabels(0, rollouts, labels)])

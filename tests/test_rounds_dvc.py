@@ -5,6 +5,7 @@ repeated frames come from the cache; a killed round resumes to the uninterrupted
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,10 @@ def test_rounds_pay_once_and_rerun_only_from_the_changed_round(built, tmp_path):
     assert second["teacher_calls"] == second["distinct_prompts"] - second["answered_before"]
     audit = (repo / "data/rounds" / f"{RUN}-r2" / "audit.html").read_text()
     assert f"Labelling round 2 of run <code>{RUN}</code>" in audit  # which round a label is from
+    # ... and every earlier label of the run, each with its round (0: the env's static data)
+    listed = re.findall(r"<tr><td>(\d)</td><td class=\"l\"><code>([^<]+)</code>", audit)
+    assert listed == [("0", f"data/rollouts/{ENV}"), ("1", f"data/rounds/{RUN}-r1/rollouts"),
+                      ("2", f"data/rounds/{RUN}-r2/rollouts")], listed  # fmt: skip
     manifest = json.loads((repo / "data/rounds" / f"{RUN}-r2/rollouts/manifest.json").read_text())
     assert manifest["acting_agent"]["agent"] == f"models/rounds/{RUN}-r1"
     card = (repo / "data/rounds" / f"{RUN}-r2/dataset/README.md").read_text()

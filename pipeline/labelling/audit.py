@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +110,10 @@ def _overlay(frame_png: bytes, mask_pngs: list[bytes]) -> str:
     return _thumbnail(buf.getvalue())
 
 
-def _mask_examples(masks_path: str | Path, samples: dict[str, Any]) -> list[dict[str, Any]]:
+def _mask_examples(
+    masks_path: str | Path, samples: dict[str, Any], prefix: str = ""
+) -> list[dict[str, Any]]:
+    """Masks over a few frames; `prefix`: what the page puts before the mask table's keys."""
     masks = read_mask_table(masks_path).filter(pl.col("status") == "ok")
     if masks.is_empty():
         return []
@@ -117,8 +122,8 @@ def _mask_examples(masks_path: str | Path, samples: dict[str, Any]) -> list[dict
     for row in masks[::step].head(MASK_EXAMPLES).iter_rows(named=True):
         examples.append(
             {
-                "key": row["sample_key"],
-                "overlay": _overlay(samples[row["sample_key"]].frame_png, row["masks"]),
+                "key": prefix + row["sample_key"],
+                "overlay": _overlay(samples[prefix + row["sample_key"]].frame_png, row["masks"]),
                 "phrases": [
                     {
                         "phrase": p,
@@ -135,21 +140,67 @@ def _mask_examples(masks_path: str | Path, samples: dict[str, Any]) -> list[dict
     return examples
 
 
+@dataclass(frozen=True)
+class EarlierLabels:
+    """The labels of an earlier round, listed on a labelling round's page with its own: `round`
+    0 is the env's static (RAE) data, k > 0 labelling round k."""
+
+    round: int
+    rollouts: Path
+    labels: Path
+
+
+def _page_labels(
+    rollout_dir: str | Path, labels_path: str | Path, earlier: Sequence[EarlierLabels]
+) -> tuple[pl.DataFrame, dict[str, Any], list[dict[str, Any]]]:
+    """The page's label table (with a `round` column), its frames by sample key, and one entry
+    per round it lists. With `earlier`, each round's keys get the prefix `round<k>/` and its
+    episodes are numbered after the previous round's (their own number is in `episode_names`), so
+    rows of different rounds never share a key or an episode."""
+    manifest = load_manifest(rollout_dir)
+    own = (manifest.get("acting_agent") or {}).get("round", 0)
+    parts = [*earlier, EarlierLabels(own, Path(rollout_dir), Path(labels_path))]
+    if len({p.round for p in parts}) < len(parts):
+        raise ValueError(f"rounds listed twice on one audit page: {[p.round for p in parts]}")
+    tables, samples, rounds, offset = [], {}, [], 0
+    for part in parts:
+        table = read_label_table(part.labels).with_columns(round=pl.lit(part.round, pl.Int64))
+        frames = {s.key: s for s in iter_rollouts(part.rollouts)}
+        prefix = f"round{part.round}/" if earlier else ""
+        names = {}
+        if earlier:
+            names = {e + offset: f"round {part.round}, episode {e}" for e in set(table["episode"])}
+            table = table.with_columns(
+                sample_key=prefix + pl.col("sample_key"),
+                source_key=prefix + pl.col("source_key"),  # null stays null
+                episode=pl.col("episode") + offset,
+            )
+            offset = max([offset - 1, *names]) + 1
+        tables.append(table)
+        samples |= {prefix + key: sample for key, sample in frames.items()}
+        rounds.append({"round": part.round, "rollouts": part.rollouts.as_posix(),
+                       "rows": table.height, "frames": len(frames), "episode_names": names})  # fmt: skip
+    return pl.concat(tables, how="diagonal_relaxed"), samples, rounds
+
+
 def build_audit(
     rollout_dir: str | Path,
     labels_path: str | Path,
     masks_path: str | Path | None = None,
     against: str | Path | None = None,
     max_frames: int = MAX_EMBEDDED_FRAMES,
+    earlier: Sequence[EarlierLabels] = (),
 ) -> dict[str, Any]:
     """Everything the report shows, as plain data (also what tests check). `against`: a second
     label table of the same rollouts (another teacher) to compare with; `max_frames`: how many
-    frames the answer browser embeds."""
+    frames the answer browser embeds; `earlier`: the labels of earlier rounds, listed with these
+    (a labelling round's page: every label of the chain with its round; masks are this round's)."""
+    if earlier and against is not None:
+        raise ValueError("a page of several rounds compares no second teacher (`against`)")
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
-    table = read_label_table(labels_path)
+    table, samples, rounds = _page_labels(rollout_dir, labels_path, earlier)
     queried = table.filter(pl.col("queried"))
-    samples = {s.key: s for s in iter_rollouts(rollout_dir)}
     schema = label_schema(env_id)
 
     status_counts = (
@@ -234,6 +285,7 @@ def build_audit(
             "thumbnail": _thumbnail(samples[row["sample_key"]].frame_png),
         }  # fmt: skip
 
+    own_prefix = f"round{rounds[-1]['round']}/" if earlier else ""
     return {
         "env_id": env_id,
         # a labelling round's frames: which round of which run, collected by which agent
@@ -252,9 +304,11 @@ def build_audit(
         "statuses": [str(s) for s in ParseStatus],
         "failure_kinds": failure_kinds,
         "disagreement_counts": disagreement_counts,
-        "masks": [] if masks_path is None else _mask_examples(masks_path, samples),
+        "masks": [] if masks_path is None else _mask_examples(masks_path, samples, own_prefix),
         "browse": browse_rows(table, env_id, space, samples, max_frames, agrees),
         "timelines": episode_timelines(table),
+        "rounds": rounds if earlier else [],
+        "episode_names": {e: n for r in rounds for e, n in r["episode_names"].items()},
         "action_names": list(schema.action_names),
         "action_choices": None if schema.action_choices is None else list(schema.action_choices),
         "comparison": None
@@ -284,6 +338,12 @@ th { background: #f5f5f5; } td.l, th.l { text-align: left; }
 {% if a.acting_agent %}<p>Labelling round {{ a.acting_agent.round }} of run <code>{{ a.acting_agent.run }}</code>:
 the frames below were collected by the agent <code>{{ a.acting_agent.agent }}</code> ({{ a.acting_agent.explore }} actions)
 and labelled in batch afterwards; the agent of this round trained on them.</p>{% endif %}
+{% if a.rounds %}<p>Every label of the run's rounds so far is listed here with its round (round 0: the
+env's static data). A frame's key is <code>round&lt;k&gt;/</code> and its key in that round's rollouts;
+episodes are numbered across the rounds (the episode lists say each one's round and own number).
+Masks are this round's.</p>
+<table><tr><th>round</th><th class="l">rollouts</th><th>frames</th><th>label rows</th></tr>
+{% for r in a.rounds %}<tr><td>{{ r.round }}</td><td class="l"><code>{{ r.rollouts }}</code></td><td>{{ r.frames }}</td><td>{{ r.rows }}</td></tr>{% endfor %}</table>{% endif %}
 <p>Teacher{% if a.teacher_ids|length > 1 %}s{% endif %}: {% for t in a.teacher_ids %}<code>{{ t }}</code> {% endfor %}<br>
 {{ a.frames }} frames, {{ a.queried }} teacher answers (queried frames x tasks), {{ a.rows }} label rows in all.</p>
 {% if a.scripted %}<p class="note">The scripted teacher is a stand-in for a VLM:
@@ -351,6 +411,7 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
 <h2>Browse every answer</h2>
 <p class="note" id="br-note"></p>
 <p><label>task <select id="f-task"></select></label> <label>status <select id="f-status"></select></label>
+<label id="f-round-label">round <select id="f-round"></select></label>
 <label>episode <select id="f-episode"></select></label> <label>teacher <select id="f-teacher"></select></label>
 <label><input type="checkbox" id="f-queried" checked> queried only</label>
 <label>reference <select id="f-reference"><option value="">any</option><option value="0">disagrees</option><option value="1">agrees</option><option value="-1">no reference</option></select></label>
@@ -429,7 +490,10 @@ def call_latency(labels_path: str | Path, telemetry_dir: str | Path) -> dict[str
 
 def render_audit(audit: dict[str, Any], telemetry_js: str | None = None) -> str:
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
-    review = {key: audit[key] for key in ("browse", "timelines", "action_names", "action_choices")}
+    review = {
+        key: audit[key]
+        for key in ("browse", "timelines", "episode_names", "action_names", "action_choices")
+    }
     return env.from_string(_TEMPLATE).render(
         a=audit,
         telemetry_js=telemetry_js,
@@ -447,12 +511,13 @@ def write_audit(
     *,
     against: str | Path | None = None,
     max_frames: int = MAX_EMBEDDED_FRAMES,
+    earlier: Sequence[EarlierLabels] = (),
 ) -> dict[str, Any]:
     """The audit page (a pure function of rollouts, labels and masks: a DVC output), and beside
     it `<page>.telemetry.js` with the calls' latency when `telemetry_dir` is given: wall-clock
     values stay out of what DVC hashes, and the page shows them when the file is there."""
     out_path = Path(out_path)
-    audit = build_audit(rollout_dir, labels_path, masks_path, against, max_frames)
+    audit = build_audit(rollout_dir, labels_path, masks_path, against, max_frames, earlier)
     script = out_path.name.removesuffix(".html") + TELEMETRY_JS_SUFFIX
     atomic_write_bytes(out_path, render_audit(audit, script).encode())
     if telemetry_dir is not None and Path(telemetry_dir).is_dir():

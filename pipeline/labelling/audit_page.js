@@ -24,7 +24,11 @@
   // ---- timeline ------------------------------------------------------------------------------
   var episodes = Object.keys(R.timelines).map(Number).sort(function (a, b) { return a - b; });
   var select = el("tl-episode");
-  select.innerHTML = episodes.map(function (e) { return "<option>" + e + "</option>"; }).join("");
+  // a page of several rounds numbers episodes across them: each one's round and own number
+  var episodeName = function (e) { return (R.episode_names || {})[e] || String(e); };
+  select.innerHTML = episodes.map(function (e) {
+    return '<option value="' + e + '">' + esc(episodeName(e)) + "</option>";
+  }).join("");
   var W = 1000, LANE = 56, STRIP = 8, PAD = 90;
 
   function lanePath(values, n, lo, hi, y0) {
@@ -113,10 +117,16 @@
     }).join("");
   }
   var episodeList = episodes.slice();
+  var rounds = [];
+  B.rows.forEach(function (r) { if (rounds.indexOf(r[C.round]) < 0) rounds.push(r[C.round]); });
+  rounds.sort(function (a, b) { return a - b; });
+  var manyRounds = rounds.length > 1;
   options("f-task", B.tasks);
   options("f-status", B.statuses);
   options("f-teacher", B.teachers);
-  options("f-episode", episodeList);
+  options("f-episode", episodeList, episodeName);
+  options("f-round", rounds);
+  if (!manyRounds) el("f-round-label").style.display = "none";
   // the text filter: a case-insensitive substring of the shown value or of the raw answer
   function contains(r, text) {
     return String(r[C.value] == null ? "" : r[C.value]).toLowerCase().indexOf(text) >= 0 ||
@@ -125,6 +135,7 @@
   function applyFilters() {
     var task = el("f-task").value, status = el("f-status").value, teacher = el("f-teacher").value;
     var episode = el("f-episode").value, queried = el("f-queried").checked;
+    var round = el("f-round").value;
     var reference = el("f-reference").value, text = el("f-text").value.trim().toLowerCase();
     chosen = [];
     for (var i = 0; i < B.rows.length; i++) {
@@ -132,6 +143,7 @@
       if ((task === "" || r[C.task] === +task) && (status === "" || r[C.status] === +status) &&
           (teacher === "" || r[C.teacher] === +teacher) &&
           (episode === "" || r[C.episode] === episodeList[+episode]) && (!queried || r[C.queried]) &&
+          (round === "" || r[C.round] === rounds[+round]) &&
           (reference === "" || r[C.agrees] === +reference) && (text === "" || contains(r, text))) {
         chosen.push(i);
       }
@@ -142,6 +154,7 @@
   }
   // sort keys per column: frames in (episode, t) order, tasks in the table's order, names as text
   var SORT_KEYS = {
+    round: function (r) { return [r[C.round], r[C.episode], r[C.t]]; },
     frame: function (r) { return [r[C.episode], r[C.t]]; },
     task: function (r) { return [r[C.task]]; },
     status: function (r) { return [B.statuses[r[C.status]]]; },
@@ -161,14 +174,17 @@
     var start = page * PAGE, end = Math.min(start + PAGE, chosen.length);
     el("br-count").textContent = chosen.length ? "rows " + (start + 1) + "-" + end + " of " +
       chosen.length + " (of " + B.rows.length + " in the table)" : "no row matches";
-    var html = ["<tr>" + [["frame", "frame"], ["task", "task"], ["status", "status"], ["value", "value"],
-      ["raw", "raw answer"]].map(function (c) {
+    var columns = [["frame", "frame"], ["task", "task"], ["status", "status"], ["value", "value"],
+      ["raw", "raw answer"]];
+    if (manyRounds) columns.unshift(["round", "round"]);
+    var html = ["<tr>" + columns.map(function (c) {
       var mark = sortBy === c[0] ? (sortDir > 0 ? " &#9650;" : " &#9660;") : "";
       return '<th data-col="' + c[0] + '" style="cursor: pointer" title="sort">' + c[1] + mark + "</th>";
     }).join("") + "</tr>"];
     for (var j = start; j < end; j++) {
       var r = B.rows[chosen[j]];
-      html.push('<tr data-i="' + chosen[j] + '"><td>' + esc(r[C.sample_key]) + "</td><td>" +
+      html.push('<tr data-i="' + chosen[j] + '">' + (manyRounds ? "<td>" + r[C.round] + "</td>" : "") +
+        "<td>" + esc(r[C.sample_key]) + "</td><td>" +
         B.tasks[r[C.task]] + '</td><td style="color:' + statusColour(B.statuses[r[C.status]]) +
         '">' + esc(B.statuses[r[C.status]]) + "</td><td>" + esc(r[C.value]) + "</td><td>" +
         esc(r[C.raw]) + "</td></tr>");
@@ -207,7 +223,7 @@
   };
   el("br-prev").onclick = function () { page--; drawPage(); };
   el("br-next").onclick = function () { page++; drawPage(); };
-  ["f-task", "f-status", "f-teacher", "f-episode", "f-queried", "f-reference"].forEach(function (id) {
+  ["f-task", "f-status", "f-teacher", "f-round", "f-episode", "f-queried", "f-reference"].forEach(function (id) {
     el(id).onchange = applyFilters;
   });
   el("f-text").oninput = applyFilters;

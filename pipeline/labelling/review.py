@@ -34,7 +34,7 @@ VALUE_COLUMNS = ("action", "action_index", "milestone", "objects", "judge")
 # The page's row arrays, in this order (task, teacher, status: indices into their lists).
 BROWSE_COLUMNS = (
     "sample_key", "episode", "t", "task", "teacher", "status", "queried", "source_key", "value",
-    "detail", "raw", "prompt", "agrees",
+    "detail", "raw", "prompt", "agrees", "round",
 )  # fmt: skip
 # `agrees`: the answer against the audit's reference (the fully reliable scripted teacher)
 AGREES, DISAGREES, NO_REFERENCE = 1, 0, -1
@@ -197,7 +197,8 @@ def browse_rows(
     contexts and exact prompts of up to `max_frames` frames spread evenly over the table (all of
     them when the table has that few). Rows of other frames still show their answer, status,
     detail and context; the page says how many frames it embeds. `agreement`: (sample_key, task)
-    -> whether the answer agrees with the reference (`agrees` column; NO_REFERENCE elsewhere)."""
+    -> whether the answer agrees with the reference (`agrees` column; NO_REFERENCE elsewhere).
+    `round`: the labelling round of the row (the table's `round` column; 0 without one)."""
     agreement = agreement or {}
     table = table.sort("episode", "t", "task")
     frame_keys = sorted(set(table["sample_key"]))
@@ -228,7 +229,7 @@ def browse_rows(
                 teachers.index(row["teacher_id"]), statuses.index(row["parse_status"]),
                 int(row["queried"]), row["source_key"], value_text(row),
                 clip(row["parse_detail"], VALUE_CHARS_SHOWN), clip(row["raw_text"], RAW_CHARS_SHOWN),
-                prompt, _agrees_code(agreement.get((key, row["task"]))),
+                prompt, _agrees_code(agreement.get((key, row["task"]))), row.get("round", 0),
             ]
         )  # fmt: skip
     return {
