@@ -342,3 +342,47 @@ def test_a_single_rounds_page_hides_the_round_filter(rollouts, tmp_path):
     assert attrs["shown"] == "false"
     with pytest.raises(ValueError, match="rounds listed twice"):
         build_audit(rollouts, labels, earlier=[EarlierLabels(0, rollouts, labels)])
+
+
+AGAINST_DRIVE = """<script>
+window.addEventListener("load", function () {
+  var el = function (id) { return document.getElementById(id); }, b = document.body;
+  el("f-against").value = "0"; el("f-against").dispatchEvent(new Event("change"));
+  b.setAttribute("data-count", el("br-count").textContent);
+  el("br-export").click();
+  b.setAttribute("data-exported", el("br-export").getAttribute("data-exported"));
+});
+</script></body>"""
+
+
+def test_the_browser_lists_every_row_where_two_teachers_disagree(rollouts, tmp_path):
+    """With a second teacher (`--against`), the "teacher B" filter lists exactly the (frame,
+    task) pairs where its parsed answer disagrees with the page's, all of them (the comparison
+    table shows 12 at most), and "export this selection" hands them over (headless Chromium)."""
+    import re
+
+    weak = _labels(rollouts, tmp_path / "weak", ConstantTeacher())  # the Worst Model
+    reference = _labels(rollouts, tmp_path / "ref", ScriptedTeacher(1.0, 0))
+    audit = write_audit(rollouts, weak, tmp_path / "audit.html", against=reference)
+    tasks = audit["comparison"]["tasks"]
+    disagreeing = sum(r["n"] - r["agree"] for r in tasks.values())
+    assert disagreeing > 12  # more than the comparison's own list shows
+    column = {c: i for i, c in enumerate(audit["browse"]["columns"])}
+    rows = [r for r in audit["browse"]["rows"] if r[column["agrees_b"]] == 0]
+    assert len(rows) == disagreeing and all(r[column["queried"]] for r in rows)
+    pairs = audit["comparison"]["pairs"]
+    assert all(not pairs[(r[column["sample_key"]], audit["browse"]["tasks"][r[column["task"]]])]
+               for r in rows)  # fmt: skip
+    page = (tmp_path / "audit.html").read_text()
+    (tmp_path / "driven.html").write_text(page.replace("</body>", AGAINST_DRIVE, 1))
+    dom = dump_dom(tmp_path / "driven.html")
+    attrs = dict(re.findall(r'data-([a-z]+)="([^"]*)"', re.search(r"<body([^>]*)>", dom).group(1)))
+    total = len(audit["browse"]["rows"])
+    assert (
+        attrs["count"]
+        == f"rows 1-{min(50, disagreeing)} of {disagreeing} (of {total} in the table)"
+    )
+    assert attrs["exported"] == str(disagreeing)
+    assert "Uncaught" not in dom, dom.split("<!-- console -->")[1]
+    # the env's own page has no second teacher: no such filter, and the page still runs
+    assert 'id="f-against"' not in render_audit(build_audit(rollouts, weak))

@@ -286,6 +286,10 @@ def build_audit(
         }  # fmt: skip
 
     own_prefix = f"round{rounds[-1]['round']}/" if earlier else ""
+    comparison = second = None
+    if against is not None:
+        comparison = compare_teachers(table, read_label_table(against), env_id, space)
+        second = comparison["pairs"]
     return {
         "env_id": env_id,
         # a labelling round's frames: which round of which run, collected by which agent
@@ -305,15 +309,13 @@ def build_audit(
         "failure_kinds": failure_kinds,
         "disagreement_counts": disagreement_counts,
         "masks": [] if masks_path is None else _mask_examples(masks_path, samples, own_prefix),
-        "browse": browse_rows(table, env_id, space, samples, max_frames, agrees),
+        "browse": browse_rows(table, env_id, space, samples, max_frames, agrees, second),
         "timelines": episode_timelines(table),
         "rounds": rounds if earlier else [],
         "episode_names": {e: n for r in rounds for e, n in r["episode_names"].items()},
         "action_names": list(schema.action_names),
         "action_choices": None if schema.action_choices is None else list(schema.action_choices),
-        "comparison": None
-        if against is None
-        else compare_teachers(table, read_label_table(against), env_id, space),
+        "comparison": comparison,
     }
 
 
@@ -388,7 +390,8 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
 {% else %}<p>No parsed answers to compare.</p>{% endif %}
 
 {% if a.comparison %}{% set c = a.comparison %}<h2>Two teachers on the same frames</h2>
-<p>A: <code>{{ c.a }}</code><br>B: <code>{{ c.b }}</code><br><span class="note">Over the (frame, task) pairs both queried and parsed.</span></p>
+<p>A: <code>{{ c.a }}</code><br>B: <code>{{ c.b }}</code><br><span class="note">Over the (frame, task) pairs both queried and parsed.
+"teacher B" in the browser below lists every row where B disagrees (or agrees) with this page's answer.</span></p>
 <table><tr><th class="l">task</th><th>compared</th><th>agree</th></tr>
 {% for task, r in c.tasks.items() %}<tr><td class="l">{{ task }}</td><td>{{ r.n }}</td><td>{{ '%.1f' % (100 * r.rate) }} %</td></tr>{% endfor %}</table>
 {% for task, r in c.tasks.items() %}
@@ -415,6 +418,7 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
 <label>episode <select id="f-episode"></select></label> <label>teacher <select id="f-teacher"></select></label>
 <label><input type="checkbox" id="f-queried" checked> queried only</label>
 <label>reference <select id="f-reference"><option value="">any</option><option value="0">disagrees</option><option value="1">agrees</option><option value="-1">no reference</option></select></label>
+{% if a.comparison %}<label>teacher B <select id="f-against"><option value="">any</option><option value="0">disagrees</option><option value="1">agrees</option><option value="-1">not compared</option></select></label>{% endif %}
 <label>value or answer contains <input type="search" id="f-text" size="16"></label>
 <button id="br-export" title="download the (sample_key, task) pairs of every row listed: `python -m stages.review export ... --selection <file>` sends exactly these to Label Studio">export this selection</button></p>
 <p id="br-count"></p>

@@ -135,7 +135,7 @@
   function applyFilters() {
     var task = el("f-task").value, status = el("f-status").value, teacher = el("f-teacher").value;
     var episode = el("f-episode").value, queried = el("f-queried").checked;
-    var round = el("f-round").value;
+    var round = el("f-round").value, against = el("f-against") ? el("f-against").value : "";
     var reference = el("f-reference").value, text = el("f-text").value.trim().toLowerCase();
     chosen = [];
     for (var i = 0; i < B.rows.length; i++) {
@@ -144,6 +144,7 @@
           (teacher === "" || r[C.teacher] === +teacher) &&
           (episode === "" || r[C.episode] === episodeList[+episode]) && (!queried || r[C.queried]) &&
           (round === "" || r[C.round] === rounds[+round]) &&
+          (against === "" || r[C.agrees_b] === +against) &&
           (reference === "" || r[C.agrees] === +reference) && (text === "" || contains(r, text))) {
         chosen.push(i);
       }
@@ -223,8 +224,8 @@
   };
   el("br-prev").onclick = function () { page--; drawPage(); };
   el("br-next").onclick = function () { page++; drawPage(); };
-  ["f-task", "f-status", "f-teacher", "f-round", "f-episode", "f-queried", "f-reference"].forEach(function (id) {
-    el(id).onchange = applyFilters;
+  ["f-task", "f-status", "f-teacher", "f-round", "f-episode", "f-queried", "f-reference", "f-against"].forEach(function (id) {
+    if (el(id)) el(id).onchange = applyFilters;  // f-against: with a second teacher only
   });
   el("f-text").oninput = applyFilters;
   // the listed rows as (sample_key, task) pairs, for `stages.review export --selection`

@@ -34,9 +34,10 @@ VALUE_COLUMNS = ("action", "action_index", "milestone", "objects", "judge")
 # The page's row arrays, in this order (task, teacher, status: indices into their lists).
 BROWSE_COLUMNS = (
     "sample_key", "episode", "t", "task", "teacher", "status", "queried", "source_key", "value",
-    "detail", "raw", "prompt", "agrees", "round",
+    "detail", "raw", "prompt", "agrees", "round", "agrees_b",
 )  # fmt: skip
-# `agrees`: the answer against the audit's reference (the fully reliable scripted teacher)
+# `agrees`: the answer against the audit's reference (the fully reliable scripted teacher);
+# `agrees_b`: against a second teacher's answer to the same frame and task (`--against`)
 AGREES, DISAGREES, NO_REFERENCE = 1, 0, -1
 
 
@@ -192,14 +193,16 @@ def browse_rows(
     samples: dict[str, Any],
     max_frames: int,
     agreement: Mapping[tuple[str, str], bool] | None = None,
+    second: Mapping[tuple[str, str], bool] | None = None,
 ) -> dict[str, Any]:
     """Every label row, compactly (strings that repeat are indices into lists), with the frames,
     contexts and exact prompts of up to `max_frames` frames spread evenly over the table (all of
     them when the table has that few). Rows of other frames still show their answer, status,
     detail and context; the page says how many frames it embeds. `agreement`: (sample_key, task)
     -> whether the answer agrees with the reference (`agrees` column; NO_REFERENCE elsewhere).
-    `round`: the labelling round of the row (the table's `round` column; 0 without one)."""
-    agreement = agreement or {}
+    `round`: the labelling round of the row (the table's `round` column; 0 without one).
+    `second`: the same for a second teacher's answers (`agrees_b`; compare_teachers' pairs)."""
+    agreement, second = agreement or {}, second or {}
     table = table.sort("episode", "t", "task")
     frame_keys = sorted(set(table["sample_key"]))
     step = max(1, -(-len(frame_keys) // max_frames)) if max_frames else len(frame_keys) + 1
@@ -230,6 +233,7 @@ def browse_rows(
                 int(row["queried"]), row["source_key"], value_text(row),
                 clip(row["parse_detail"], VALUE_CHARS_SHOWN), clip(row["raw_text"], RAW_CHARS_SHOWN),
                 prompt, _agrees_code(agreement.get((key, row["task"]))), row.get("round", 0),
+                _agrees_code(second.get((key, row["task"]))),
             ]
         )  # fmt: skip
     return {
@@ -262,7 +266,8 @@ def compare_teachers(
     """Per task, over the (frame, task) pairs both tables queried and parsed: how often the two
     teachers agree, the milestone confusion (rows: `a`, columns: `b`), the distribution of the
     per-dimension action differences (b - a), and the `top` pairs where they differ most
-    (actions: mean gap over the range; milestones: potential gap; judge and objects: mismatch)."""
+    (actions: mean gap over the range; milestones: potential gap; judge and objects: mismatch).
+    `pairs`: (sample_key, task) -> whether they agree, for every pair compared."""
     if a.is_empty() or b.is_empty():
         raise AuditError(
             "--against: both label tables must have rows to compare two teachers (one is empty)"
@@ -270,7 +275,7 @@ def compare_teachers(
     name_a, name_b = _teacher_name(a), _teacher_name(b)
     schema = label_schema(env_id)
     joined = _parsed(a).join(_parsed(b), on=["sample_key", "task"], suffix="_b")
-    out: dict[str, Any] = {"a": name_a, "b": name_b, "tasks": {}}
+    out: dict[str, Any] = {"a": name_a, "b": name_b, "tasks": {}, "pairs": {}}
     for task in [t for t in TASK_ORDER if t in set(joined["task"])]:
         rows = joined.filter(pl.col("task") == task).sort("episode", "t")
         gaps, agree = [], []
@@ -283,6 +288,7 @@ def compare_teachers(
                 agree.append(row["milestone"] == row["milestone_b"])
             else:
                 agree.append(gap == 0.0)
+        out["pairs"] |= {(k, task): bool(x) for k, x in zip(rows["sample_key"], agree, strict=True)}
         result: dict[str, Any] = {
             "n": rows.height,
             "agree": int(sum(agree)),
