@@ -9,7 +9,9 @@ over K augmentations; the paper's table 1 uses 2, our `drq` and DrQ-v2 1).
 Rows, per size (`--configs`):
 - `reference DrQ (K=M=k)`: the above;
 - `ours: drq`: pipeline.methods.drq's agent and pipeline.agents.replay.ReplayBuffer (frames once
-  as uint8, stacked by a gather, shift on uint8), aux_weight 0 as the paper's agent;
+  as uint8, stacked by a gather, shift on uint8), aux_weight 0 as the paper's agent, with DrQ's
+  actor (its own head over the critic's convs); `..., actor on the critic's features` the same
+  with SAC-AE's actor (`actor_encoder: shared`);
 - `ours: sac + DeepMDP`: the same without the shift, with ERPv's DeepMDP heads (its base agent);
 - `ours: erpv`: that plus VPG + VER on a batch half from a labelled dataset (C_V forward, the
   transition model's confidence): ERPv's extra work;
@@ -160,7 +162,13 @@ def network(size_stride_hidden: tuple[int, int, int]) -> NetworkParams:
 
 
 # our agents' rows: short name (--compiled) -> row label
-OURS = {"drq": "drq", "sac": "sac + DeepMDP", "erpv": "erpv (VPG + VER)", "semore": "semore m4"}
+OURS = {
+    "drq": "drq",  # DrQ's actor: its own head on the critic's convs
+    "drq-shared": "drq, actor on the critic's features",  # SAC-AE's actor (`actor_encoder: shared`)
+    "sac": "sac + DeepMDP",
+    "erpv": "erpv (VPG + VER)",
+    "semore": "semore m4",
+}
 COMPILE_MODES = [m for m in pixels.COMPILE_MODES if m != "off"]
 
 
@@ -172,11 +180,13 @@ def our_agent(name: str, config: tuple[int, int, int], batch: int, device: str,
     net = network(config)
     common = {"network": net, "batch_size": batch, "device": device, "compile": mode}
     shape = (size, size, 3)
-    if name == "drq":
-        return DrQAgent(shape, SPACE, DrQParams(**common, aux_weight=0.0, image_pad=4)), False
-    if name == "sac":  # DrQ's params with the shift off (DrQParams asks for one)
-        cfg = DrQParams(**common, image_pad=4).model_copy(update={"image_pad": 0})
+    if name in ("drq", "drq-shared"):
+        actor = "own" if name == "drq" else "shared"
+        cfg = DrQParams(**common, aux_weight=0.0, image_pad=4, actor_encoder=actor)
         return DrQAgent(shape, SPACE, cfg), False
+    if name == "sac":  # DrQ's params with the shift off (DrQParams asks for one), SAC's actor
+        cfg = DrQParams(**common, image_pad=4, actor_encoder="shared")
+        return DrQAgent(shape, SPACE, cfg.model_copy(update={"image_pad": 0})), False
     if name == "erpv":
         critic = VLMCritic(shape, SPACE.low, SPACE.high, net).freeze()
         return ERPvAgent(shape, SPACE, ERPvParams(**common, offline_fraction=0.5), critic), True

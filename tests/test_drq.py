@@ -110,7 +110,9 @@ def test_drq_update_sees_shifted_frames():
         "next_obs": torch.as_tensor(rng.integers(0, 256, (8, 6, 24, 24), dtype=np.uint8)),
         "action": torch.zeros(8, 1), "reward": torch.ones(8), "done": torch.zeros(8),
     }  # fmt: skip
-    plain = SACParams.model_validate({**_params()["drq"], "image_pad": 0})  # the same, unshifted
+    plain = SACParams.model_validate(  # the same agent, unshifted
+        {**_params()["drq"], "image_pad": 0, "actor_encoder": "own"}
+    )
     drq, sac = (
         DrQAgent((24, 24, 3), space, cfg, seed=1),
         SACAgent((24, 24, 3), space, plain, seed=1),
@@ -203,3 +205,87 @@ def test_offline_frames_and_masks_are_resized_with_the_run():
     np.testing.assert_array_equal(small.obs[2], resize_frame(obs[2], 16))
     assert small["mask"][0, 0, :7].min() == 255 and small["mask"][0, 0, 9:].max() == 0
     assert with_frame_size(data, 24) is data
+
+
+def _batch(seed: int = 0, n: int = 8) -> dict[str, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    return {
+        "obs": torch.as_tensor(rng.integers(0, 256, (n, 6, 24, 24), dtype=np.uint8)),
+        "next_obs": torch.as_tensor(rng.integers(0, 256, (n, 6, 24, 24), dtype=np.uint8)),
+        "action": torch.as_tensor(rng.uniform(-1, 1, (n, 1)), dtype=torch.float32),
+        "reward": torch.ones(n), "done": torch.zeros(n),
+    }  # fmt: skip
+
+
+def _unchanged(before: list[torch.Tensor], module: torch.nn.Module) -> bool:
+    return all(torch.equal(a, p) for a, p in zip(before, module.parameters(), strict=True))
+
+
+def test_drqs_actor_has_its_own_head_on_the_critics_convs():
+    """DrQ's actor (the default of `drq`): an FC + LayerNorm head of its own over the critic's
+    conv map. The actor's loss trains that head and no conv (the map is read detached); the
+    critic's step trains the convs and not the head; SAC keeps SAC-AE's shared features."""
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    drq = DrQAgent((24, 24, 3), space, DrQParams.model_validate(_params()["drq"]), seed=1)
+    sac = SACAgent((24, 24, 3), space, SACParams.model_validate(_params()["drq"]), seed=1)
+    assert drq.cfg.actor_encoder == "own" and sac.cfg.actor_encoder == "shared"
+    assert sac.actor_head is None and drq.actor_head is not None
+    assert "actor_head" in drq._modules() and "actor_head" not in sac._modules()
+    # the actor's optimiser holds the head; the critic's does not
+    actor_params = {id(p) for g in drq.actor_optimizer.param_groups for p in g["params"]}
+    critic_params = {id(p) for g in drq.critic_optimizer.param_groups for p in g["params"]}
+    head = {id(p) for p in drq.actor_head.parameters()}
+    assert head <= actor_params and not head & critic_params
+    # the networks SAC shares are built as SAC builds them: the head comes last
+    for name in ("encoder", "critic", "actor"):
+        assert _unchanged(list(sac._modules()[name].parameters()), drq._modules()[name]), name
+
+    b = _batch()
+    convs = [p.detach().clone() for p in drq.encoder.convs.parameters()]
+    heads = [p.detach().clone() for p in drq.actor_head.parameters()]
+    _, h, next_h = drq.update_critic(b)
+    assert not _unchanged(convs, drq.encoder.convs) and _unchanged(heads, drq.actor_head)
+    convs = [p.detach().clone() for p in drq.encoder.convs.parameters()]
+    drq.update_actor_and_alpha(h, next_h, b)
+    assert _unchanged(convs, drq.encoder.convs) and not _unchanged(heads, drq.actor_head)
+    # the actor acts on its own head: unlike the critic's features, the head's output
+    x = b["obs"][:1]
+    with torch.no_grad():
+        fmap = drq.encoder.feature_map(drq.encoder.scale(x))
+        torch.testing.assert_close(drq.actor_features(x), drq.actor_head(fmap))
+        assert not torch.equal(drq.actor_features(x), drq.features(x))
+
+
+def test_an_agent_saved_without_actor_encoder_loads_with_the_shared_head(tmp_path):
+    """A drq agent saved before `actor_encoder` existed (its config has no such key) loads as
+    it was trained, reading the critic's features; one with DrQ's own head comes back with it."""
+    from pipeline.agents.checkpoint import read_meta
+
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    old = DrQParams.model_validate({**_params()["drq"], "actor_encoder": "shared"})
+    new = DrQParams.model_validate(_params()["drq"])
+    frames = torch.as_tensor(np.random.default_rng(3).integers(0, 256, (6, 24, 24), np.uint8))
+    for name, cfg in (("old", old), ("new", new)):
+        agent = DrQAgent((24, 24, 3), space, cfg, seed=2)
+        agent.update(_batch(4))
+        agent.save(tmp_path / name)
+        config = read_meta(tmp_path / name)["config"]
+        assert ("actor_encoder" in config) == (name == "new")  # left out where shared
+        loaded = SACAgent.load(tmp_path / name, params_class=DrQParams)
+        assert loaded.cfg.actor_encoder == cfg.actor_encoder
+        np.testing.assert_array_equal(loaded.act(frames, True), agent.act(frames, True))
+        warm = DrQAgent((24, 24, 3), space, cfg, seed=9)
+        warm.load_weights(tmp_path / name)  # a labelling round's warm start
+        np.testing.assert_array_equal(warm.act(frames, True), agent.act(frames, True))
+
+
+@pytest.mark.parametrize("method", ["erpv", "semore"])
+def test_own_actor_head_is_refused_where_the_paper_shares_features(method):
+    from pipeline.methods.table import get_method as method_of
+
+    raw = {**_params()["drq"], "actor_encoder": "own"}
+    raw.pop("image_pad")
+    with pytest.raises(ValueError, match="actor_encoder must be shared"):
+        method_of(method).params_class.model_validate(raw)
+    with pytest.raises(ValueError, match=r"which\s+frames have"):
+        SACParams.model_validate({**raw, "network": {**raw["network"], "obs": "state"}})

@@ -45,13 +45,13 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 from tqdm import tqdm
 
@@ -113,6 +113,15 @@ class ERPvParams(SACParams):
         description="Which C_V of the run's env it reads: null, the env's own (`critic.overrides`"
         "); a name, that C_V of `critic.variants.<env>` (e.g. a pixel run beside a state run).",
     )
+
+    @model_validator(mode="after")
+    def _actor_reads_the_critics_features(self) -> Self:
+        if self.actor_encoder != "shared":
+            raise ValueError(
+                "ERPv's actor reads the critic encoder's features (its SAC + DeepMDP, C.3: the "
+                "visual encoders share parameters): actor_encoder must be shared"
+            )
+        return self
 
 
 def minmax_scale(q: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:

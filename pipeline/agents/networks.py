@@ -85,9 +85,29 @@ class PixelEncoder(nn.Module):
     def project(self, fmap: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.ln(self.fc(fmap.flatten(1))))  # (B, F); tanh after LN as SAC-AE
 
+    @staticmethod
+    def scale(obs: torch.Tensor) -> torch.Tensor:
+        """uint8 frames -> float in [0, 1], channels-last, in one pass."""
+        return obs.contiguous(memory_format=torch.channels_last).float().div_(255.0)
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.contiguous(memory_format=torch.channels_last).float().div_(255.0)  # one pass
-        return self.project(self.feature_map(x))  # (B, F)
+        return self.project(self.feature_map(self.scale(obs)))  # (B, F)
+
+
+class ProjectionHead(nn.Module):
+    """A pixel encoder's head of its own over another encoder's conv map: FC + LayerNorm + tanh,
+    (B, filters, h, w) -> (B, F). DrQ's actor (denisyarats/drq, drq.py: `Encoder` with
+    `copy_conv_weights_from`): the actor ties its convs to the critic's and trains this head with
+    its own loss, the conv map detached."""
+
+    def __init__(self, map_shape: tuple[int, int, int], feature_dim: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(map_shape[0] * map_shape[1] * map_shape[2], feature_dim)
+        self.ln = nn.LayerNorm(feature_dim)
+        self.apply(weight_init)
+
+    def forward(self, fmap: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.ln(self.fc(fmap.flatten(1))))  # (B, F)
 
 
 class StateEncoder(nn.Module):

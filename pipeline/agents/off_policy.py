@@ -161,6 +161,14 @@ class SACParams(Section):
         description="Deterministic episodes played in an env of their own at every metrics row "
         "(`eval_return`: a learning curve even when training episodes are long); 0: none.",
     )
+    actor_encoder: Literal["shared", "own"] = Field(
+        default="shared",
+        exclude_if=lambda v: v == "shared",  # agents saved before it existed load as before
+        description="What the actor reads: `shared`, the critic encoder's features, detached "
+        "(SAC-AE, ERPv: only the critic shapes the encoder); `own`, a head of its own (FC + "
+        "LayerNorm + tanh) over the critic's conv map, detached, trained by the actor's loss "
+        "(DrQ's actor: convs tied, head its own; the default of `drq`). Pixels only.",
+    )
     image_pad: int = Field(
         default=0,
         ge=0,
@@ -188,6 +196,11 @@ class SACParams(Section):
     def _augment_pixels_only(self) -> Self:
         if self.image_pad and self.network.obs != "pixels":
             raise ValueError("image_pad shifts frames: set `network.obs: pixels` or image_pad: 0")
+        if self.actor_encoder == "own" and self.network.obs != "pixels":
+            raise ValueError(
+                "actor_encoder: own gives the actor a head over the critic's conv map, which "
+                "frames have: set `network.obs: pixels` or actor_encoder: shared"
+            )
         if self.device != "auto":
             try:
                 torch.device(self.device)
@@ -206,10 +219,13 @@ def _saved_config(config: Any, params_class: type[SACParams], compile_mode: str)
     """A checkpoint's saved config typed as `params_class`, with the loading agent's `compile`
     (how the networks ran changes no weight). A setting added after the checkpoint was saved
     takes its default, which reproduces what the code did before it existed (as `compile` and
-    `vpg_weight` do), so older checkpoints keep loading."""
+    `vpg_weight` do), so older checkpoints keep loading; `actor_encoder`, whose default differs
+    by method (drq: own), is `shared` where the config has none (it is left out of dumps then)."""
     if not isinstance(config, dict):
         raise TypeError(f"config is a {type(config).__name__}, not a mapping")
-    return params_class.model_validate({**config, "compile": compile_mode})
+    return params_class.model_validate(
+        {"actor_encoder": "shared", **config, "compile": compile_mode}
+    )
 
 
 def encoder_input_shape(network: NetworkParams, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -298,9 +314,11 @@ class OffPolicyAgent(ABC):
 
     A subclass sets `algorithm` (the method that trained it), `architecture` (the networks a
     deployment rebuilds: ERPv and DrQ deploy SAC's) and `params_class`, and implements:
-    - `_build(action_dim)`: create `encoder`, `critic`, `actor` and its heads (under a seeded RNG);
+    - `_build(action_dim)`: create `encoder`, `critic`, `actor` and its heads (under a seeded RNG),
+      and `actor_head` where the actor has an encoder head of its own;
     - `_heads()`: the auxiliary modules trained by the model optimiser (may be empty);
-    - `features(obs)`: the latent the actor and critic read, (B, F);
+    - `features(obs)`: the latent the critic reads, (B, F), and the actor unless
+      `actor_features` says otherwise;
     - `update_critic(batch)`: one critic (+ encoder, + heads) step; returns its metrics, the
       batch's features for the actor step (detached) and the next observation's features.
     """
@@ -311,6 +329,7 @@ class OffPolicyAgent(ABC):
     encoder: nn.Module
     critic: nn.Module
     actor: nn.Module
+    actor_head: nn.Module | None = None  # the actor's own encoder head (`actor_encoder: own`)
 
     def __init__(
         self,
@@ -346,7 +365,10 @@ class OffPolicyAgent(ABC):
         )
         heads = [p for module in self._heads().values() for p in module.parameters()]
         self.model_optimizer = adam(heads, cfg.model_lr, betas)
-        self.actor_optimizer = adam(self.actor.parameters(), cfg.actor_lr, betas)
+        actor = [*self.actor.parameters()]
+        if self.actor_head is not None:
+            actor += self.actor_head.parameters()
+        self.actor_optimizer = adam(actor, cfg.actor_lr, betas)
         self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr, betas)
         self.update_step = 0
 
@@ -368,7 +390,13 @@ class OffPolicyAgent(ABC):
 
     @abstractmethod
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Stacked observations (B, *input_shape) -> the latent the actor reads, (B, F)."""
+        """Stacked observations (B, *input_shape) -> the critic's latent, (B, F)."""
+
+    def actor_features(self, obs: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+        """The latent the actor reads for `obs`, (B, F); `h`: the critic's features of `obs`
+        where already computed. Here they are the critic's (SAC-AE); an agent whose actor has a
+        head of its own (`actor_head`) overrides this."""
+        return self.features(obs) if h is None else h
 
     @abstractmethod
     def update_critic(self, batch: Tensors) -> tuple[Tensors, torch.Tensor, torch.Tensor]:
@@ -385,6 +413,7 @@ class OffPolicyAgent(ABC):
             "encoder_target": self.encoder_target,
             "critic_target": self.critic_target,
             "actor": self.actor,
+            **({} if self.actor_head is None else {"actor_head": self.actor_head}),
             **self._heads(),
         }
 
@@ -418,7 +447,7 @@ class OffPolicyAgent(ABC):
                 f"act() expects one observation of shape {self.input_shape}, got {tuple(x.shape)}"
             )
         self._graph_step()
-        action, _, _ = self.actor(self.features(x.unsqueeze(0)), deterministic)
+        action, _, _ = self.actor(self.actor_features(x.unsqueeze(0)), deterministic)
         return self.scale.unnormalise(action)[0].cpu().numpy()
 
     def update(self, batch: Tensors) -> dict[str, float]:
@@ -466,7 +495,7 @@ class OffPolicyAgent(ABC):
     def update_actor_and_alpha(
         self, h: torch.Tensor, next_h: torch.Tensor, batch: Tensors
     ) -> Tensors:
-        pi, log_pi, _ = self.actor(h)  # a_r ~ pi(.|s), (B, A), (B,)
+        pi, log_pi, _ = self.actor(self.actor_features(batch["obs"], h))  # a_r ~ pi(.|s)
         with frozen(self.critic):
             q_pi = self.critic.q_min(h, pi)  # (B,)
             actor_loss = (self.alpha.detach() * log_pi - q_pi).mean()  # eq. 10: L_pi
@@ -599,8 +628,7 @@ class OffPolicyAgent(ABC):
                 f"type; load it with pipeline.methods.table.load_agent (or pass params_class)"
             )
         # for acting, eagerly: compiling is a training setting (Inductor needs a C++ compiler)
-        config = {**meta["config"], "compile": "off"}
-        cfg = (params_class or cls.params_class).model_validate(config)
+        cfg = _saved_config(meta["config"], params_class or cls.params_class, "off")
         agent = cls(tuple(meta["obs_shape"]), space, cfg, device=device)
         agent.load_weights(path)
         return agent

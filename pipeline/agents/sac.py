@@ -6,7 +6,9 @@ base (Zhang et al. 2021) whose networks ERPv's figures 8-11 print.
 - Learned temperature alpha with target entropy -|A| (eq. 11).
 - One visual encoder V(.), owned by the critic; the actor reads its features detached (SAC-AE):
   only the critic's TD loss and the DeepMDP auxiliary losses shape it. C.3: "the above visual
-  encoders share parameters during visual RL training".
+  encoders share parameters during visual RL training". With `actor_encoder: own` (DrQ's actor,
+  drq's default) the actor has its own FC + LayerNorm + tanh head over the critic's conv map,
+  detached: the convs are tied, the head is trained by the actor's loss.
 - DeepMDP auxiliary task trained with the critic (Algorithm 1): transition model T_D predicts the
   next latent (eq. 12-13), a reward head predicts r from the predicted latent.
 
@@ -27,6 +29,7 @@ from torch import nn
 from pipeline.agents.networks import (
     Actor,
     Critic,
+    ProjectionHead,
     RewardModel,
     TransitionModel,
     make_encoder,
@@ -57,6 +60,8 @@ class SACAgent(OffPolicyAgent):
             net.feature_dim, action_dim, net.transition_hidden_dim, net.transition_learn_sigma
         )
         self.reward_model = RewardModel(net.feature_dim, net.transition_hidden_dim)
+        if self.cfg.actor_encoder == "own":  # built last: the other networks' init is unchanged
+            self.actor_head = ProjectionHead(self.encoder.map_shape, net.feature_dim)
 
     def _heads(self) -> dict[str, nn.Module]:
         return {"transition": self.transition, "reward_model": self.reward_model}
@@ -64,15 +69,29 @@ class SACAgent(OffPolicyAgent):
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         return self.encoder(obs)
 
+    def actor_features(self, obs: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+        """DrQ's actor (`actor_encoder: own`): its own head over the critic's conv map, detached
+        (the convs tied, trained by the critic alone); else the critic's features."""
+        if self.actor_head is None:
+            return super().actor_features(obs, h)
+        with torch.no_grad():
+            fmap = self.encoder.feature_map(self.encoder.scale(obs))
+        return self.actor_head(fmap)
+
     def update_critic(self, batch: Tensors) -> tuple[Tensors, torch.Tensor, torch.Tensor]:
         action = self.scale.normalise(batch["action"])  # (B, A)
         reward, done = batch["reward"], batch["done"]
         h = self.encoder(batch["obs"])  # (B, F)
         with torch.no_grad():
             # o_{t+1} through the online encoder: the actor's next action and DeepMDP's target
-            next_h = self.encoder(batch["next_obs"])  # (B, F)
+            if self.actor_head is None:
+                next_h = self.encoder(batch["next_obs"])  # (B, F)
+                next_actor_h = next_h
+            else:  # one conv pass for both heads
+                next_map = self.encoder.feature_map(self.encoder.scale(batch["next_obs"]))
+                next_h, next_actor_h = self.encoder.project(next_map), self.actor_head(next_map)
             next_h_target = self.encoder_target(batch["next_obs"])  # (B, F)
-            next_action, next_log_pi, _ = self.actor(next_h)
+            next_action, next_log_pi, _ = self.actor(next_actor_h)
             # ERPv eq. 9: V(s') = E[Q~(s', a') - alpha log pi(a'|s')], Q~ the target critic's min
             next_v = self.critic_target.q_min(next_h_target, next_action) - self.alpha * next_log_pi
             target = reward + self.cfg.gamma * (1.0 - done) * next_v  # eq. 8's backup, (B,)

@@ -208,6 +208,15 @@ class SemoreParams(SACParams):
     )
 
     @model_validator(mode="after")
+    def _actor_reads_the_interaction_features(self) -> SemoreParams:
+        if self.actor_encoder != "shared":
+            raise ValueError(
+                "Semore's actor reads its two streams' interacted features (eq. 7): "
+                "actor_encoder must be shared"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _selective_decays(self) -> SemoreParams:
         if self.selective_end > self.selective_start:
             raise ValueError(

@@ -6,11 +6,16 @@ each row and each of the two independently (the paper's K = M = 1 setting, which
 table 1's K = M = 2 averaging of the target and the Q loss over augmentations is not done here).
 The shift is the SAC family's (`image_pad`, pipeline.agents.augment): DrQ is SAC with it on, and
 a saved agent is SAC's networks. Acting sees the frames unshifted.
+
+The actor is DrQ's (`actor_encoder: own`): the authors' actor builds an encoder of its own whose
+convs are tied to the critic's (`copy_conv_weights_from`) and reads it detached after the convs,
+so its FC + LayerNorm head is trained by the actor's loss. SAC-AE's and ERPv's actor reads the
+critic encoder's whole output instead (`shared`, the other methods' setting).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 from pydantic import Field, model_validator
@@ -28,6 +33,13 @@ class DrQParams(SACParams):
 
     image_pad: int = Field(
         default=4, ge=1, description="Random shift in pixels each way (DrQ: 4 at 84x84)."
+    )
+    actor_encoder: Literal["shared", "own"] = Field(
+        default="own",
+        exclude_if=lambda v: v == "shared",
+        description="DrQ's actor (drq.py's `Actor` with `copy_conv_weights_from`): its own FC + "
+        "LayerNorm + tanh head over the critic's conv map, detached (`own`); `shared` reads the "
+        "critic encoder's features as SAC-AE's actor does.",
     )
 
     @model_validator(mode="after")
