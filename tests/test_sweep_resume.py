@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -56,8 +57,28 @@ def _sweep(root, *args):
     )
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux /proc): a sweep's spawned workers."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # gone since the glob
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 def _finish(proc) -> str:
-    out, _ = proc.communicate(timeout=300)
+    out, _ = proc.communicate()
     assert proc.returncode == 0, out
     return out
 
@@ -88,8 +109,15 @@ def test_only_resumes_a_killed_cell_and_cell_starts_it_over(tmp_path):
     result = tmp_path / "out" / "cells" / f"{CELL}.json"
 
     killed = _sweep(tmp_path, "--only", CELL)
+    while not state.exists() and killed.poll() is None:
+        time.sleep(0.02)
+    workers = _children(killed.pid)
+    assert workers or killed.poll() is not None  # the cell's worker wrote the state
     sigkill_once_saved(killed, state)
-    time.sleep(1)  # the worker gets SIGTERM as its sweep dies: no later state may replace this one
+    # the worker gets SIGTERM as its sweep dies: once it is gone, no later state can replace this
+    for pid in workers:
+        while Path(f"/proc/{pid}").exists() and not _zombie(pid):
+            time.sleep(0.02)
     assert state.exists() and not result.exists()
     saved = {p.name: p.read_bytes() for p in state.parent.iterdir()}  # state.json, tensors
     step = _mark_state(state)
