@@ -10,6 +10,11 @@ flagged, so a std of 0 over one seed run three times never reads as three agreei
 
     vlmrl-seeds                       # every run of every configuration
     vlmrl-seeds --runs 'cartpole.*'   # runs whose name matches
+    vlmrl-seeds --baseline cartpole-swingup-sac-offline   # each run against the control
+
+With `--baseline RUN`, each other run of a configuration gets Welch's two-sided t-test against
+RUN's distinct seeds in that configuration (unequal variances; n/a where either has one seed):
+the p-value of "this arm differs from the control", beside the means it compares.
 """
 
 from __future__ import annotations
@@ -113,17 +118,41 @@ def summarise(
     return out
 
 
-def format_table(summaries: list[SeedSummary], metric: str) -> str:
+def welch_p(a: SeedSummary, b: SeedSummary) -> float | None:
+    """Welch's two-sided t-test p-value between two summaries' per-seed values (unequal
+    variances); None where either has fewer than two distinct seeds or both are constant."""
+    from scipy import stats
+
+    x, y = list(a.per_seed().values()), list(b.per_seed().values())
+    if len(x) < 2 or len(y) < 2:
+        return None
+    p = float(stats.ttest_ind(x, y, equal_var=False).pvalue)
+    return None if np.isnan(p) else p
+
+
+def format_table(summaries: list[SeedSummary], metric: str, baseline: str | None = None) -> str:
+    """One line per (configuration, run); with `baseline`, each other run's Welch p-value against
+    the baseline run of its configuration."""
     if not summaries:
         return f"no experiment has a metrics/eval/<run>.json:{metric}"
     lines = [
         f"{'configuration':40s} {'run':36s} {'seeds':>5s} {'exps':>4s}  {metric} "
         "(mean +- std over distinct seeds, ddof 1)"
+        + ("" if baseline is None else f"; Welch p vs {baseline}")
     ]
+    controls = {s.config: s for s in summaries if s.run == baseline}
     for s in summaries:
         config = ", ".join(f"{k}={v}" for k, v in s.config) or "(all rows alike but seeds)"
         std = f"{s.std:.1f}" if s.n > 1 else "n/a (one seed)"
         line = f"{config:40s} {s.run:36s} {s.n:5d} {len(s.values):4d}  {s.mean:.1f} +- {std}"
+        if baseline is not None and s.run != baseline:
+            control = controls.get(s.config)
+            p = None if control is None else welch_p(s, control)
+            line += (
+                f"  p = {p:.2g}" if p is not None
+                else "  p n/a (no baseline run here)" if control is None
+                else "  p n/a (needs two seeds each)"
+            )  # fmt: skip
         if s.repeated:
             repeats = ", ".join(f"seed {seed} x{k}" for seed, k in s.repeated.items())
             line += f"  [{repeats}: repeats of a seed count once]"
@@ -138,6 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repo", type=Path, default=Path("."), help="the DVC repository")
     parser.add_argument("--metric", default="return_mean", help="a key of metrics/eval/<run>.json")
     parser.add_argument("--runs", default=".*", help="regular expression over run names")
+    parser.add_argument(
+        "--baseline",
+        metavar="RUN",
+        help="a run (the control): every other run of each configuration gets Welch's p-value "
+        "against it",
+    )
     args = parser.parse_args(argv)
     import dvc.api
     from dvc.exceptions import DvcException
@@ -149,7 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, yaml.YAMLError, DvcException) as exc:
         print_error(f"{params_path.parent}: {exc}")
         return 2
-    print(format_table(summarise(rows, param_keys(params), args.metric, args.runs), args.metric))
+    summaries = summarise(rows, param_keys(params), args.metric, args.runs)
+    if args.baseline is not None and not any(s.run == args.baseline for s in summaries):
+        runs = sorted({s.run for s in summaries})
+        print_error(f"--baseline {args.baseline}: no experiment has its metric; runs: {runs}")
+        return 2
+    print(format_table(summaries, args.metric, args.baseline))
     return 0
 
 
