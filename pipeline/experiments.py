@@ -15,14 +15,24 @@ flagged, so a std of 0 over one seed run three times never reads as three agreei
 With `--baseline RUN`, each other run of a configuration gets Welch's two-sided t-test against
 RUN's distinct seeds in that configuration (unequal variances; n/a where either has one seed):
 the p-value of "this arm differs from the control", beside the means it compares.
+
+With `--plot FILE`, each (configuration, run) is one line in a figure: the mean over its distinct
+seeds of a training curve (`--curve`, default `eval_return`; `return` is each episode's) with a
+band of +- one std (ddof 1), read from each experiment's `plots/train/<run>/` through DVC (the
+curves are DVC outputs: `dvc.api.open` at the experiment's revision). Seeds that log at other
+steps are interpolated onto the steps all of them cover.
+
+    vlmrl-seeds --plot reports/seeds.png --runs 'cartpole-swingup-.*'
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +64,7 @@ class SeedSummary:
     run: str
     values: tuple[float, ...]  # one per experiment of the group that has the metric
     seeds: tuple[Any, ...] = ()  # the run's seed in each of those experiments (None: unknown)
+    revs: tuple[str, ...] = ()  # each of those experiments' name (or git revision)
 
     def per_seed(self) -> dict[Any, float]:
         """The metric per distinct seed (experiments repeating a seed averaged into one)."""
@@ -87,6 +98,27 @@ class SeedSummary:
         return float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
 
 
+def with_file_prefix(rows: list[dict[str, Any]], metric: str, repo: Path) -> list[dict[str, Any]]:
+    """`dvc exp show` names a metric `<file>:<key>` only where two files share the key: with a
+    single eval file (one run) the column is the bare `metric`. Name it after the one
+    `metrics/eval/<run>.json` of the workspace that holds that key, as it is named otherwise."""
+    if not any(metric in row for row in rows):
+        return rows
+    eval_dir = repo / "metrics" / "eval"
+    holders = []
+    for path in sorted(eval_dir.rglob("*.json")) if eval_dir.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(data, dict) and metric in data:
+            holders.append(path.relative_to(repo).as_posix())
+    if len(holders) != 1:
+        return rows
+    name = f"{holders[0]}:{metric}"
+    return [{(name if k == metric else k): v for k, v in row.items()} for row in rows]
+
+
 def summarise(
     rows: Iterable[Mapping[str, Any]],
     params: set[str],
@@ -114,7 +146,8 @@ def summarise(
             if present:
                 values = tuple(float(r[column]) for r in present)
                 seeds = tuple(r.get(f"train.{run}.seed") for r in present)
-                out.append(SeedSummary(config, run, values, seeds))
+                revs = tuple(str(r.get("Experiment") or r.get("rev")) for r in present)
+                out.append(SeedSummary(config, run, values, seeds, revs))
     return out
 
 
@@ -160,6 +193,96 @@ def format_table(summaries: list[SeedSummary], metric: str, baseline: str | None
     return "\n".join(lines)
 
 
+Curve = list[tuple[float, float]]  # (step, value) rows of one metric
+
+
+def seed_band(
+    summary: SeedSummary, read: Callable[[str, str], Curve]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(steps, mean, std, distinct seeds) of a run's curve over its distinct seeds: `read(rev,
+    run)` gives one experiment's curve; experiments repeating a seed are averaged into one
+    curve first. Steps are those every seed covers (up to the shortest curve's last), each
+    seed's curve interpolated there; std is ddof 1 (NaN for one seed)."""
+    by_seed: dict[Any, list[Curve]] = {}
+    seeds = summary.seeds or tuple(range(len(summary.revs)))
+    for seed, rev in zip(seeds, summary.revs, strict=True):
+        curve = read(rev, summary.run)
+        if not curve:
+            raise ValueError(f"experiment {rev}: run {summary.run}'s curve has no rows")
+        by_seed.setdefault(seed, []).append(curve)
+    end = min(max(s for s, _ in c) for curves in by_seed.values() for c in curves)
+    steps = np.unique([s for curves in by_seed.values() for c in curves for s, _ in c if s <= end])
+
+    def on_grid(curve: Curve) -> np.ndarray:
+        x, y = np.asarray(curve, dtype=np.float64).T
+        return np.interp(steps, x, y)
+
+    per_seed = np.stack(
+        [np.mean([on_grid(c) for c in curves], axis=0) for curves in by_seed.values()]
+    )
+    std = per_seed.std(axis=0, ddof=1) if len(per_seed) > 1 else np.full(len(steps), np.nan)
+    return steps, per_seed.mean(axis=0), std, len(per_seed)
+
+
+def dvc_curve_reader(repo: Path, curve: str) -> Callable[[str, str], Curve]:
+    """`read(rev, run)`: the run's `curve` TSV (pipeline.curves' layout) at an experiment's
+    revision, through DVC (the curves are cached outputs, not in git)."""
+    import csv
+
+    import dvc.api
+
+    from pipeline.curves import METRICS_SUBDIR
+
+    leaf = curve.rsplit("/", 1)[-1]
+
+    def read(rev: str, run: str) -> Curve:
+        path = f"plots/train/{run}/{METRICS_SUBDIR}/{curve}.tsv"
+        with dvc.api.open(path, repo=str(repo), rev=rev) as f:
+            return [(float(r["step"]), float(r[leaf])) for r in csv.DictReader(f, delimiter="\t")]
+
+    return read
+
+
+def plot_seed_bands(
+    summaries: list[SeedSummary], read: Callable[[str, str], Curve], curve: str, path: Path
+) -> list[str]:
+    """The figure of `--plot`: per (configuration, run), the mean curve over distinct seeds and
+    its +- 1 std band (ddof 1). Returns what was left out, and why (one line each)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from dvc.exceptions import DvcException
+
+    from pipeline.io import atomic_write_bytes
+
+    left_out = []
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    for i, s in enumerate(summaries):
+        config = ", ".join(f"{k}={v}" for k, v in s.config)
+        try:
+            steps, mean, std, n = seed_band(s, read)
+        except (FileNotFoundError, KeyError, ValueError, DvcException) as exc:
+            left_out.append(f"{config or 'baseline'} / {s.run}: no {curve} curve ({exc})")
+            continue
+        label = f"{config + ' / ' if config else ''}{s.run} ({n} seed{'s' * (n > 1)})"
+        ax.plot(steps, mean, color=f"C{i % 10}", label=label)
+        if n > 1:
+            ax.fill_between(steps, mean - std, mean + std, color=f"C{i % 10}", alpha=0.2)
+    ax.set_xlabel("agent steps")
+    ax.set_ylabel(curve)
+    ax.set_title(f"{curve}: mean over distinct seeds, band +- 1 std (ddof 1)", fontsize=10)
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+    return left_out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -173,6 +296,15 @@ def main(argv: list[str] | None = None) -> int:
         help="a run (the control): every other run of each configuration gets Welch's p-value "
         "against it",
     )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="a PNG of each run's mean curve with its seed band",
+    )
+    parser.add_argument(
+        "--curve", default="eval_return", help="the curve --plot draws (a TSV of plots/train/<run>)"
+    )
     args = parser.parse_args(argv)
     import dvc.api
     from dvc.exceptions import DvcException
@@ -184,12 +316,24 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, yaml.YAMLError, DvcException) as exc:
         print_error(f"{params_path.parent}: {exc}")
         return 2
+    rows = with_file_prefix(rows, args.metric, args.repo)
     summaries = summarise(rows, param_keys(params), args.metric, args.runs)
     if args.baseline is not None and not any(s.run == args.baseline for s in summaries):
         runs = sorted({s.run for s in summaries})
         print_error(f"--baseline {args.baseline}: no experiment has its metric; runs: {runs}")
         return 2
     print(format_table(summaries, args.metric, args.baseline))
+    if args.plot is not None:
+        try:
+            left_out = plot_seed_bands(
+                summaries, dvc_curve_reader(args.repo, args.curve), args.curve, args.plot
+            )
+        except OSError as exc:
+            print_error(f"{args.plot}: {exc}")
+            return 2
+        for line in left_out:
+            print(f"left out of {args.plot}: {line}")
+        print(f"{args.plot}: {args.curve}, mean +- 1 std over distinct seeds (ddof 1)")
     return 0
 
 
