@@ -185,7 +185,7 @@ def test_a_killed_critic_pretraining_resumes_to_the_uninterrupted_result(pipelin
     a pre-training never interrupted, then clears the state."""
     d = pipeline_dir
     raw = yaml.safe_load((d / "params.yaml").read_text())
-    raw["critic"].update(steps=1500, resume_every=100)
+    raw["critic"].update(steps=600, resume_every=100)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
 
     def run(out, stderr=None):
