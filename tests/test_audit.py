@@ -315,7 +315,7 @@ def test_a_rounds_page_lists_every_label_of_the_run_with_its_round(rollouts, tmp
     attrs = dict(re.findall(r'data-([a-z]+)="([^"]*)"', re.search(r"<body([^>]*)>", dom).group(1)))
     assert attrs["shown"] == "true"
     assert json.loads(attrs["options"].replace("&quot;", '"')) == ["any", "0", "1", "2"]
-    queried_1 = tables[1].filter(pl.col("queried")).height  # the browser lists queried rows first
+    queried_1 = tables[1].filter(pl.col("queried")).height  # "queried only" is on by default
     assert attrs["count"].startswith(f"rows 1-{min(50, queried_1)} of {queried_1} ")
     assert set(json.loads(attrs["cells"].replace("&quot;", '"'))) == {"1"}
     assert "round 1, episode 0" in json.loads(attrs["episodes"].replace("&quot;", '"'))
