@@ -5,9 +5,11 @@ from __future__ import annotations
 import copy
 import json
 import os
+import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,14 +111,50 @@ def write_params(path: Path, params: dict) -> Path:
     return path
 
 
-def sigkill_once_saved(proc: subprocess.Popen, state: Path) -> None:
+def sigkill_once_saved(
+    proc: subprocess.Popen, state: Path, on_saved: Callable[[], Any] | None = None
+) -> Any:
     """SIGKILL `proc` as soon as `state` (its first resume state) exists, or when it has exited;
     then reap it. Driven by the run's own progress, never by a clock: a loaded machine only makes
-    it wait longer. The caller asserts what the kill left."""
+    it wait longer. `on_saved` runs between the two (e.g. to list `proc`'s workers); its result
+    is returned. The caller asserts what the kill left."""
     while not state.exists() and proc.poll() is None:
         time.sleep(0.02)
+    seen = on_saved() if on_saved is not None else None
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    return seen
+
+
+def count_calls(
+    monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, interrupt_at: int | None = None
+) -> list[int]:
+    """Count the calls of `owner.name` (a one-element list, read after), raising
+    KeyboardInterrupt at call `interrupt_at`: an interruption at a point of the run's own
+    progress, in process. `monkeypatch.undo()` restores the original."""
+    original, calls = getattr(owner, name), [0]
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == interrupt_at:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def wait_for_exit(pid: int) -> None:
+    """Block until process `pid` (not necessarily a child) has exited: its pidfd becomes
+    readable then (Linux >= 5.3). No clock: it returns when the process ends."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # gone already
+    try:
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
 
 
 def send_json(handler: Any, body: Any, status: int = 200) -> None:

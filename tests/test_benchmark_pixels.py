@@ -10,7 +10,7 @@ import yaml
 from benchmarks.pixels import ENV, merged_params, read_preset
 from pipeline.config import load_params, parse_params
 from pipeline.methods.table import get_method
-from tests.conftest import REPO
+from tests.conftest import REPO, count_calls
 from tests.pixel_data import STEPS, build_pixel_pipeline, params_for, train_argv
 
 
@@ -263,26 +263,14 @@ def test_an_interrupted_critic_preparation_resumes(pixel_pipeline, tmp_path, mon
     dataset = pixel_pipeline / "ds"
     whole = _critic(ENV, params, dataset, tmp_path / "whole")
 
-    sample, calls = TransitionStore.sample, [0]
-
-    def dies_at_update_15(self, *args, **kwargs):
-        calls[0] += 1
-        if calls[0] == 15:
-            raise KeyboardInterrupt
-        return sample(self, *args, **kwargs)
-
-    monkeypatch.setattr(TransitionStore, "sample", dies_at_update_15)
+    count_calls(monkeypatch, TransitionStore, "sample", interrupt_at=15)
     with pytest.raises(KeyboardInterrupt):
         _critic(ENV, params, dataset, tmp_path / "killed")
+    monkeypatch.undo()
     states = list((tmp_path / "killed").glob("critic-*.resume/state.json"))
     assert len(states) == 1, states
 
-    def counted(self, *args, **kwargs):
-        calls[0] += 1
-        return sample(self, *args, **kwargs)
-
-    calls[0] = 0
-    monkeypatch.setattr(TransitionStore, "sample", counted)
+    calls = count_calls(monkeypatch, TransitionStore, "sample")
     resumed = _critic(ENV, params, dataset, tmp_path / "killed")
     assert calls[0] == 20  # updates 11-30
     assert not states[0].parent.exists()

@@ -229,32 +229,21 @@ def test_an_interrupted_critic_pretraining_resumes_to_the_uninterrupted_result(
     uninterrupted run's weights and logs; a state of other settings is not read."""
     from pipeline.agents.replay import TransitionStore
     from pipeline.agents.resume import Resume
+    from tests.conftest import count_calls
 
     data = chain_transitions(120, dict.fromkeys(range(5), 1.0))
     cfg = small_cfg()
     run = dict(steps=100, seed=3, log_every=30, progress=False)
     whole, whole_logs = pretrain_vlm_critic(data, SPACE, cfg, **run)
 
-    sample, calls = TransitionStore.sample, [0]
-
-    def dies_at_update_70(self, *args, **kwargs):
-        calls[0] += 1
-        if calls[0] == 70:
-            raise KeyboardInterrupt
-        return sample(self, *args, **kwargs)
-
-    monkeypatch.setattr(TransitionStore, "sample", dies_at_update_70)
+    count_calls(monkeypatch, TransitionStore, "sample", interrupt_at=70)
     with pytest.raises(KeyboardInterrupt):
         pretrain_vlm_critic(data, SPACE, cfg, **run, resume=Resume(tmp_path, "this run", 50))
+    monkeypatch.undo()
     assert (tmp_path / Resume.STATE).exists()
     assert Resume(tmp_path, "other settings", 50).load() is None  # another fingerprint
 
-    def counted(self, *args, **kwargs):
-        calls[0] += 1
-        return sample(self, *args, **kwargs)
-
-    calls[0] = 0
-    monkeypatch.setattr(TransitionStore, "sample", counted)
+    calls = count_calls(monkeypatch, TransitionStore, "sample")
     resumed, logs = pretrain_vlm_critic(
         data, SPACE, cfg, **run, resume=Resume(tmp_path, "this run", 50)
     )

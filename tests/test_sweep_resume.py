@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import yaml
 
 from pipeline.agents.resume import Resume
 from pipeline.rollouts.format import MANIFEST_NAME
-from tests.conftest import REPO, sigkill_once_saved, tiny_params_dict
+from tests.conftest import REPO, sigkill_once_saved, tiny_params_dict, wait_for_exit
 
 ENV = "MountainCarContinuous-v0"
 CELL = "sac-seed0"
@@ -70,13 +69,6 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-
-
 def _finish(proc) -> str:
     out, _ = proc.communicate()
     assert proc.returncode == 0, out
@@ -109,15 +101,11 @@ def test_only_resumes_a_killed_cell_and_cell_starts_it_over(tmp_path):
     result = tmp_path / "out" / "cells" / f"{CELL}.json"
 
     killed = _sweep(tmp_path, "--only", CELL)
-    while not state.exists() and killed.poll() is None:
-        time.sleep(0.02)
-    workers = _children(killed.pid)
-    assert workers or killed.poll() is not None  # the cell's worker wrote the state
-    sigkill_once_saved(killed, state)
+    workers = sigkill_once_saved(killed, state, on_saved=lambda: _children(killed.pid))
+    assert workers  # the cell's worker wrote the state
     # the worker gets SIGTERM as its sweep dies: once it is gone, no later state can replace this
     for pid in workers:
-        while Path(f"/proc/{pid}").exists() and not _zombie(pid):
-            time.sleep(0.02)
+        wait_for_exit(pid)
     assert state.exists() and not result.exists()
     saved = {p.name: p.read_bytes() for p in state.parent.iterdir()}  # state.json, tensors
     step = _mark_state(state)
