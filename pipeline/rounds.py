@@ -17,7 +17,8 @@ the loop. A round does the same work offline, in batch, through the content-addr
    verdicts on the agent's own pairs and the masks of its own frames.
 
 Round k's data lives in `data/rounds/<name>/` (rollouts, labels, masks, dataset part, the
-audit page of its labels, `parts.json`: the dataset parts its training read), its caches in
+audit page of its labels, `parts.json`: the dataset parts its training read, and the update
+and seed at which each entered the replay), its caches in
 `data/round_caches/<name>/` (persisted: a rerun pays only for new frames; later rounds read
 them, with the env's label cache) and its agent in `models/rounds/<name>/`; all are DVC outputs
 of round@<name>, so a change to round 2 reruns rounds 2 and later only. Each round's costs
@@ -39,6 +40,7 @@ import polars as pl
 import torch
 
 from pipeline.agents.checkpoint import AGENT_WEIGHTS
+from pipeline.agents.state_io import load_plain_state
 from pipeline.config import CollectConfig, ConfigError, Params, RoundConfig, TrainRun
 from pipeline.curves import write_run_summary, write_training_log
 from pipeline.dataset.build import build_dataset
@@ -49,7 +51,7 @@ from pipeline.labelling.audit import EarlierLabels, write_audit
 from pipeline.labelling.label import label_rollouts
 from pipeline.masks import make_mask_backend
 from pipeline.masks.compute import compute_masks
-from pipeline.methods.base import TrainInputs
+from pipeline.methods.base import TRAINING_STATE, TrainInputs
 from pipeline.methods.table import check_params, get_method, load_agent
 from pipeline.rollouts.collect import Acting, collect
 from pipeline.rollouts.format import TEACHER_CACHE_DIR
@@ -114,6 +116,30 @@ class AgentBehaviour:
             self.policy.begin(obs)
             self.fresh = False
         return self.policy.act(obs), self.tag
+
+
+def _update_step(agent_dir: Path) -> int:
+    """The update count of a saved agent's training state: where the next round goes on."""
+    try:
+        return int(load_plain_state(agent_dir, TRAINING_STATE)["agent"]["update_step"])
+    except (KeyError, TypeError) as exc:
+        raise RoundError(
+            f"{agent_dir / TRAINING_STATE}.json has no update count ({exc}): rebuild it with "
+            "`dvc repro`"
+        ) from None
+
+
+def _own_entry(round_dir: Path) -> tuple[int, int]:
+    """(update, seed) at which an earlier round's own part entered the replay."""
+    path = round_dir / PARTS
+    try:
+        update, seed = json.loads(path.read_text(encoding="utf-8"))["entries"][-1]
+        return int(update), int(seed)
+    except (FileNotFoundError, KeyError, IndexError, TypeError, ValueError) as exc:
+        raise RoundError(
+            f"{path} does not say when its part entered the replay ({exc!r}): rebuild that "
+            f"round with `dvc repro round@{round_dir.name}`"
+        ) from None
 
 
 def _earlier_rounds(params: Params, cfg: RoundConfig) -> list[str]:
@@ -218,8 +244,13 @@ def run_round(
     build_dataset(rollouts, labels, masks, part, shard_max_samples=params.dataset.shard_max_samples)
     round_parts = [(data_dir.parent / n / "dataset").as_posix() for n in earlier]
     round_parts.append(part.as_posix())
+    # when each part entered the replay (Semore's selective insertion): the static dataset at
+    # update 0, each round's part at its round's first update, with its round's seed
+    entries = [(0, run.seed), *(_own_entry(data_dir.parent / n) for n in earlier)]
+    entries.append((_update_step(previous), cfg.seed))
     atomic_write_json(data_dir / PARTS, {"static": f"data/datasets/{env_id}",
-                                         "round_parts": round_parts})  # fmt: skip
+                                         "round_parts": round_parts,
+                                         "entries": [list(e) for e in entries]})  # fmt: skip
 
     # 4. train on, from the previous agent, on the static dataset and every round's part
     # the round's own seed for its training episodes (resets) and batches: not the static run's,
@@ -234,6 +265,7 @@ def run_round(
         critics=Path("models/critic"),
         round_parts=tuple(Path(p) for p in round_parts),
         warm_start=previous,
+        part_entries=tuple(entries),
     )
     result = method.train(
         f"{cfg.run}@{name}", round_run, params, inputs, progress=progress, resume_dir=resume_dir

@@ -152,6 +152,9 @@ def test_a_rounds_dataset_parts_are_read_after_the_static_dataset(tmp_path):
     np.testing.assert_array_equal(both["a_v"][len(alone[0]) :], alone[1]["a_v"])
     tail = both.obs_index[len(alone[0]) :] - len(alone[0].obs)
     np.testing.assert_array_equal(tail, alone[1].obs_index)
+    # each transition knows its part (Semore's selective insertion decides per part)
+    np.testing.assert_array_equal(both.part, np.repeat([0, 1], [len(a) for a in alone]))
+    assert not alone[1].part.any()
 
 
 def test_round_one_needs_its_runs_training_state():

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from pipeline.agents.state_io import load_plain_state
 from tests.conftest import sigkill_once_saved, tiny_params_dict, write_params
 from tests.test_dvc_pipeline import _ran, _run, _scratch_repo, _with_stage_two
 
@@ -73,6 +74,15 @@ def test_rounds_pay_once_and_rerun_only_from_the_changed_round(built, tmp_path):
     assert f"labelling round 2 of run `{RUN}` by the agent `models/rounds/{RUN}-r1`" in card
     agent = json.loads((repo / "models/rounds" / f"{RUN}-r3" / "agent.json").read_text())
     assert agent["round"] == 3 and len(agent["data"]["round_parts"]) == 3
+    # when each part entered the replay: the static dataset at update 0 with the run's seed,
+    # round k's part at the update count of the agent round k went on from, with k's seed
+    updates = [0]
+    for agent_dir in (f"models/{RUN}", *(f"models/rounds/{RUN}-r{k}" for k in (1, 2))):
+        state = load_plain_state(repo / agent_dir, "training_state")
+        updates.append(state["agent"]["update_step"])
+    assert updates[1] > 0 and updates == sorted(updates)
+    parts = json.loads((repo / "data/rounds" / f"{RUN}-r3" / "parts.json").read_text())
+    assert parts["entries"] == [[0, 0], *([u, 7] for u in updates[1:])], parts
     for k in (1, 2, 3):  # each round's agent evaluated as a run's is
         evaluation = json.loads((repo / "metrics/eval/rounds" / f"{RUN}-r{k}.json").read_text())
         assert evaluation["env"] == ENV and evaluation["episodes"] >= 1

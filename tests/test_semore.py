@@ -267,6 +267,90 @@ def test_selective_pool_feeds_the_replay_buffer_the_scheduled_rows():
     assert selective_pool(hp, unjudged) is None  # nothing judged reasonable
 
 
+def _judged(judge: np.ndarray, part: np.ndarray):
+    from pipeline.dataset.transitions import JUDGE_SPEC, OfflineTransitions
+
+    n = len(judge)
+    return OfflineTransitions(
+        obs=np.arange(n + 1, dtype=np.float32)[:, None], episode_start=np.zeros(n + 1, np.int64),
+        obs_index=np.arange(n), action=np.zeros((n, 1), np.float32),
+        reward=np.zeros(n, np.float32), terminated=np.zeros(n, bool),
+        specs=(JUDGE_SPEC,), fields={"judge": judge.astype(np.int8)}, part=part,
+    )  # fmt: skip
+
+
+def test_selective_insertion_leaves_out_unjudged_pairs_as_each_part_enters():
+    """The paper's placement: a part entering at update u keeps its reasonable pairs and each
+    other pair with probability 1 - p(u); the decision is the part's own, the same in every
+    later round, and a part entering after the decay keeps everything."""
+    from pipeline.agents.semore import selective_insert
+
+    rng = np.random.default_rng(1)
+    judge = rng.choice([1, 0, -1], size=6000, p=[0.2, 0.4, 0.4])
+    part = np.repeat([0, 1, 2], 2000)
+    entries = [(0, 7), (50, 8), (101, 9)]  # p = 1, 0.75, 0 (past the 100-update decay)
+    kept = selective_insert(judge, part, entries, 1.0, 0.5, 100)
+    kept_mask = np.zeros(len(judge), bool)
+    kept_mask[kept] = True
+    reasonable = judge == 1
+    assert kept_mask[reasonable].all()  # a reasonable pair always enters
+    assert not kept_mask[(part == 0) & ~reasonable].any()  # p(0) = 1: only reasonable ones
+    assert kept_mask[part == 2].all()  # past the decay: everything
+    others = (part == 1) & ~reasonable
+    share = kept_mask[others].mean()
+    sd = (0.25 * 0.75 / others.sum()) ** 0.5  # binomial standard deviation of the share
+    assert abs(share - 0.25) < 4 * sd, share
+    # part 1's decision does not depend on the parts after it (a later round adds one)
+    alone = selective_insert(judge[:4000], part[:4000], entries[:2], 1.0, 0.5, 100)
+    np.testing.assert_array_equal(alone, kept[kept < 4000])
+    # off (selective_steps 0): nothing is left out
+    assert len(selective_insert(judge, part, entries, 1.0, 0.5, 0)) == len(judge)
+    with pytest.raises(ValueError, match="entries for 2 parts"):
+        selective_insert(judge, part, entries[:2], 1.0, 0.5, 100)
+
+
+def test_semore_with_selective_insertion_draws_only_the_rows_that_entered():
+    """`selective_replay: insert` through the method: every batch, early or late, draws from the
+    rows kept at insertion, and the checkpoint's meta counts them per part."""
+    from pipeline.agents.replay import ReplayBuffer
+    from pipeline.config import TrainRun
+    from pipeline.methods.base import TrainInputs
+
+    judge = np.array([1] * 100 + [0] * 300 + [1] * 50 + [-1] * 150)
+    data = _judged(judge, np.repeat([0, 1], [400, 200]))
+    hp = semore_params(selective_replay="insert", selective_steps=100)
+    run = TrainRun(env="cartpole-swingup", method="semore", steps=10, seed=3)
+    inputs = TrainInputs(
+        rollouts=REPO, labels=REPO, round_parts=(REPO,), part_entries=((0, 3), (100, 4))
+    )
+    pool, chosen = get_method("semore").offline_pool(hp, data, run, inputs)
+    # part 0 entered at p = 1 (its 100 reasonable rows), part 1 at p = 0.5
+    kept = chosen["selective_insert"]["kept"]
+    assert kept[0] == 100 and 50 < kept[1] < 200, kept
+    assert chosen["selective_insert"]["of"] == [400, 200]
+    buffer = ReplayBuffer("state", (1,), 1, 10, offline=data, offline_fraction=1.0,
+                          offline_pool=pool)  # fmt: skip
+    allowed = set(pool(0, np.random.default_rng(0)).tolist())
+    rng = np.random.default_rng(0)
+    for update in (0, 10_000):
+        rows = buffer.sample(256, rng, update=update)["obs"].numpy()[:, 0].astype(int)
+        assert set(rows.tolist()) <= allowed and len(set(rows.tolist())) > 50
+    assert not set(range(100, 400)) & allowed  # part 0's unreasonable rows never enter
+    # outside rounds the dataset enters at update 0 with the run's seed
+    _, alone = get_method("semore").offline_pool(
+        hp, _judged(judge[:400], np.zeros(400, int)), run, TrainInputs(rollouts=REPO, labels=REPO)
+    )
+    assert alone["selective_insert"] == {"entries": [[0, 3]], "kept": [100], "of": [400]}
+    with pytest.raises(ValueError, match="left out every offline transition"):
+        get_method("semore").offline_pool(
+            hp, _judged(np.zeros(400, int), np.zeros(400, int)), run,
+            TrainInputs(rollouts=REPO, labels=REPO),
+        )  # fmt: skip
+    # the default (sampling) is not saved in the config: older agents load as before
+    assert "selective_replay" not in semore_params().model_dump()
+    assert semore_params(selective_replay="insert").model_dump()["selective_replay"] == "insert"
+
+
 # --- ablations --------------------------------------------------------------------------------
 
 _EXPECTED = {

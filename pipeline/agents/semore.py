@@ -73,10 +73,17 @@ judged-reasonable transitions with probability `selective_probability(step)`, li
 `selective_start` (1) to `selective_end` (0.5) over `selective_steps` updates, and from all
 transitions otherwise; after `selective_steps`, from all transitions. `selective_sample` draws
 the indices.
+
+Selective replay at insertion (`selective_replay: insert`), the paper's placement, where labelling
+rounds give the judge the agent's own pairs: each dataset part enters the replay at an update
+(the static dataset at 0, round k's part, the pairs the previous agent collected, at round k's
+first update), and each of its pairs that is not judged reasonable is left out with probability
+`selective_probability(update)`, once, for the rest of training. `selective_insert` decides.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -206,6 +213,16 @@ class SemoreParams(SACParams):
         description="Updates over which the share decays linearly from start to end (not given "
         "in the paper; ours: 1,000); 0 turns selective replay off.",
     )
+    selective_replay: Literal["sample", "insert"] = Field(
+        default="sample",
+        description="Where the judge selects. `sample`: each batch's offline rows, by the "
+        "`selective_*` schedule (the offline equivalent). `insert`: the paper's placement, as each "
+        "dataset part enters the replay (the static dataset at update 0, a labelling round's "
+        "part of the agent's own pairs at the round's first update), a pair not judged "
+        "reasonable is left out with the schedule's probability at that update, for the rest "
+        "of training.",
+        exclude_if=lambda v: v == "sample",  # agents saved before it existed load as before
+    )
 
     @model_validator(mode="after")
     def _actor_reads_the_interaction_features(self) -> SemoreParams:
@@ -332,6 +349,36 @@ def selective_sample(
         pick = rng.random(batch_size) < p  # (B,) rows from the reasonable pool
         out[pick] = reasonable[rng.integers(0, len(reasonable), size=int(pick.sum()))]
     return out
+
+
+def selective_insert(
+    judge: np.ndarray,
+    part: np.ndarray,
+    entries: Sequence[tuple[int, int]],
+    start: float = 1.0,
+    end: float = 0.5,
+    steps: int = 0,
+) -> np.ndarray:
+    """The paper's selective addition: the indices of the transitions that enter the replay.
+    Transition i belongs to dataset part `part[i]`, which entered at update `entries[k][0]`; a
+    transition not judged reasonable (judge != 1: unreasonable or unknown) is left out with
+    probability `selective_probability(update)`, drawn from a generator seeded with the part's
+    `(seed, k)` (`entries[k][1]`), so a part keeps the same rows in every later round."""
+    judge, part = np.asarray(judge), np.asarray(part)
+    if judge.shape != part.shape:
+        raise ValueError(f"judge {judge.shape} and part {part.shape} differ in shape")
+    if len(part) and part.max() >= len(entries):
+        raise ValueError(
+            f"transitions of part {int(part.max())} but entries for {len(entries)} parts: give "
+            "each dataset part the update it entered at"
+        )
+    keep = np.ones(len(judge), bool)
+    for k, (update, seed) in enumerate(entries):
+        p = selective_probability(update, start, end, steps)
+        rows = np.flatnonzero((part == k) & (judge != 1))
+        if p > 0 and len(rows):
+            keep[rows[np.random.default_rng([seed, k]).random(len(rows)) < p]] = False
+    return np.flatnonzero(keep)
 
 
 def reasonable_indices(judge: np.ndarray) -> np.ndarray:

@@ -124,6 +124,18 @@ def has_state(directory: str | Path, name: str) -> bool:
     return (Path(directory) / f"{name}.json").exists()
 
 
+def load_plain_state(directory: str | Path, name: str) -> dict[str, Any]:
+    """`load_state` without the tensors (each comes back as None): the JSON alone."""
+    path = Path(directory) / f"{name}.json"
+    fix = f"restore {directory} with `dvc checkout` or rebuild it with `dvc repro`"
+    try:
+        return decode_plain(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise StateFileError(f"{path} does not exist: {fix}") from None
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise StateFileError(f"{path} is not a training state ({exc}): {fix}") from None
+
+
 def load_state(directory: str | Path, name: str) -> dict[str, Any]:
     """What `save_state` wrote, with no unpickling; damaged files are named with the fix."""
     skeleton_path = Path(directory) / f"{name}.json"

@@ -101,9 +101,14 @@ class OfflineTransitions:
     terminated: np.ndarray  # (N,) bool
     specs: tuple[FieldSpec, ...] = ()
     fields: dict[str, np.ndarray] = field(default_factory=dict)
+    # (N,) int64: which directory of `load_offline_transitions` the transition came from (0 the
+    # dataset, k its k-th `also`: a labelling round's part); all 0 when not given
+    part: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n, n_obs = len(self.obs_index), len(self.obs)
+        if self.part is None:
+            object.__setattr__(self, "part", np.zeros(n, np.int64))  # frozen: set once, here
         if len(self.episode_start) != n_obs:
             raise ValueError(f"episode_start has {len(self.episode_start)} rows, obs {n_obs}")
         for name in _PER_TRANSITION:
@@ -146,7 +151,7 @@ class OfflineTransitions:
         return replace(self, **per_transition, fields=fields)
 
 
-_PER_TRANSITION = ("obs_index", "action", "reward", "terminated")
+_PER_TRANSITION = ("obs_index", "action", "reward", "terminated", "part")
 
 
 def _decode_png(data: bytes) -> np.ndarray:
@@ -297,7 +302,8 @@ def load_offline_transitions(
     uint8 frames. `labels`, the label groups to declare as fields: "action" (ERPv's a_v,
     `action_label_specs`), "mask" (Semore's masks, pixels only, `mask_specs`), "judge" (Semore's
     judge labels, `JUDGE_SPEC`). `also`: more dataset directories read after it, as one (a run's
-    labelling rounds: episode numbers are unique within each directory). Errors name the file:
+    labelling rounds: episode numbers are unique within each directory); `part` says which
+    directory each transition came from. Errors name the file:
     missing columns, a discrete-action dataset, broken episodes, labels of the wrong length, an
     empty dataset."""
     labels = tuple(labels)
@@ -308,10 +314,10 @@ def load_offline_transitions(
         raise ValueError("masks belong to frames: the `mask` labels need obs='pixels'")
     if obs not in OBS_COLUMN:
         raise ValueError(f"obs must be 'pixels' or 'state', got {obs!r}")
-    files = [(d, path) for d in (dataset_dir, *also) for path in parquet_files(d)]
+    files = [(k, d, path) for k, d in enumerate((dataset_dir, *also)) for path in parquet_files(d)]
     chunks: list[dict[str, np.ndarray]] = []
     offset, seen_episodes, current = 0, set[int](), None
-    for directory, path in files:
+    for part, directory, path in files:
         if directory != current:  # episodes are numbered per dataset
             seen_episodes, current = set(), directory
         df = _read_file(path, obs, labels)
@@ -352,6 +358,7 @@ def load_offline_transitions(
             "action": _list_column(df.filter(pl.Series(steps)), "action", action_dim, path),
             "reward": df["reward"].to_numpy()[steps].astype(np.float32),
             "terminated": df["terminated"].to_numpy()[steps],
+            "part": np.full(len(index), part, np.int64),
         }
         if "action" in labels:
             chunk |= _action_labels(df, index, action_dim, path)

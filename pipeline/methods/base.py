@@ -57,6 +57,9 @@ class TrainInputs:
     # the run goes on from (it acts from its first step)
     round_parts: tuple[Path, ...] = ()
     warm_start: Path | None = None
+    # (update, seed) at which the dataset and each round part entered the replay, in that order
+    # (Semore's selective insertion); () outside rounds: the dataset at update 0, the run's seed
+    part_entries: tuple[tuple[int, int], ...] = ()
 
     def hashes(self) -> dict[str, str]:
         """Content hashes of the rollouts' manifest and the label table."""

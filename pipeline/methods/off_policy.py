@@ -82,9 +82,12 @@ class OffPolicyMethod(Method):
             return env
         return ResizeFrames(env, run.image_size)
 
-    def offline_pool(self, hp: Any, offline: OfflineTransitions) -> OfflinePool | None:
-        """Which offline transitions each batch draws from (None: all, uniformly)."""
-        return None
+    def offline_pool(
+        self, hp: Any, offline: OfflineTransitions, run: TrainRun, inputs: TrainInputs
+    ) -> tuple[OfflinePool | None, dict[str, Any]]:
+        """Which offline transitions each batch draws from (None: all, uniformly), and what the
+        checkpoint's meta records of that choice."""
+        return None, {}
 
     def train(
         self,
@@ -128,6 +131,10 @@ class OffPolicyMethod(Method):
                 data_hashes = inputs.dataset_hashes()
             agent, more = self.build_agent(env, hp, run, inputs)
             data_hashes |= more
+            pool = None
+            if offline is not None:
+                pool, chosen = self.offline_pool(hp, offline, run, inputs)
+                data_hashes |= chosen
             buffer = ReplayBuffer(
                 obs,
                 env_obs_shape(env, hp.network),
@@ -136,7 +143,7 @@ class OffPolicyMethod(Method):
                 frame_stack=hp.network.frame_stack,
                 offline=offline,
                 offline_fraction=hp.offline_fraction,
-                offline_pool=self.offline_pool(hp, offline) if offline is not None else None,
+                offline_pool=pool,
                 device=agent.device,  # frames once, where the update runs
             )
             if inputs.warm_start is not None:  # a labelling round goes on from there

@@ -3,6 +3,7 @@ masks (eq. 4-7) and judge labels (the selective replay), and its ablations (`var
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -14,6 +15,7 @@ from pipeline.agents.semore import (
     SemoreAgent,
     SemoreParams,
     reasonable_indices,
+    selective_insert,
     selective_probability,
     selective_sample,
 )
@@ -42,6 +44,29 @@ def selective_pool(hp: SemoreParams, offline: OfflineTransitions) -> OfflinePool
     return pool
 
 
+def inserted_rows(
+    hp: SemoreParams, offline: OfflineTransitions, entries: Sequence[tuple[int, int]]
+) -> np.ndarray:
+    """Semore's selective replay at insertion (`selective_replay: insert`): the offline rows that
+    entered the replay, each part at its `(update, seed)` of `entries` (`selective_insert`)."""
+    if len(entries) != int(offline.part.max(initial=0)) + 1:
+        raise ValueError(
+            f"{len(entries)} part entries for {int(offline.part.max(initial=0)) + 1} dataset "
+            "parts: one (update, seed) per part, the static dataset first"
+        )
+    kept = selective_insert(
+        offline["judge"], offline.part, entries,
+        hp.selective_start, hp.selective_end, hp.selective_steps,
+    )  # fmt: skip
+    if len(kept) == 0:
+        raise ValueError(
+            "selective insertion left out every offline transition (none is judged reasonable "
+            "and the first part entered with probability 1): label the `judge` task, lower "
+            "`selective_start`, or use `selective_replay: sample`"
+        )
+    return kept
+
+
 class Semore(OffPolicyMethod):
     name = "semore"
     params_class = SemoreParams
@@ -53,8 +78,23 @@ class Semore(OffPolicyMethod):
     ) -> tuple[OffPolicyAgent, dict[str, Any]]:
         return SemoreAgent.for_env(env, hp, seed=run.seed), {}
 
-    def offline_pool(self, hp: SemoreParams, offline: OfflineTransitions) -> OfflinePool | None:
-        return selective_pool(hp, offline)
+    def offline_pool(
+        self, hp: SemoreParams, offline: OfflineTransitions, run: TrainRun, inputs: TrainInputs
+    ) -> tuple[OfflinePool | None, dict[str, Any]]:
+        if hp.selective_replay == "sample":
+            return selective_pool(hp, offline), {}
+        entries = inputs.part_entries or ((0, run.seed),)
+        kept = inserted_rows(hp, offline, entries)
+        chosen = {
+            "selective_insert": {
+                "entries": [list(e) for e in entries],
+                "kept": [int((offline.part[kept] == k).sum()) for k in range(len(entries))],
+                "of": [int((offline.part == k).sum()) for k in range(len(entries))],
+            }
+        }
+        if len(kept) == len(offline):
+            return None, chosen  # nothing was left out: uniform over all
+        return lambda update, rng: kept, chosen
 
 
 METHOD = Semore()
