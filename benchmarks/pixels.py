@@ -79,16 +79,16 @@ ARMS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "erpv": ("erpv", "scripted", {}),
     "erpv-shift": ("erpv", "scripted", {"image_pad": 4}),
     "erpv-constant": ("erpv", "constant", {}),
-    # VPG alone: VER's target sigmoid(G) sits near 1 and lifts alpha in every erpv run (stop 41)
+    # VPG alone: VER's target sigmoid(G) sits near 1 and lifts alpha in every erpv run
     "erpv-no-ver": ("erpv", "scripted", {"lambda_2": 0.0}),
-    # VER alone: erpv-no-ver did not recover sac-offline's level at 5k steps (stop 42)
+    # VER alone: erpv-no-ver did not recover sac-offline's level at 5k steps
     "erpv-no-vpg": ("erpv", "scripted", {"lambda_1": 0.0}),
     # Semore table 2's ablations, in its order (m4 is Semore); each adds one part to the last
     "semore-m1": ("semore", "scripted", {"variant": "m1"}),
     "semore-m2": ("semore", "scripted", {"variant": "m2"}),
     "semore-m3": ("semore", "scripted", {"variant": "m3"}),
     "semore-m4": ("semore", "scripted", {"variant": "m4"}),
-    # m2 with m1's semantic input (the stack): at 5k steps m1 scored ~60 above m2-m4 (stop 43);
+    # m2 with m1's semantic input (the stack): at 5k steps m1 scored ~60 above m2-m4;
     # is the cost that m2-m4's semantic stream reads the current frame alone?
     "semore-m2-stack": ("semore", "scripted", {"variant": "m2", "semantic_input": "stack"}),
 }

@@ -25,7 +25,7 @@ def has_avx512() -> bool:
 def other_cpu() -> dict[str, str]:
     """Another machine's kernels than the ones `import pipeline` pins (pipeline/kernels.py: numpy
     without AVX-512, OpenBLAS's Haswell kernel): numpy without its AVX2 targets and OpenBLAS's
-    Sandybridge kernel, which any x86-64 CPU with AVX runs. (Before the pin, stop 35's CI machine
+    Sandybridge kernel, which any x86-64 CPU with AVX runs. (Before the pin, a CI machine
     differed from the one that wrote dvc.lock in numpy's AVX-512 targets.)"""
     if not X86:
         return {}

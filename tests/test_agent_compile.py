@@ -46,7 +46,7 @@ def test_an_unknown_mode_is_refused_by_name():
 @pytest.mark.parametrize(("mode", "marks"), [("reduce-overhead", True), ("default", False)])
 def test_cuda_graphs_start_one_iteration_per_update_and_per_action(monkeypatch, mode, marks):
     """Without the marks, cudagraph trees free an update's critic features before its actor step
-    reads them (H200, stop 40). Compilation itself is stubbed: this checks the loop's calls."""
+    reads them (seen on an H200). Compilation itself is stubbed: this checks the loop's calls."""
     events: list[str] = []
     monkeypatch.setattr(nn.Module, "compile", lambda self, **kw: None)
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: events.append("mark"))

@@ -475,7 +475,7 @@ class OffPolicyAgent(ABC):
         action. Left to themselves, the trees start an iteration at any compiled call with no
         backward pending and free the last one's outputs: the actor's step (after the critic's
         backward) would find the critic step's encoder features overwritten ("accessing tensor
-        output of CUDAGraphs that has been overwritten", H200, stop 40). What an iteration
+        output of CUDAGraphs that has been overwritten", seen on an H200). What an iteration
         returns is read before the next begins (metrics as floats, actions as numpy)."""
         if self.cfg.compile == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
