@@ -37,6 +37,13 @@ def weight_init(module: nn.Module) -> None:
         nn.init.orthogonal_(module.weight.data[:, :, mid, mid], nn.init.calculate_gain("relu"))
 
 
+def _relu() -> nn.ReLU:
+    """In place: each ReLU here follows a conv, a Linear or a LayerNorm, whose backward reads its
+    input, not its output, so the same values and gradients come out with one buffer fewer per
+    layer (a drq update at 64x64, DrQ's network, batch 128, one CPU thread: 1.03-1.04x)."""
+    return nn.ReLU(inplace=True)
+
+
 class PixelEncoder(nn.Module):
     """V(.): frames stacked on channels (B, C, H, W) -> (B, F). `forward` takes uint8 frames and
     scales them by 1/255; `feature_map` (the conv stack, F's map (B, filters, h, w)) and `project`
@@ -69,9 +76,9 @@ class PixelEncoder(nn.Module):
                 f"2, then {stride}"
             )
         self.map_shape = (num_filters, side[0], side[1])  # (C, h, w) of the feature map
-        convs: list[nn.Module] = [nn.Conv2d(obs_shape[0], num_filters, 3, stride=2), nn.ReLU()]
+        convs: list[nn.Module] = [nn.Conv2d(obs_shape[0], num_filters, 3, stride=2), _relu()]
         for _ in range(num_layers - 1):
-            convs += [nn.Conv2d(num_filters, num_filters, 3, stride=stride), nn.ReLU()]
+            convs += [nn.Conv2d(num_filters, num_filters, 3, stride=stride), _relu()]
         self.convs = nn.Sequential(*convs)
         self.fc = nn.Linear(num_filters * side[0] * side[1], feature_dim)
         self.ln = nn.LayerNorm(feature_dim)
@@ -149,9 +156,9 @@ def make_encoder(
 def _mlp(n_in: int, hidden_dim: int, n_out: int) -> nn.Sequential:
     return nn.Sequential(
         nn.Linear(n_in, hidden_dim),
-        nn.ReLU(),
+        _relu(),
         nn.Linear(hidden_dim, hidden_dim),
-        nn.ReLU(),
+        _relu(),
         nn.Linear(hidden_dim, n_out),
     )
 
@@ -231,7 +238,7 @@ class TransitionModel(nn.Module):
     ) -> None:
         super().__init__()
         self.trunk = nn.Sequential(
-            nn.Linear(feature_dim + action_dim, hidden_dim), nn.LayerNorm(hidden_dim), nn.ReLU()
+            nn.Linear(feature_dim + action_dim, hidden_dim), nn.LayerNorm(hidden_dim), _relu()
         )
         self.fc_mu = nn.Linear(hidden_dim, feature_dim)
         self.fc_sigma = nn.Linear(hidden_dim, feature_dim) if learn_sigma else None
@@ -263,7 +270,7 @@ class RewardModel(nn.Module):
         self.net = nn.Sequential(
             nn.Linear(feature_dim, hidden_dim),
             nn.LayerNorm(hidden_dim),
-            nn.ReLU(),
+            _relu(),
             nn.Linear(hidden_dim, 1),
         )
         self.apply(weight_init)
