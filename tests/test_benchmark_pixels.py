@@ -1,6 +1,6 @@
-"""The pixel benchmark (benchmarks.pixels, benchmarks.guidance_terms): its presets stay valid
-over params.yaml, its arms and data keys, `--compile`, `--reevaluate`, and the gradient split of
-guidance_terms, on the pixel dataset of tests.pixel_data."""
+"""The pixel benchmark (benchmarks.pixels): its presets stay valid over params.yaml, its arms and
+data keys, `--compile`, `--reevaluate`, and its C_V step's resume, on the pixel dataset of
+tests.pixel_data."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from benchmarks.pixels import ENV, merged_params, read_preset
-from pipeline.config import load_params, parse_params
+from pipeline.config import parse_params
 from pipeline.methods.table import get_method
 from tests.conftest import REPO, count_calls
 from tests.pixel_data import STEPS, build_pixel_pipeline, params_for, train_argv
@@ -195,56 +195,6 @@ def test_reevaluate_names_a_bad_count_and_an_out_with_no_runs(tmp_path):
     with pytest.raises(SystemExit, match=re.escape(f"{tmp_path} has no params.yaml")):
         main(["--out", str(tmp_path), "--reevaluate", "30"])
     assert not list(tmp_path.iterdir())  # it trained and wrote nothing
-
-
-def test_guidance_terms_split_the_erpv_actors_own_gradient(pixel_pipeline, tmp_path):
-    """benchmarks.guidance_terms on a trained erpv run: the gradients of L_pi and lambda_1 L_V
-    it measures add up to the one the agent's own actor step applies (same batch, same sample
-    a_r); the table's figures come from them; a run without guidance is refused by name."""
-    import numpy as np
-    import torch
-
-    from benchmarks.guidance_terms import agent_terms, load_guided, table, term_gradients
-    from pipeline.methods.base import TrainInputs
-    from stages import train
-
-    d = pixel_pipeline
-    params_path = tmp_path / "params.yaml"
-    params_path.write_text(yaml.safe_dump(params_for(d, "erpv")))
-    assert train.main(train_argv(d, params_path, "erpv", tmp_path / "run")) == 0
-    params, erpv = load_params(params_path), get_method("erpv")
-    inputs = TrainInputs(d / "r", d / "labels.parquet", d / "ds", d / "critics")
-    agent, buffer = load_guided(erpv, params, "erpv", inputs, tmp_path / "run" / "model")
-    batch = buffer.sample(16, np.random.default_rng(0))
-    assert bool(batch["has_label"].any())
-    torch.manual_seed(1)
-    g_pi, g_v, _ = term_gradients(agent, batch)
-
-    actor = [p for p in agent.actor.parameters() if p.requires_grad]
-    applied = {}
-
-    def capture(*_, **__):  # the agent's own step, stopped before the optimiser moves
-        applied["g"] = torch.cat([p.grad.flatten() if p.grad is not None
-                                  else torch.zeros_like(p).flatten() for p in actor])  # fmt: skip
-
-    agent.actor_optimizer.step = capture
-    with torch.no_grad():
-        h, next_h = agent.features(batch["obs"]), agent.features(batch["next_obs"])
-    torch.manual_seed(1)
-    agent.update_actor_and_alpha(h, next_h, batch)
-    assert torch.allclose(applied["g"], g_pi + g_v, atol=1e-6)
-    assert float(g_v.norm()) > 0  # the guidance does pull on this batch
-
-    terms = agent_terms(erpv, params, "erpv", inputs, tmp_path / "run" / "model", batches=2)
-    assert terms["lambda_1"] == agent.cfg.lambda_1 == 10 and 0 <= terms["gate_open"] <= 1
-    assert terms["ratio"] == pytest.approx(terms["grad_v"] / terms["grad_pi"])
-    assert table({"erpv-seed0": terms}).splitlines()[1].split()[:2] == ["erpv-seed0", "10"]
-    sac = yaml.safe_load(params_path.read_text())
-    sac["train"] = {"sac": {**sac["train"]["erpv"], "method": "sac"}}
-    sac_path = tmp_path / "sac.yaml"
-    sac_path.write_text(yaml.safe_dump(sac))
-    with pytest.raises(SystemExit, match="sac: a sac run has no policy guidance"):
-        load_guided(get_method("sac"), load_params(sac_path), "sac", inputs, tmp_path / "run")
 
 
 def test_an_interrupted_critic_preparation_resumes(pixel_pipeline, tmp_path, monkeypatch):
