@@ -48,15 +48,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from pipeline.agents.erpv import ERPvAgent, ERPvParams, VLMCritic
 from pipeline.agents.loop import train_off_policy
 from pipeline.agents.off_policy import env_obs_shape
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.config import TeacherConfig, load_params
+from pipeline.critic import pretrain_critic
 from pipeline.dataset.transitions import OfflineTransitions, load_offline_transitions
 from pipeline.envs import CONTEXT, PIXELS, STATE, make_env
 from pipeline.labels.tasks import parse_answer, render_prompt
-from pipeline.methods.erpv import pretrain_critic
+from pipeline.methods.erpv import ERPvAgent, ERPvParams, VLMCritic
 from pipeline.methods.table import get_method
 from pipeline.rollouts.format import action_space_spec
 from pipeline.rollouts.writer import encode_png

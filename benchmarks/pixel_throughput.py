@@ -47,10 +47,8 @@ import torch
 
 from benchmarks import pixels
 from benchmarks.drq_reference import RefDrQAgent, RefReplay
-from pipeline.agents.erpv import ERPvAgent, ERPvParams, VLMCritic
 from pipeline.agents.off_policy import NetworkParams
 from pipeline.agents.replay import ReplayBuffer
-from pipeline.agents.semore import SemoreAgent, SemoreParams
 from pipeline.dataset.stacking import stack_window
 from pipeline.dataset.transitions import (
     JUDGE_SPEC,
@@ -59,6 +57,8 @@ from pipeline.dataset.transitions import (
     mask_specs,
 )
 from pipeline.methods.drq import DrQAgent, DrQParams
+from pipeline.methods.erpv import ERPvAgent, ERPvParams, VLMCritic
+from pipeline.methods.semore import SemoreAgent, SemoreParams
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)  # cartpole-swingup: one action
 EPISODE = 125  # cartpole-swingup at action repeat 8

@@ -1,4 +1,4 @@
-"""Gradient updates per second of Semore (pipeline.agents.semore) against pixel SAC on the same
+"""Gradient updates per second of Semore (pipeline.methods.semore) against pixel SAC on the same
 encoder, same frame size and batch, measured in one process, one thread: the cost of the second
 stream, the similarity loss and the cross-attention.
 
@@ -27,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from pipeline.agents.semore import SemoreAgent, SemoreParams
+from pipeline.methods.semore import SemoreAgent, SemoreParams
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)  # CarRacing-v3: steer, gas, brake
 

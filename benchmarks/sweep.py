@@ -236,9 +236,9 @@ def _dataset(
 def _critic(env_id: str, params: Params, dataset: Path, root: Path) -> Path:
     """stages/pretrain_critic.py: pretrain_critic; returns the critics directory (C_V in
     `<it>/<env>`, as TrainInputs.critics)."""
+    from pipeline.critic import pretrain_critic
     from pipeline.curves import write_training_log
     from pipeline.dataset.layout import dataset_hashes
-    from pipeline.methods.erpv import pretrain_critic
 
     if params.critic is None:
         raise SystemExit("params.yaml needs a `critic` section to pre-train C_V")

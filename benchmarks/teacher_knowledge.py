@@ -63,7 +63,7 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "erpv-nogate": ("erpv", {"gate_scaling": "none"}),
     "erpv-vertext": ("erpv", {"ver_target": "text"}),
     "erpv-l1k": ("erpv", {"lambda_1": 1000.0}),
-    # one lambda_1 for every reward scale: L_V weighed by lambda_1 * mean |Q_r| (pipeline/agents/erpv.py)
+    # one lambda_1 for every reward scale: L_V weighed by lambda_1 * mean |Q_r| (pipeline/methods/erpv.py)
     "erpv-qs1": ("erpv", {"vpg_weight": "q_scaled", "lambda_1": 1.0}),
     "erpv-qs50": ("erpv", {"vpg_weight": "q_scaled", "lambda_1": 50.0}),
 }
@@ -285,8 +285,8 @@ def gate_probe(agent_dir: Path, critics: Path, dataset: Path, env_id: str, seed:
     population, as in training). Q_r = C_R(s, a_r), a_r ~ pi(s), as in training."""
     import torch
 
-    from pipeline.agents.erpv import VLMCritic, vpg_gate
     from pipeline.dataset.transitions import load_offline_transitions
+    from pipeline.methods.erpv import VLMCritic, vpg_gate
     from pipeline.methods.table import load_agent
 
     agent = load_agent(agent_dir)

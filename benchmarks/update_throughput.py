@@ -25,11 +25,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from pipeline.agents.erpv import ERPvAgent, ERPvParams, VLMCritic
 from pipeline.agents.off_policy import NetworkParams, SACParams
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.agents.sac import SACAgent
 from pipeline.dataset.transitions import OfflineTransitions, action_label_specs
+from pipeline.methods.erpv import ERPvAgent, ERPvParams, VLMCritic
 
 ENV_ID = "Pendulum-v1"
 

@@ -16,16 +16,11 @@ import sys
 from pathlib import Path
 
 from pipeline.config import load_params
+from pipeline.critic import pretrain_critic, write_no_critic
 from pipeline.curves import write_training_log
 from pipeline.errors import PipelineError, print_error
 from pipeline.kernels import training_torch
-from pipeline.methods.erpv import (
-    VARIANTS,
-    critic_dir,
-    critic_params,
-    pretrain_critic,
-    write_no_critic,
-)
+from pipeline.methods.erpv import VARIANTS, critic_dir, critic_params
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -204,8 +204,8 @@ def test_an_interrupted_critic_preparation_resumes(pixel_pipeline, tmp_path, mon
     import torch
 
     from benchmarks.sweep import _critic
-    from pipeline.agents.erpv import VLMCritic
     from pipeline.agents.replay import TransitionStore
+    from pipeline.methods.erpv import VLMCritic
 
     raw = yaml.safe_load((pixel_pipeline / "params.yaml").read_text())
     raw["critic"].update(steps=30, resume_every=10)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from pipeline.agents.semore import SemoreParams
+from pipeline.methods.semore import SemoreParams
 from pipeline.methods.table import get_method
 from tests.conftest import REPO
 

@@ -117,7 +117,7 @@ def test_a_checkpoint_saved_before_a_new_setting_still_loads(tmp_path):
     """A setting added later (here erpv's `vpg_weight`) takes its default, which is what the code
     did before it existed: an older agent.json without it loads (it was refused as saved with
     another config, breaking every ERPv agent saved before the option)."""
-    from pipeline.agents.erpv import ERPvParams
+    from pipeline.methods.erpv import ERPvParams
 
     network = NetworkParams(obs="state", hidden_dim=16, feature_dim=8, transition_hidden_dim=8)
     agent = SACAgent((2,), gym.spaces.Box(-1.0, 1.0, (1,), np.float32),

@@ -5,22 +5,22 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.agents.erpv import (
+from pipeline.agents.loop import train_off_policy
+from pipeline.agents.off_policy import NetworkParams, sac_alpha_loss
+from pipeline.agents.replay import ReplayBuffer
+from pipeline.agents.sac import SACAgent
+from pipeline.critic import pretrain_vlm_critic
+from pipeline.dataset.transitions import OfflineTransitions, action_label_specs
+from pipeline.evaluation import deployed, play_episodes
+from pipeline.methods.erpv import (
     ERPvAgent,
     ERPvParams,
     VLMCritic,
     action_confidence,
     minmax_scale,
-    pretrain_vlm_critic,
     ver_regulariser,
     vpg_loss,
 )
-from pipeline.agents.loop import train_off_policy
-from pipeline.agents.off_policy import NetworkParams, sac_alpha_loss
-from pipeline.agents.replay import ReplayBuffer
-from pipeline.agents.sac import SACAgent
-from pipeline.dataset.transitions import OfflineTransitions, action_label_specs
-from pipeline.evaluation import deployed, play_episodes
 from pipeline.methods.table import load_agent
 from tests.toy_envs import PointMass
 
@@ -361,7 +361,7 @@ def test_erpv_end_to_end_on_point_mass(tmp_path):
 def test_an_erpv_checkpoint_needs_its_params_class_to_load_as_sac(tmp_path):
     """SACAgent.load on ERPv's checkpoint without ERPv's params says how to load it."""
     from pipeline.agents.checkpoint import CheckpointError
-    from pipeline.agents.erpv import ERPvParams
+    from pipeline.methods.erpv import ERPvParams
 
     cfg = ERPvParams(network=NetworkParams(obs="state", hidden_dim=8, feature_dim=4))
     space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -376,7 +376,7 @@ def test_an_erpv_checkpoint_needs_its_params_class_to_load_as_sac(tmp_path):
 def test_gate_scalings():
     """per_critic compares ranks under two critics; joint opens exactly where Q_v > Q_r; none is
     table 3's M2 (no gate)."""
-    from pipeline.agents.erpv import vpg_gate
+    from pipeline.methods.erpv import vpg_gate
 
     q_v = torch.tensor([10.0, 11.0, 12.0])  # C_V rates a_v below C_R's a_r on every row
     q_r = torch.tensor([20.0, 21.0, 22.0])
@@ -394,7 +394,7 @@ def test_gate_scalings():
 
 
 def test_ver_target_readings():
-    from pipeline.agents.erpv import ver_target
+    from pipeline.methods.erpv import ver_target
 
     g = torch.tensor([0.1, 1.0, 10.0])
     printed, text = ver_target(g, "printed"), ver_target(g, "text")

@@ -79,7 +79,7 @@ def test_pretrain_train_evaluate_end_to_end(pipeline_dir):
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     modules = out.stdout.split()
-    assert "pipeline.agents.erpv" in modules
+    assert "pipeline.methods.erpv" in modules
     assert not [m for m in modules if m.startswith("pipeline.teachers")]
     assert train.main(_train_argv(d, "sac")) == 0
 
@@ -219,8 +219,8 @@ def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp
 
     from safetensors.torch import load_file
 
-    from pipeline.agents.erpv import pretrain_vlm_critic
     from pipeline.config import TrainRun
+    from pipeline.critic import pretrain_vlm_critic
     from pipeline.dataset.layout import dataset_action_space
     from pipeline.dataset.transitions import load_offline_transitions
     from pipeline.methods.base import TrainInputs

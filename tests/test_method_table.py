@@ -48,6 +48,6 @@ def test_loading_a_ppo_agent_imports_ppo_alone():
     methods = {entry.split(":")[0] for entry in METHOD_MODULES.values()}
     assert not methods & set(at_import), at_import
     assert methods & set(after_load) == {"pipeline.methods.ppo"}, after_load
-    for other in ("pipeline.agents.semore", "pipeline.agents.erpv", "pipeline.agents.off_policy"):
+    for other in ("pipeline.methods.semore", "pipeline.methods.erpv", "pipeline.agents.off_policy"):
         assert other not in after_load
     assert not any(m.startswith("pipeline.shaping") for m in after_load)

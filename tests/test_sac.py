@@ -229,7 +229,8 @@ def test_train_loop_on_a_pipeline_pixel_env():
 def test_agents_never_import_a_teacher():
     code = (
         "import sys, pipeline.agents.loop, pipeline.agents.off_policy, pipeline.agents.sac, "
-        "pipeline.agents.erpv, pipeline.agents.replay, pipeline.agents.resume; "
+        "pipeline.methods.erpv, pipeline.methods.semore, pipeline.critic, pipeline.agents.replay, "
+        "pipeline.agents.resume; "
         "print(sorted(m for m in sys.modules if m.startswith('pipeline.teachers')))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

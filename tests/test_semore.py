@@ -1,4 +1,4 @@
-"""Semore (seed 001): the library core, tiny sizes only (pipeline.agents.semore, networks)."""
+"""Semore (seed 001): the library core, tiny sizes only (pipeline.methods.semore)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,21 @@ import torch
 import torch.nn.functional as F
 from pydantic import ValidationError
 
-from pipeline.agents.networks import CrossAttention, SemoreEncoder, motion_input, transition_nll
-from pipeline.agents.semore import (
+from pipeline.agents.networks import transition_nll
+from pipeline.config import load_params
+from pipeline.dataset.stacking import FrameStacker
+from pipeline.methods.semore import (
+    CrossAttention,
     SemoreAgent,
+    SemoreEncoder,
     SemoreParams,
+    motion_input,
     reasonable_indices,
     selective_probability,
     selective_sample,
     similarity_loss,
     ssim,
 )
-from pipeline.config import load_params
-from pipeline.dataset.stacking import FrameStacker
 from pipeline.methods.table import get_method, load_agent
 from tests.conftest import REPO
 
@@ -283,7 +286,7 @@ def test_selective_insertion_leaves_out_unjudged_pairs_as_each_part_enters():
     """The paper's placement: a part entering at update u keeps its reasonable pairs and each
     other pair with probability 1 - p(u); the decision is the part's own, the same in every
     later round, and a part entering after the decay keeps everything."""
-    from pipeline.agents.semore import selective_insert
+    from pipeline.methods.semore import selective_insert
 
     rng = np.random.default_rng(1)
     judge = rng.choice([1, 0, -1], size=6000, p=[0.2, 0.4, 0.4])
@@ -556,7 +559,7 @@ def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segm
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     modules = out.stdout.split()
-    assert "pipeline.agents.semore" in modules
+    assert "pipeline.methods.semore" in modules
     forbidden = ("pipeline.teachers", "pipeline.masks", "transformers", "open_clip")
     assert not [m for m in modules if m.startswith(forbidden)]
     logged = {p.stem for p in (d / "live" / "plots" / "metrics").rglob("*.tsv")}

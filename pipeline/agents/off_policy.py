@@ -5,7 +5,7 @@ learned temperature (ERPv eq. 11), the target networks and their Polyak updates,
 optimisers, `act`, the actor / alpha step with its two guidance hooks (ERPv's eq. 4 and eq. 7),
 the checkpoint (save, load, load_weights) and the resume state. A subclass names its modules
 (`_build`) and gives its critic step (`update_critic`); see pipeline.agents.sac (SAC + DeepMDP)
-and pipeline.agents.semore. After SB3's BaseAlgorithm.save/load, where a subclass only names its
+and pipeline.methods.semore. After SB3's BaseAlgorithm.save/load, where a subclass only names its
 state dicts.
 
 The one loop that trains them is pipeline.agents.loop.train_off_policy.

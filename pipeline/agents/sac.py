@@ -16,7 +16,7 @@ Actions: the networks work in [-1, 1]^A; the agent maps to and from the env's Bo
 replay buffer stores env units (the dataset's units). What every SAC-family agent shares (act,
 alpha, targets, optimisers, checkpoints, resume state) is pipeline.agents.off_policy's.
 
-ERPv's guidance (pipeline.agents.erpv) plugs into the base's two hooks: `policy_guidance`
+ERPv's guidance (pipeline.methods.erpv) plugs into the base's two hooks: `policy_guidance`
 (eq. 4) and `entropy_regulariser` (eq. 7); here both add nothing.
 """
 

@@ -1,29 +1,370 @@
-"""Method `erpv` (seed 002): SAC + VPG (eq. 3-4) + VER (eq. 5-7) guided by the dataset's cached
-action labels a_v, with the frozen VLM critic C_V that `pretrain_critic@<env>` trains here first
-(sec. 3.3, appendix D.1: TD on the labelled RAE data, next-state actions from the cached labels).
-Deployed agents are SAC's networks: C_V guides training only."""
+"""Method `erpv` (seed 002): SAC + DeepMDP guided by partially reliable VLM actions, the dataset's
+cached action labels a_v (the agent never calls a VLM), with the frozen VLM critic C_V; the agent
+and the method in one module. Deployed agents are SAC's networks: C_V guides training only.
+
+- VPG, Value-aware Policy Guidance (sec. 3.3, eq. 3-4): a frozen, pre-trained VLM critic C_V
+  scores the VLM action, Q_v = C_V(s, a_v); the agent's critic scores its own sampled action,
+  Q_r = C_R(s, a_r); both are min-max scaled over the batch; the gate Q_f = max(0, Q_v - Q_r)
+  weights an imitation term L_V added to the actor loss with weight lambda_1.
+- VER, VLM-guided Entropy Regularisation (sec. 3.4, eq. 5-7, appendix B eq. 14): the action
+  confidence G = 1 / L_T(s_{t+1}, T(s_t, a_v)) from the agent's transition model; the temperature
+  is pulled towards alpha_bar = sigmoid(G) with weight lambda_2.
+- Both apply to the rows of a batch that carry a label (`has_label`); other rows train plain SAC.
+- C_V is pre-trained offline (pipeline.critic, stage `pretrain_critic@<env>`, appendix D.1) by
+  TD on RAE rollouts, then frozen: target r + gamma (1 - done) C_V~(s', a_v(s')), a_v(s') the
+  cached label at the next state, i.e. Q of the VLM policy, evaluated without calling the VLM.
+
+Which transition model G uses. Algorithm 1 updates T(.) every step "referred to DeepMDP", and C.3
+says "we freeze the transition network (including V(.) and T_D(.)) when calculating the output of
+the VER": the transition model is the agent's own, trained online with the critic (pipeline.agents
+.sac), and "frozen" means no gradient flows from eq. 7 into it. So nothing but C_V is pre-trained.
+
+Paper ambiguities, resolved here:
+- eq. 3 writes Q_f outside the batch mean; Q_f is per sample (step 4 of sec. 3.3), so
+  L_V = mean_i Q_f,i ||a_v,i - a_r,i||^2, the squared L2 distance over action dimensions, and Q_f
+  is a gate (no gradient flows through it), as "constraint factor" says.
+- min-max scaling: the text does not say over what. Default (`gate_scaling: per_critic`): Q_v and
+  Q_r separately, each over the labelled rows of the batch; `joint` (one min and max over both)
+  and `none` (no gate: table 3's M2) are the alternatives. Every update logs the gate's open rate
+  and mean Q_f for a_v and, on the same rows, for an all-zero a_v and the agent's own action.
+- eq. 14: G = 1 / L_T with eq. 12's L_T per row (mean over latent features). With a learned sigma
+  L_T can be <= 0 (log sigma < 0); the denominator is floored at `confidence_eps`, so G saturates
+  at 1 / eps and alpha_bar at 1. With figure 11's deterministic T (the default) L_T is the mean
+  squared error and G > 0.
+- lambda_1 = 10 (sec. 4.1) is not scale-free: L_pi = alpha log pi - Q grows with the reward scale
+  while L_V is a gated squared distance in [0, 4 |A|]. On cartpole-swingup (Q in the hundreds)
+  |lambda_1 L_V| is 0.1-0.4 % of |L_pi| and no teacher moves the agent; on MountainCarContinuous
+  it is about 30 % (docs/results/2026-11-27-teacher-knowledge.md). Default (`vpg_weight: fixed`):
+  eq. 4 as printed; `q_scaled` weighs L_V by lambda_1 * mean |Q_r| over the labelled rows (no
+  gradient), so lambda_1 means the same on every reward scale (a deviation, as an option).
+- sec. 3.4 says a lower G should raise the entropy, yet alpha_bar = sigmoid(G) grows with G (and
+  is always > 0.5 since G > 0). Default (`ver_target: printed`): the equation as printed;
+  `text`: alpha_bar = sigmoid(-G). `ver/alpha_target` is logged so that the effect is visible.
+"""
 
 from __future__ import annotations
 
-import logging
 import re
-import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Self
 
 import gymnasium as gym
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+from torch import nn
 
-from pipeline.agents.erpv import ERPvAgent, ERPvParams, VLMCritic, pretrain_vlm_critic
-from pipeline.agents.off_policy import OffPolicyAgent
+from pipeline.agents.checkpoint import (
+    CheckpointError,
+    load_module,
+    read_checkpoint,
+    weights_path,
+    write_checkpoint,
+)
+from pipeline.agents.networks import Critic, make_encoder, transition_nll
+from pipeline.agents.off_policy import (
+    NetworkParams,
+    OffPolicyAgent,
+    SACParams,
+    encoder_input_shape,
+)
 from pipeline.agents.sac import SACAgent
 from pipeline.config import ConfigError, Params, TrainRun, merge_settings, validate_section
-from pipeline.dataset.layout import dataset_action_space, dataset_hashes
-from pipeline.dataset.transitions import load_offline_transitions
-from pipeline.io import atomic_write_json
-from pipeline.methods.base import TrainError, TrainInputs, resume_for
+from pipeline.methods.base import TrainError, TrainInputs
 from pipeline.methods.off_policy import OffPolicyMethod
 
-log = logging.getLogger(__name__)
+
+class ERPvParams(SACParams):
+    """ERPv (`erpv`): the SAC settings plus VPG (eq. 3-4) and VER (eq. 5-7)."""
+
+    lambda_1: float = Field(default=10.0, ge=0, description="VPG weight in eq. 4 (sec. 4.1: 10).")
+    lambda_2: float = Field(
+        default=10.0, ge=0, description="VER weight in eq. 7 (sec. 4.1: 10); 0 turns VER off."
+    )
+    confidence_eps: float = Field(
+        default=1e-6, gt=0, description="Floor of eq. 14's denominator (L_T): keeps G finite."
+    )
+    gate_scaling: Literal["per_critic", "joint", "none"] = Field(
+        default="per_critic",
+        description="How sec. 3.3 step 3 scales Q_v and Q_r before the gate Q_f = max(0, Q_v - "
+        "Q_r): `per_critic` min-max scales each over the labelled rows (our reading of the text; "
+        "it compares ranks under two critics, not a_v with a_r); `joint` uses one min and max over "
+        "both critics' values; `none` drops the gate, Q_f = 1 (table 3's M2, w/o Q_f).",
+    )
+    vpg_weight: Literal["fixed", "q_scaled"] = Field(
+        default="fixed",
+        description="The weight of L_V in eq. 4: `fixed` lambda_1 (as printed); `q_scaled` "
+        "lambda_1 * mean |Q_r| over the labelled rows (no gradient), so that lambda_1 is "
+        "relative to the actor loss -Q on any reward scale (not the paper's; see the module doc).",
+    )
+    ver_target: Literal["printed", "text"] = Field(
+        default="printed",
+        description="VER's target temperature from the confidence G: `printed` alpha_bar = "
+        "sigmoid(G) (eq. 7 as printed: > 0.5, grows with G); `text` alpha_bar = sigmoid(-G) (sec. "
+        "3.4's words: lower confidence, more entropy).",
+    )
+    critic_variant: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # runs without one fingerprint as before
+        description="Which C_V of the run's env it reads: null, the env's own (`critic.overrides`"
+        "); a name, that C_V of `critic.variants.<env>` (e.g. a pixel run beside a state run).",
+    )
+
+    @model_validator(mode="after")
+    def _actor_reads_the_critics_features(self) -> Self:
+        if self.actor_encoder != "shared":
+            raise ValueError(
+                "ERPv's actor reads the critic encoder's features (its SAC + DeepMDP, C.3: the "
+                "visual encoders share parameters): actor_encoder must be shared"
+            )
+        return self
+
+
+def minmax_scale(q: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Min-max normalisation over the batch (sec. 3.3 step 3, Patro & Sahu 2015):
+    q' = (q - min q) / (max q - min q), in [0, 1]. A constant batch (span <= eps) maps to 0: no
+    spread, no evidence that any action is better."""
+    lo, hi = q.min(), q.max()
+    return (q - lo) / (hi - lo).clamp_min(eps)
+
+
+GateScaling = Literal["per_critic", "joint", "none"]
+
+
+def vpg_gate(q_v: torch.Tensor, q_r: torch.Tensor, scaling: GateScaling) -> torch.Tensor:
+    """Q_f = max(0, scale(Q_v) - scale(Q_r)) (sec. 3.3 steps 3-4), (N,), without gradient.
+    `per_critic`: each of Q_v, Q_r min-max scaled over the rows on its own; `joint`: both by one
+    min and max over the two critics' values, so Q_f > 0 exactly where Q_v > Q_r; `none`: no gate,
+    Q_f = 1 (table 3's M2)."""
+    if scaling == "none":
+        return torch.ones_like(q_v)
+    if scaling == "joint":
+        lo = torch.minimum(q_v.min(), q_r.min())
+        span = (torch.maximum(q_v.max(), q_r.max()) - lo).clamp_min(1e-8)
+        diff = (q_v - q_r) / span
+    else:
+        diff = minmax_scale(q_v) - minmax_scale(q_r)
+    return diff.clamp_min(0.0).detach()
+
+
+def vpg_loss(
+    q_v: torch.Tensor,
+    q_r: torch.Tensor,
+    a_v: torch.Tensor,
+    a_r: torch.Tensor,
+    scaling: GateScaling = "per_critic",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ERPv eq. 3 over labelled rows: (L_V, Q_f). q_v, q_r (N,); a_v, a_r (N, A) in [-1, 1].
+    L_V = mean_i Q_f,i ||a_v,i - a_r,i||^2, Q_f the gate of `vpg_gate`."""
+    q_f = vpg_gate(q_v, q_r, scaling)  # (N,)
+    return (q_f * (a_v - a_r).pow(2).sum(-1)).mean(), q_f
+
+
+def action_confidence(
+    next_h: torch.Tensor, mu_v: torch.Tensor, sigma_v: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """ERPv eq. 14 (eq. 6 with the real s_{t+1}): G = 1 / L_T(s_{t+1}, mu~, sigma~), (N,), where
+    (mu~, sigma~) = T(s_t, a_v); L_T is eq. 12 per row, floored at eps."""
+    return 1.0 / transition_nll(next_h, mu_v, sigma_v).clamp_min(eps)
+
+
+def ver_target(g: torch.Tensor, reading: Literal["printed", "text"] = "printed") -> torch.Tensor:
+    """alpha_bar from G (N,): sigmoid(G) as eq. 7 prints it, or sigmoid(-G) as sec. 3.4 reads
+    (a lower confidence, a higher temperature)."""
+    return torch.sigmoid(g if reading == "printed" else -g)
+
+
+def ver_regulariser(
+    alpha: torch.Tensor, g: torch.Tensor, reading: Literal["printed", "text"] = "printed"
+) -> torch.Tensor:
+    """eq. 7's second term without its weight: mean over rows of (alpha - alpha_bar)^2."""
+    return (alpha - ver_target(g, reading).detach()).pow(2).mean()
+
+
+class VLMCritic(nn.Module):
+    """C_V (C.3: a visual encoder and two Q heads, the structure of C_R; clipped double Q).
+    `forward(obs, action)` takes the stacked observation and an action in [-1, 1]^A."""
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_low: np.ndarray,
+        action_high: np.ndarray,
+        network: NetworkParams,
+        data_hashes: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.obs_shape = tuple(int(d) for d in obs_shape)
+        self.network = network
+        self.input_shape = encoder_input_shape(network, self.obs_shape)
+        self.action_low = np.asarray(action_low, np.float32).ravel()
+        self.action_high = np.asarray(action_high, np.float32).ravel()
+        self.data_hashes = dict(data_hashes or {})
+        self.encoder = make_encoder(
+            network.obs, self.input_shape, feature_dim=network.feature_dim,
+            num_layers=network.encoder_layers, num_filters=network.encoder_filters,
+            stride=network.encoder_stride,
+        )  # fmt: skip
+        self.critic = Critic(network.feature_dim, len(self.action_low), network.hidden_dim)
+
+    def heads(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.critic(self.encoder(obs), action)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return torch.min(*self.heads(obs, action))  # (B,)
+
+    def freeze(self) -> VLMCritic:
+        """C_V "remains fixed during training" (sec. 3.3): no gradients, eval mode."""
+        self.requires_grad_(False)
+        return self.eval()
+
+    def save(self, path: str | Path, data_hashes: dict[str, str] | None = None) -> None:
+        """The agents' checkpoint layout (pipeline.agents.checkpoint), architecture `vlm_critic`;
+        `data_hashes` (the dataset's sha256) are recorded and come back as `.data_hashes`."""
+        if data_hashes is not None:
+            self.data_hashes = dict(data_hashes)
+        tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        meta = {
+            "architecture": "vlm_critic",
+            "network": self.network.model_dump(mode="json"),
+            "obs_shape": list(self.obs_shape),
+            "action_low": self.action_low.tolist(),
+            "action_high": self.action_high.tolist(),
+            "data_hashes": self.data_hashes,
+        }
+        write_checkpoint(path, tensors, meta)
+
+    @classmethod
+    def load(cls, path: str | Path, device: torch.device | str = "cpu") -> VLMCritic:
+        """A frozen C_V from `save`."""
+        meta, tensors = read_checkpoint(path)
+        if meta.get("architecture") != "vlm_critic":
+            raise CheckpointError(
+                f"{path}: a {meta.get('architecture')!r} checkpoint, not a VLM critic (C_V)"
+            )
+        critic = cls(
+            tuple(meta["obs_shape"]), np.asarray(meta["action_low"]),
+            np.asarray(meta["action_high"]), NetworkParams.model_validate(meta["network"]),
+            meta["data_hashes"],
+        )  # fmt: skip
+        load_module(critic, tensors, weights_path(path))
+        return critic.to(device).freeze()
+
+
+class ERPvAgent(SACAgent):
+    """SACAgent + VPG (eq. 3-4) + VER (eq. 5-7), with a frozen pre-trained `vlm_critic` (C_V).
+    Checkpoints (`save`) hold the SAC networks and the ERPv settings, not C_V (saved by its own
+    stage); `SACAgent.load` restores them for acting."""
+
+    algorithm = "erpv"
+    params_class = ERPvParams
+    cfg: ERPvParams
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_space: gym.spaces.Box,
+        cfg: ERPvParams | None,
+        vlm_critic: VLMCritic,
+        *,
+        device: torch.device | str | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(obs_shape, action_space, cfg, device=device, seed=seed)
+        if (
+            vlm_critic.input_shape != self.input_shape
+            or vlm_critic.network.obs != self.cfg.network.obs
+        ):
+            raise ValueError(
+                f"the VLM critic reads {vlm_critic.network.obs} input {vlm_critic.input_shape}, "
+                f"the agent {self.cfg.network.obs} input {self.input_shape}"
+            )
+        if not (
+            np.allclose(vlm_critic.action_low, self.scale.low_np)
+            and np.allclose(vlm_critic.action_high, self.scale.high_np)
+        ):
+            raise ValueError(
+                f"the VLM critic was trained for actions in [{vlm_critic.action_low}, "
+                f"{vlm_critic.action_high}], the agent acts in [{self.scale.low_np}, {self.scale.high_np}]"
+            )
+        self.vlm_critic = vlm_critic.to(self.device).freeze()
+
+    def _labelled_a_v(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        mask = batch["has_label"]
+        if not bool(mask.any()):
+            return None
+        return mask, self.scale.normalise(batch["a_v"][mask]).clamp(-1.0, 1.0)
+
+    def policy_guidance(
+        self,
+        h: torch.Tensor,
+        pi: torch.Tensor,
+        q_pi: torch.Tensor,
+        batch: dict[str, torch.Tensor],
+    ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        labelled = self._labelled_a_v(batch)
+        if labelled is None:
+            return None, {}
+        mask, a_v = labelled
+        a_r = pi[mask]
+        q_r = q_pi[mask].detach()  # Q_r = C_R(o, a_r), a_r ~ pi, (N,)
+        scaling = self.cfg.gate_scaling
+        obs = batch["obs"][mask]
+        with torch.no_grad():
+            q_v = self.vlm_critic(obs, a_v)  # Q_v = C_V(o, a_v), (N,)
+            # the same gate for two controls on the same rows: an all-zero a_v (the Worst
+            # Model) and the agent's own action; a gate that tells a_v from these carries the
+            # teacher's knowledge, one that opens as often for them does not
+            controls = {
+                "zeros": torch.zeros_like(a_v),
+                "own": a_r.detach(),
+            }
+            gates = {
+                name: vpg_gate(self.vlm_critic(obs, a), q_r, scaling)
+                for name, a in controls.items()
+            }
+        l_v, q_f = vpg_loss(q_v, q_r, a_v, a_r, scaling)  # eq. 3
+        weight = torch.tensor(self.cfg.lambda_1)
+        if self.cfg.vpg_weight == "q_scaled":
+            weight = weight * q_r.abs().mean()  # q_r carries no gradient
+        guidance = weight * l_v  # eq. 4: L_pi + lambda_1 L_V
+        metrics = {
+            "vpg/weight": weight.detach(),
+            "vpg/loss": l_v.detach(),
+            "vpg/q_f": q_f.mean(),
+            "vpg/gate_open": (q_f > 0).float().mean(),
+            "vpg/q_v_minus_q_r": (q_v - q_r).mean(),
+            "vpg/dist_pi_a_v": (a_v - a_r.detach()).pow(2).sum(-1).mean(),
+            "labelled_fraction": mask.float().mean(),
+        }
+        for name, gate in gates.items():
+            metrics[f"vpg/{name}/q_f"] = gate.mean()
+            metrics[f"vpg/{name}/gate_open"] = (gate > 0).float().mean()
+        return guidance, metrics
+
+    def entropy_regulariser(
+        self, h: torch.Tensor, next_h: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        labelled = self._labelled_a_v(batch)
+        if labelled is None:
+            return None, {}
+        mask, a_v = labelled
+        with torch.no_grad():  # C.3: T (encoder and T_D) frozen for VER
+            mu_v, sigma_v = self.transition(h[mask].detach(), a_v)  # P(s~_{t+1} | s_t, a_v)
+            g = action_confidence(next_h[mask], mu_v, sigma_v, self.cfg.confidence_eps)  # eq. 14
+        regulariser = ver_regulariser(self.alpha, g, self.cfg.ver_target)
+        metrics = {
+            "ver/G": g.mean(),
+            "ver/alpha_target": ver_target(g, self.cfg.ver_target).mean(),
+            "ver/loss": regulariser.detach(),
+        }
+        return self.cfg.lambda_2 * regulariser, metrics  # eq. 7
+
+
+# --- the method -------------------------------------------------------------------------------
+
 
 NO_CRITIC = "no_critic.json"  # pretrain_critic's output for an env without C_V
 
@@ -107,17 +448,6 @@ class ERPv(OffPolicyMethod):
 METHOD = ERPv()
 
 
-def write_no_critic(out_dir: str | Path, env_id: str) -> None:
-    """The pretrain_critic output of an env that `critic.envs` does not list: a marker (and no
-    earlier critic left behind), so that the runs on that env depend on something stable."""
-    out_dir = Path(out_dir)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    atomic_write_json(
-        out_dir / NO_CRITIC, {"env": env_id, "critic": None, "why": "not listed in critic.envs"}
-    )
-
-
 # The `erpv` keys that C_V's pre-training reads (pretrain_vlm_critic, the device, the stage's CPU
 # threads), and no other:
 # dvc.yaml's pretrain_critic stage lists them as its params (tests/test_erpv.py checks both).
@@ -194,61 +524,3 @@ def check_critic(params: Params) -> list[str]:
 
 
 _VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-
-
-def pretrain_critic(
-    env_id: str,
-    params: Params,
-    dataset: Path,
-    out_dir: Path,
-    progress: bool = True,
-    variant: str | None = None,
-    resume_dir: Path | None = None,
-) -> list[dict[str, float]]:
-    """ERPv's C_V for `env_id`: TD on the labelled RAE dataset, next-state actions from the cached
-    labels (the VLM policy evaluated without calling the VLM); saved frozen with the data hashes.
-    Networks, TD settings and device are `erpv`'s with `critic.overrides.<env>` merged over
-    (and `critic.variants.<env>.<variant>` for a variant: `critic_params`; the agent must read
-    what C_V reads); the pretrain_critic stage depends on exactly those keys (CRITIC_KEYS), so a
-    change of the guidance weights retrains no critic. With `resume_dir` and
-    `critic.resume_every`, a killed pre-training goes on from its last resume state there."""
-    if params.critic is None:
-        raise TrainError("params.yaml needs a `critic` section to pre-train C_V")
-    if env_id not in params.critic.envs:
-        raise TrainError(f"{env_id} is not listed in critic.envs ({params.critic.envs})")
-    cfg = critic_params(params, env_id, variant)
-    data = load_offline_transitions(dataset, cfg.network.obs, labels=("action",))
-    labelled = int(data["has_next_label"].sum())
-    if labelled == 0:
-        raise TrainError(
-            f"{dataset}: no transition has a labelled next state; C_V has nothing to learn from "
-            f"(check the label table's `action` task)"
-        )
-    hashes = dataset_hashes(dataset)
-    material = {  # what the result depends on: a resume state of other settings is not read
-        "env": env_id,
-        "variant": variant,
-        "erpv": cfg.model_dump(mode="json"),
-        "steps": params.critic.steps,
-        "seed": params.critic.seed,
-        "data": hashes,
-    }
-    resume = resume_for(resume_dir, params.critic.resume_every, material)
-    critic, logs = pretrain_vlm_critic(
-        data,
-        dataset_action_space(dataset),
-        cfg,
-        params.critic.steps,
-        params.critic.seed,
-        device=cfg.torch_device(),
-        log_every=max(1, params.critic.steps // 20),
-        progress=progress,
-        resume=resume,
-    )
-    critic.save(out_dir, data_hashes=hashes)
-    if resume is not None:
-        resume.clear()  # C_V is saved: nothing to resume
-    log.info(
-        "C_V of %s: %d transitions, %d with a labelled next state", env_id, len(data), labelled
-    )
-    return logs
