@@ -25,8 +25,8 @@ LAYERS: list[set[str]] = [
     {"agents"},  # PPO and the SAC family on one base, replay, checkpoints, resume state
     {"curves", "evaluation"},  # curve TSVs (dvclive layout), figures; deployed policies, evaluation
     {"methods"},  # one unit per method (params, train, load) and the method table
-    {"training", "integrity", "experiments", "reproducibility"},  # train logic; vlmrl-verify;
-    # vlmrl-seeds; vlmrl-lockcheck
+    # train logic; C_V's pre-training; vlmrl-verify; vlmrl-seeds; vlmrl-lockcheck
+    {"training", "critic", "integrity", "experiments", "reproducibility"},
     {"rounds"},  # labelling rounds: collect, label, masks, dataset and train, per round
 ]
 LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
