@@ -163,6 +163,7 @@ def test_a_semore_only_edit_leaves_other_runs_up_to_date(method):
 
 # a method's own code (its agent, networks and losses with it): no other method's run reads it
 OWN_CODE = {"semore": "pipeline/methods/semore.py", "erpv": "pipeline/methods/erpv.py"}
+OWN_CLASSES = {"semore": "(Semore|CrossAttention)", "erpv": "(ERPv|VLMCritic)"}
 
 
 @pytest.mark.parametrize("owner", list(OWN_CODE))
@@ -178,8 +179,10 @@ def test_a_methods_agent_code_is_a_dep_of_its_own_runs_alone(owner, method):
     assert REPO / path not in _stage_closure("stages.train", _method_file(method))
     assert not _run_depends_on(method, path)
     assert not _run_depends_on(method, "pipeline/critic.py")
-    for shared in ("pipeline/agents", "pipeline/agents/networks.py"):  # what every run shares
-        assert not [p for p in (REPO / shared).rglob("*.py") if owner in p.stem], shared
+    # what every run shares holds no module named after the method and none of its classes
+    classes = re.compile(rf"^class {OWN_CLASSES[owner]}", re.MULTILINE)
+    shared = sorted((REPO / "pipeline" / "agents").rglob("*.py"))
+    assert not [p.name for p in shared if owner in p.stem or classes.search(p.read_text())]
 
 
 def _dvc(repo: Path, *args: str) -> str:
