@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"methods"},  # one unit per method (params, train, load) and the method table
     # train logic; C_V's pre-training; vlmrl-verify; vlmrl-seeds; vlmrl-lockcheck
     {"training", "critic", "integrity", "experiments", "reproducibility"},
+    {"sweeps"},  # vlmrl-sweep: a benchmark table as DVC experiments (on vlmrl-seeds statistics)
     {"rounds"},  # labelling rounds: collect, label, masks, dataset and train, per round
 ]
 LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}

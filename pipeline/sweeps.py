@@ -1,0 +1,529 @@
+"""A benchmark table as DVC experiments: `vlmrl-sweep`.
+
+A table (a YAML file, for example `benchmarks/tables/*.yaml`) is params plus cells. A cell is
+one train run and what it changes in params.yaml; each (cell, seed) is one DVC experiment named
+`<table>-<cell>-s<seed>` that reproduces `evaluate@<table>-<cell>` and what that stage needs. DVC
+does the rest: params hashing decides what is stale, the run cache restores every stage it has
+run before on the same code, data and params (the labels, masks, dataset and C_V that many
+cells share are paid once), `dvc queue` runs cells in parallel, and `dvc exp push` / `pull`
+carry them between machines.
+
+    vlmrl-sweep status TABLE                 # every cell x seed: done, queued, running, failed,
+                                             # stale or missing
+    vlmrl-sweep queue TABLE --jobs 2 --wait  # queue what is not done, run 2 at a time, wait
+    vlmrl-sweep report TABLE --out DIR       # table.md (mean +- std, ddof 1; Welch p against
+                                             # the control), the figure, results.json (raw)
+    vlmrl-sweep commands TABLE --cell C --seed S [--push REMOTE]
+                                             # the shell line of each experiment: the command
+                                             # that reruns one cell, or one job of a scheduler
+
+The table file:
+
+    table: mcc-guidance       # experiment and run names start with it
+    metric: return_mean       # a key of metrics/eval/<run>.json
+    control: sac-offline      # every other cell gets Welch's p-value against this one
+    seeds: [0, 1, 2, 3, 4]    # train.<run>.seed of each experiment
+    params:                   # merged over params.yaml, key by key, for every cell
+      evaluate: {episodes: 10, seed: 10000}
+    cells:
+      sac-offline:
+        train: {env: MountainCarContinuous-v0, method: sac, steps: 5000,
+                overrides: {offline_fraction: 0.5}}   # train.<table>-<cell>; the seed is added
+        params: {}            # the cell's own params, merged after the table's
+
+Each leaf of a cell's params is one `-S ++key=value` of `dvc exp run` (DVC's Hydra overrides:
+dicts are merged key by key, a list is replaced whole). An experiment is `done` when it succeeded
+and its params hold every leaf the table gives it now; a successful one whose params differ is
+`stale` (the table changed after it ran): `queue` runs it again and `report` leaves it out, saying
+so. Experiments are those of the commit checked out (`dvc exp show`): after a commit that changes
+no stage's code or data, requeued cells restore from the run cache in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from pipeline.errors import PipelineError, print_error
+from pipeline.experiments import SeedSummary, welch_p
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # a git ref and a Hydra key segment
+KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")  # a segment of a params path
+STATES = ("done", "queued", "running", "failed", "stale", "missing")
+
+
+class SweepError(PipelineError, ValueError):
+    pass
+
+
+class Cell(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    train: dict[str, Any] = Field(
+        description="the cell's run, `train.<table>-<cell>` of params.yaml (env, method, steps, "
+        "overrides); the seed is set per experiment"
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="params merged over params.yaml after the table's"
+    )
+
+    @field_validator("train")
+    @classmethod
+    def _run(cls, train: dict[str, Any]) -> dict[str, Any]:
+        missing = [k for k in ("env", "method", "steps") if k not in train]
+        if missing:
+            raise ValueError(f"train needs {', '.join(missing)}")
+        if "seed" in train:
+            raise ValueError("train.seed is set per experiment from the table's `seeds`")
+        return train
+
+
+class Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    table: str = Field(description="the prefix of every experiment and run name")
+    metric: str = Field(default="return_mean", description="a key of metrics/eval/<run>.json")
+    control: str | None = Field(
+        default=None, description="the cell every other cell is compared with (Welch's test)"
+    )
+    seeds: list[int] = Field(min_length=1, description="train.<run>.seed of each experiment")
+    params: dict[str, Any] = Field(default_factory=dict, description="params of every cell")
+    cells: dict[str, Cell] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _names(self) -> Table:
+        for name in (self.table, *self.cells):
+            if not NAME.match(name):
+                raise ValueError(
+                    f"{name!r}: table and cell names are letters, digits, '-' and '_' (they name "
+                    "git refs and params keys)"
+                )
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds repeat: {self.seeds}")
+        if self.control is not None and self.control not in self.cells:
+            raise ValueError(f"control {self.control!r} is not a cell: {sorted(self.cells)}")
+        for cell in self.cells:
+            _leaves(cell_params(self, cell, self.seeds[0]))  # every key a params path
+        return self
+
+    def run(self, cell: str) -> str:
+        """The cell's train run: `train.<table>-<cell>`, stages `train@` / `evaluate@` it."""
+        return f"{self.table}-{cell}"
+
+    def experiment(self, cell: str, seed: int) -> str:
+        return f"{self.table}-{cell}-s{seed}"
+
+
+def load_table(path: str | Path) -> Table:
+    """The table file at `path`, checked; a bad file raises SweepError naming it and the field."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise SweepError(f"{path}: {exc}") from exc
+    try:
+        return Table.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()
+        )
+        raise SweepError(f"{path}: {problems}") from exc
+
+
+# ---- params as DVC's overrides -------------------------------------------------------------------
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and value and isinstance(out.get(key), Mapping):
+            out[key] = _merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def cell_params(table: Table, cell: str, seed: int) -> dict[str, Any]:
+    """What the experiment (cell, seed) sets in params.yaml: the table's params, the cell's, and
+    its train run with the seed."""
+    run = {"train": {table.run(cell): {**table.cells[cell].train, "seed": seed}}}
+    return _merge(_merge(table.params, table.cells[cell].params), run)
+
+
+def _leaves(params: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted path, value) of every leaf: a non-empty dict is walked, anything else is a leaf."""
+    out = []
+    for key, value in params.items():
+        if not isinstance(key, str) or not KEY.match(key):
+            raise SweepError(
+                f"params key {prefix}{key!r}: a params path takes letters, digits, '-' and '_'"
+            )
+        if isinstance(value, Mapping) and value:
+            out += _leaves(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+def hydra_value(value: Any) -> str:
+    """`value` in Hydra's override grammar (what `dvc exp run -S` parses), with its YAML type:
+    strings always quoted, so '1.0' or 'null' stay strings."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        if isinstance(value, float) and not np.isfinite(value):
+            raise SweepError(f"{value}: params hold finite numbers only")
+        text = repr(value)
+        mantissa, e, exponent = text.partition("e")
+        # 1e-05 would be read back as a string (YAML 1.1 floats need a dot): 1.0e-05
+        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
+    if isinstance(value, str):
+        # Hydra's quoted string: a quote is escaped, and so is every backslash before a quote
+        # or the closing quote; other backslashes are taken as they are
+        escaped = re.sub(r'(\\*)"', lambda m: m.group(1) * 2 + '\\"', value)
+        return '"' + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped) + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        for key in value:
+            if not isinstance(key, str) or not KEY.match(key):
+                raise SweepError(f"{key!r}: a dict key takes letters, digits, '-' and '_'")
+        return "{" + ", ".join(f"{k}: {hydra_value(v)}" for k, v in value.items()) + "}"
+    raise SweepError(f"{value!r}: a params value is a number, string, bool, null, list or dict")
+
+
+def overrides(table: Table, cell: str, seed: int) -> list[str]:
+    """The experiment's `-S` values: `++path=value` per leaf (adds a key or replaces its value)."""
+    return [f"++{k}={hydra_value(v)}" for k, v in _leaves(cell_params(table, cell, seed))]
+
+
+def exp_command(table: Table, cell: str, seed: int, queue: bool = False) -> list[str]:
+    """`dvc exp run` of one (cell, seed): only its evaluate stage and what that stage needs."""
+    sets = [arg for o in overrides(table, cell, seed) for arg in ("-S", o)]
+    return [
+        "dvc", "exp", "run", *(["--queue"] if queue else []), "-n",
+        table.experiment(cell, seed), *sets, f"evaluate@{table.run(cell)}",
+    ]  # fmt: skip
+
+
+# ---- what DVC holds --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Status:
+    cell: str
+    seed: int
+    name: str
+    state: str  # one of STATES
+    rev: str | None = None
+    value: float | None = None  # the metric, when done
+    why: str = ""  # what makes it stale or failed
+
+
+def _same(actual: Any, expected: Any) -> bool:
+    """A `dvc exp show` value against the table's: numbers compare as floats (DVC's flat rows
+    give 5000 as 5000.0, and 1e-05 as '1e-05'), a missing key reads 'None'."""
+    if expected is None:
+        return actual in (None, "None")
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return actual == expected
+    if isinstance(expected, int | float) and isinstance(actual, int | float | str):
+        try:  # DVC writes 1e-05, which YAML 1.1 (and so `dvc exp show`) reads as a string
+            return float(actual) == float(expected)
+        except ValueError:
+            return False
+    if isinstance(expected, list | tuple) and isinstance(actual, list | tuple):
+        return len(actual) == len(expected) and all(map(_same, actual, expected))
+    if isinstance(expected, Mapping) and not expected:
+        return actual in ({}, None, "None")
+    return actual == expected
+
+
+def exp_rows(repo: Path) -> dict[str, dict[str, Any]]:
+    """The experiments of the commit checked out, by name (dvc.api.exp_show's flat rows)."""
+    import dvc.api
+    from dvc.exceptions import DvcException
+
+    try:
+        rows = dvc.api.exp_show(repo=str(repo))
+    except DvcException as exc:
+        raise SweepError(f"{repo}: dvc exp show: {exc}") from exc
+    return {str(r["Experiment"]): r for r in rows if r.get("Experiment")}
+
+
+def statuses(
+    table: Table,
+    rows: Mapping[str, Mapping[str, Any]],
+    cells: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+) -> list[Status]:
+    """Every (cell, seed) of the table against the experiments `rows`."""
+    out = []
+    for cell in cells or table.cells:
+        for seed in table.seeds if seeds is None else seeds:
+            name = table.experiment(cell, seed)
+            row = rows.get(name)
+            if row is None:
+                out.append(Status(cell, seed, name, "missing"))
+                continue
+            rev, state = str(row.get("rev")), row.get("State")
+            if state in ("Queued", "Running"):
+                out.append(Status(cell, seed, name, state.lower(), rev))
+                continue
+            # no state: a committed experiment that no local queue ran (`dvc exp pull`)
+            if state not in ("Success", None):
+                out.append(Status(cell, seed, name, "failed", rev, why=f"state {state}: "
+                                  f"`dvc queue logs {name}` says why"))  # fmt: skip
+                continue
+            differs = [
+                f"{k}={row.get(k)!r} (table: {v!r})"
+                for k, v in _leaves(cell_params(table, cell, seed))
+                if not _same(row.get(k), v)
+            ]
+            if differs:
+                out.append(Status(cell, seed, name, "stale", rev, why="; ".join(differs)))
+                continue
+            column = f"metrics/eval/{table.run(cell)}.json:{table.metric}"
+            value = row.get(column)
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                out.append(Status(cell, seed, name, "failed", rev, why=f"no {column}"))
+                continue
+            out.append(Status(cell, seed, name, "done", rev, float(value)))
+    return out
+
+
+def format_status(table: Table, found: list[Status]) -> str:
+    counts = {s: sum(1 for f in found if f.state == s) for s in STATES}
+    lines = [f"{f.name:48s} {f.state:8s} "
+             + (f"{table.metric} {f.value:.4g}" if f.value is not None else f.why)
+             for f in found]  # fmt: skip
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    return "\n".join(lines)
+
+
+# ---- queue and run --------------------------------------------------------------------------------
+
+
+def _dvc(args: list[str], repo: Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(args, cwd=repo, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SweepError(f"{shlex.join(args)} (in {repo}) exited {done.returncode}:\n"
+                         f"{(done.stderr or done.stdout).strip()}")  # fmt: skip
+    return done
+
+
+def queue(
+    table: Table,
+    repo: Path,
+    cells: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    force: bool = False,
+) -> list[Status]:
+    """Queue every (cell, seed) that is not done (`force`: done ones too), queued or running;
+    a failed or stale experiment of that name is replaced. Returns what was queued."""
+    queued = []
+    for status in statuses(table, exp_rows(repo), cells, seeds):
+        if status.state in ("queued", "running") or (status.state == "done" and not force):
+            continue
+        if status.state != "missing":
+            _dvc(["dvc", "exp", "remove", status.name], repo)
+        _dvc(exp_command(table, status.cell, status.seed, queue=True), repo)
+        queued.append(status)
+    return queued
+
+
+def wait(table: Table, repo: Path, every_s: float = 10.0) -> list[Status]:
+    """Until no experiment of the table is queued or running: one line each time the counts
+    change. Driven by the queue's own progress (no time limit): a stuck worker shows as a count
+    that stops moving, and `dvc queue status` / `dvc queue logs NAME` say why."""
+    last, misses = None, 0
+    while True:
+        try:
+            found = statuses(table, exp_rows(repo))
+            misses = 0
+        except SweepError as exc:
+            # `dvc exp show` can meet a worker's temporary workspace half made or half gone
+            misses += 1
+            if misses >= 5:
+                raise
+            print(f"{time.strftime('%H:%M:%S')} {exc} (trying again)", flush=True)
+            time.sleep(every_s)
+            continue
+        counts = tuple(sum(1 for f in found if f.state == s) for s in STATES)
+        if counts != last:
+            line = ", ".join(f"{n} {s}" for s, n in zip(STATES, counts, strict=True) if n)
+            print(f"{time.strftime('%H:%M:%S')} {table.table}: {line}", flush=True)
+            last = counts
+        if not any(f.state in ("queued", "running") for f in found):
+            return found
+        time.sleep(every_s)
+
+
+# ---- the report -----------------------------------------------------------------------------------
+
+
+def summaries(table: Table, found: Iterable[Status]) -> dict[str, SeedSummary]:
+    """Each cell's done experiments as a SeedSummary (one value per seed)."""
+    out = {}
+    for cell in table.cells:
+        done = [f for f in found if f.cell == cell and f.state == "done"]
+        if done:
+            out[cell] = SeedSummary(
+                (("cell", cell),), table.run(cell), tuple(f.value for f in done),  # type: ignore[misc]
+                tuple(f.seed for f in done), tuple(f.name for f in done),
+            )  # fmt: skip
+    return out
+
+
+def format_report(table: Table, found: list[Status]) -> str:
+    """The table as markdown: n, mean +- std (ddof 1), Welch p against the control, per seed."""
+    cells = summaries(table, found)
+    control = cells.get(table.control) if table.control else None
+    lines = [
+        f"| cell | n | {table.metric}: mean +- std (ddof 1) | p vs {table.control or '-'} "
+        "| per seed |",
+        "|---|---|---|---|---|",
+    ]
+    for cell in table.cells:
+        s = cells.get(cell)
+        if s is None:
+            lines.append(f"| {cell} | 0 | | | |")
+            continue
+        std = f"{s.std:.1f}" if s.n > 1 else "n/a"
+        p = None if control is None or cell == table.control else welch_p(s, control)
+        seeds = ", ".join(f"{seed}: {v:.1f}" for seed, v in sorted(s.per_seed().items()))
+        lines.append(f"| {cell} | {s.n} | {s.mean:.1f} +- {std} | "
+                     f"{'' if p is None else f'{p:.2g}'} | {seeds} |")  # fmt: skip
+    left = [f for f in found if f.state != "done"]
+    if left:
+        lines.append("")
+        lines.append("Not in the table: " + "; ".join(f"{f.name} {f.state}"
+                                                      + (f" ({f.why})" if f.why else "")
+                                                      for f in left))  # fmt: skip
+    lines.append("")
+    lines.append("p: Welch's two-sided t-test (unequal variances) over per-seed values.")
+    return "\n".join(lines)
+
+
+def plot_cells(table: Table, found: list[Status], path: Path) -> None:
+    """Each cell's per-seed values (dots) with the mean and +- 1 std (ddof 1) over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline.io import atomic_write_bytes
+
+    cells = summaries(table, found)
+    names = [c for c in table.cells if c in cells]
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(names) + 1.5), 4.0), dpi=120)
+    for x, cell in enumerate(names):
+        s = cells[cell]
+        values = list(s.per_seed().values())
+        ax.scatter([x] * len(values), values, color="C0", alpha=0.6, s=14)
+        ax.errorbar([x + 0.15], [s.mean], yerr=[0.0 if s.n < 2 else s.std], fmt="o",
+                    color="black", capsize=4)  # fmt: skip
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(table.metric)
+    ax.set_title(f"{table.table}: seeds (dots), mean +- 1 std (ddof 1)", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def write_report(table: Table, table_path: Path, found: list[Status], out: Path) -> str:
+    """`out/table.md`, `out/<metric>.png` and `out/results.json` (every experiment of the table
+    with its state, revision, seed and value, and the table file as read)."""
+    from pipeline.io import atomic_write_bytes, atomic_write_json
+
+    out.mkdir(parents=True, exist_ok=True)
+    text = format_report(table, found)
+    atomic_write_bytes(out / "table.md", (text + "\n").encode())
+    plot_cells(table, found, out / f"{table.metric}.png")
+    atomic_write_json(out / "results.json", {
+        "table": str(table_path),
+        "spec": table.model_dump(mode="json"),
+        "experiments": [vars(f) for f in found],
+    })  # fmt: skip
+    return text
+
+
+# ---- command line ---------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command", choices=("status", "queue", "report", "commands"))
+    parser.add_argument("table", type=Path, help="the table's YAML file")
+    parser.add_argument("--repo", type=Path, default=Path("."), help="the DVC repository")
+    parser.add_argument("--cell", action="append", help="these cells only (repeatable)")
+    parser.add_argument("--seed", type=int, action="append", help="these seeds only")
+    parser.add_argument("--force", action="store_true", help="queue: done experiments too")
+    parser.add_argument("--jobs", type=int, default=0, help="queue: start N queue workers")
+    parser.add_argument("--wait", action="store_true", help="queue: until none is queued")
+    parser.add_argument("--out", type=Path, help="report: directory of the table and figure")
+    parser.add_argument("--push", metavar="REMOTE", help="commands: push each experiment there")
+    args = parser.parse_args(argv)
+    try:
+        table = load_table(args.table)
+        unknown = sorted(set(args.cell or ()) - set(table.cells))
+        if unknown:
+            raise SweepError(f"--cell {', '.join(unknown)}: not in {args.table}; its cells: "
+                             f"{', '.join(table.cells)}")  # fmt: skip
+        if args.command == "commands":
+            for cell in args.cell or table.cells:
+                for seed in args.seed or table.seeds:
+                    line = shlex.join(exp_command(table, cell, seed))
+                    if args.push:
+                        push = ["dvc", "exp", "push", args.push, table.experiment(cell, seed)]
+                        line += " && " + shlex.join(push)
+                    print(line)
+            return 0
+        if args.command == "queue":
+            queued = queue(table, args.repo, args.cell, args.seed, args.force)
+            print(f"queued {len(queued)} experiment(s): "
+                  + (", ".join(s.name for s in queued) or "every one is done or queued"))  # fmt: skip
+            if args.jobs:
+                _dvc(["dvc", "queue", "start", "-j", str(args.jobs)], args.repo)
+            if args.wait:
+                wait(table, args.repo)
+            elif queued and not args.jobs:
+                print("run them: dvc queue start -j N (then `vlmrl-sweep status`)")
+            return 0
+        found = statuses(table, exp_rows(args.repo), args.cell, args.seed)
+        if args.command == "status":
+            print(format_status(table, found))
+            return 0
+        if args.out is None:
+            print(format_report(table, found))
+        else:
+            print(write_report(table, args.table, found, args.out))
+            print(f"\n{args.out}: table.md, {table.metric}.png, results.json")
+        return 0
+    except (SweepError, OSError) as exc:
+        print_error(exc)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""vlmrl-sweep: a benchmark table as DVC experiments (pipeline/sweeps.py)."""
+
+import shlex
+import shutil
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats
+
+from pipeline.sweeps import (
+    SweepError,
+    Table,
+    _merge,
+    cell_params,
+    exp_command,
+    format_report,
+    hydra_value,
+    load_table,
+    main,
+    overrides,
+    statuses,
+    summaries,
+)
+from tests.conftest import REPO
+
+TABLE = {
+    "table": "t",
+    "control": "base",
+    "seeds": [0, 1, 2],
+    "params": {"evaluate": {"episodes": 10}, "label": {"per_env": {"E-v0": {"tasks": {"a": 1}}}}},
+    "cells": {
+        "base": {"train": {"env": "E-v0", "method": "sac", "steps": 100}},
+        "more": {
+            "train": {"env": "E-v0", "method": "sac", "steps": 100, "overrides": {"lr": 1e-5}},
+            "params": {"label": {"per_env": {"E-v0": {"teacher": {"backend": "constant"}}}}},
+        },
+    },
+}
+
+
+def test_the_overrides_give_dvc_the_params_the_table_says(tmp_path):
+    """Through DVC's own Hydra override code, on the project's params.yaml: every cell's `-S`
+    values give params.yaml merged with the cell's params, types kept (a string that reads as a
+    number or null stays a string, 1e-05 stays a number, a backslash before a quote survives)."""
+    from dvc.utils.hydra import apply_overrides
+
+    table = load_table(REPO / "benchmarks" / "tables" / "mcc_guidance.yaml")
+    base = yaml.safe_load((REPO / "params.yaml").read_text())
+    for cell in table.cells:
+        shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+        apply_overrides(tmp_path / "params.yaml", overrides(table, cell, 3))
+        got = yaml.safe_load((tmp_path / "params.yaml").read_text())
+        assert got == _merge(base, cell_params(table, cell, 3)), cell
+        assert got["train"][table.run(cell)]["seed"] == 3
+    odd = {"a": 'it\'s "q" \\ x', "b": "end\\", "c": 'x\\"y', "d": "1.0", "e": "null",
+           "f": [1, "x", None, True], "g": 2.5e20, "h": {}, "i": -3, "j": False}  # fmt: skip
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    apply_overrides(tmp_path / "params.yaml", [f"++z.{k}={hydra_value(v)}" for k, v in odd.items()])
+    assert yaml.safe_load((tmp_path / "params.yaml").read_text())["z"] == odd
+    apply_overrides(tmp_path / "params.yaml", [f"++z.k={hydra_value(1e-5)}"])
+    assert float(yaml.safe_load((tmp_path / "params.yaml").read_text())["z"]["k"]) == 1e-5
+
+
+def test_one_experiment_reproduces_only_its_cells_evaluate_stage():
+    table = Table.model_validate(TABLE)
+    cmd = exp_command(table, "more", 2, queue=True)
+    assert cmd[:6] == ["dvc", "exp", "run", "--queue", "-n", "t-more-s2"]
+    assert cmd[-1] == "evaluate@t-more"
+    sets = cmd[7:-1:2]
+    assert cmd[6:-1:2] == ["-S"] * len(sets)
+    assert "++train.t-more.seed=2" in sets and "++train.t-more.overrides.lr=1.0e-05" in sets
+    assert '++label.per_env.E-v0.teacher.backend="constant"' in sets
+    assert "++label.per_env.E-v0.tasks.a=1" in sets
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"control": "nope"}, "control 'nope' is not a cell"),
+        ({"seeds": [0, 0]}, "seeds repeat"),
+        ({"seeds": []}, "seeds"),
+        ({"table": "a b"}, "'a b': table and cell names"),
+        ({"control": None, "cells": {"x": {"train": {"env": "E", "method": "sac"}}}},
+         "train needs steps"),
+        ({"control": None,
+          "cells": {"x": {"train": {"env": "E", "method": "sac", "steps": 1, "seed": 3}}}},
+         "set per experiment"),
+        ({"control": None, "cells": {"x": {"train": {"env": "E", "method": "sac", "steps": 1},
+                                           "params": {"a.b": 1}}}}, "params key 'a.b'"),
+        ({"colour": 1}, "colour"),
+    ],
+)  # fmt: skip
+def test_a_bad_table_is_refused_naming_the_file_and_field(tmp_path, change, says):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({**TABLE, **change}))
+    with pytest.raises(SweepError, match=r"t\.yaml") as info:
+        load_table(path)
+    assert says in str(info.value)
+    path.write_text("cells: [unclosed")
+    with pytest.raises(SweepError, match=r"t\.yaml"):
+        load_table(path)
+
+
+def _row(table, cell, seed, value, state="Success", **changed):
+    """A flat `dvc exp show` row (numbers as floats, as DVC gives them)."""
+    row = {"Experiment": table.experiment(cell, seed), "rev": f"r{cell}{seed}", "State": state}
+    from pipeline.sweeps import _leaves
+
+    for k, v in _leaves(cell_params(table, cell, seed)):
+        row[k] = float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+    row.update(changed)
+    if value is not None:
+        row[f"metrics/eval/{table.run(cell)}.json:return_mean"] = value
+    return row
+
+
+def test_each_experiment_is_done_stale_failed_queued_or_missing():
+    table = Table.model_validate(TABLE)
+    rows = [
+        _row(table, "base", 0, 1.0),
+        _row(table, "base", 1, 2.0, **{"evaluate.episodes": 5.0}),  # the table changed since
+        _row(table, "base", 2, None, state="Failed"),
+        _row(table, "more", 0, None, state="Queued"),
+        _row(table, "more", 1, None, state="Running"),
+        _row(table, "more", 2, None),  # succeeded without the metric
+    ]
+    found = {f.name: f for f in statuses(table, {r["Experiment"]: r for r in rows})}
+    assert found["t-base-s0"].state == "done" and found["t-base-s0"].value == 1.0
+    assert found["t-base-s1"].state == "stale" and "evaluate.episodes=5.0" in found["t-base-s1"].why
+    assert (
+        found["t-base-s2"].state == "failed"
+        and "dvc queue logs t-base-s2" in found["t-base-s2"].why
+    )
+    assert [found[f"t-more-s{s}"].state for s in (0, 1, 2)] == ["queued", "running", "failed"]
+    assert "no metrics/eval/t-more.json:return_mean" in found["t-more-s2"].why
+    assert statuses(table, {}, ["more"], [7])[0].state == "missing"
+
+
+def test_the_report_is_mean_std_ddof1_and_welchs_p_against_the_control():
+    table = Table.model_validate(TABLE)
+    base, more = [1.0, 2.5, 4.0], [10.0, 12.0, 11.0]
+    rows = [_row(table, "base", s, v) for s, v in enumerate(base)]
+    rows += [_row(table, "more", s, v) for s, v in enumerate(more[:2])]
+    rows.append(_row(table, "more", 2, more[2], **{"train.t-more.steps": 50.0}))  # stale
+    found = statuses(table, {r["Experiment"]: r for r in rows})
+    cells = summaries(table, found)
+    assert cells["base"].std == pytest.approx(np.std(base, ddof=1))
+    assert cells["more"].n == 2 and cells["more"].mean == pytest.approx(11.0)
+    text = format_report(table, found)
+    p = stats.ttest_ind(more[:2], base, equal_var=False).pvalue
+    assert (
+        f"| more | 2 | 11.0 +- {np.std(more[:2], ddof=1):.1f} | {p:.2g} | 0: 10.0, 1: 12.0 |"
+        in text
+    )
+    assert f"| base | 3 | {np.mean(base):.1f} +- {np.std(base, ddof=1):.1f} |  |" in text
+    assert "t-more-s2 stale (train.t-more.steps=50.0 (table: 100))" in text
+
+
+def test_the_command_line_prints_the_shell_line_that_reruns_one_cell(tmp_path, capsys):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(TABLE))
+    assert main(["commands", str(path), "--cell", "more", "--seed", "1", "--push", "origin"]) == 0
+    line = capsys.readouterr().out.strip()
+    run, push = line.split(" && ")
+    assert shlex.split(run) == exp_command(load_table(path), "more", 1)
+    assert shlex.split(push) == ["dvc", "exp", "push", "origin", "t-more-s1"]
+    assert main(["commands", str(path), "--cell", "nope"]) == 2
+    assert "--cell nope: not in" in capsys.readouterr().err
+
+
+TOY_TRAIN = """
+import json, os, sys, yaml
+run = sys.argv[1]
+p = yaml.safe_load(open("params.yaml"))
+r = p["train"][run]
+os.makedirs("models", exist_ok=True)
+open(f"models/{run}.txt", "w").write(str(10 * p["scale"] + r["seed"] + r.get("bonus", 0)))
+"""
+TOY_EVALUATE = """
+import json, os, sys
+run = sys.argv[1]
+os.makedirs("metrics/eval", exist_ok=True)
+json.dump({"return_mean": float(open(f"models/{run}.txt").read())},
+          open(f"metrics/eval/{run}.json", "w"))
+"""
+TOY_DVC = """stages:
+  train:
+    foreach: ${train}
+    do:
+      cmd: python train.py ${key}
+      deps: [train.py]
+      params:
+        - scale
+        - train.${key}
+      outs:
+        - models/${key}.txt
+  evaluate:
+    foreach: ${train}
+    do:
+      cmd: python evaluate.py ${key}
+      deps:
+        - evaluate.py
+        - models/${key}.txt
+      metrics:
+        - metrics/eval/${key}.json:
+            cache: false
+"""
+TOY_TABLE = {
+    "table": "toy",
+    "control": "a",
+    "seeds": [0, 1, 2],
+    "cells": {
+        "a": {"train": {"env": "E-v0", "method": "toy", "steps": 1}},
+        "b": {"train": {"env": "E-v0", "method": "toy", "steps": 1, "bonus": 5},
+              "params": {"scale": 2}},
+    },
+}  # fmt: skip
+
+
+@pytest.mark.slow  # two DVC projects, a queue worker and six `dvc exp run`s
+def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
+    tmp_path, monkeypatch, capsys
+):
+    """Cell a runs from this repository's queue (`queue --jobs 1 --wait`); cell b runs in a
+    second clone, as one job per experiment of a batch scheduler would (`commands --push`), and
+    comes back with `dvc exp pull`. The report holds both, from each experiment's own metric;
+    a change to the table makes the experiments it touches stale."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+
+    def run(cwd, *cmd):
+        return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+    here, there, git_remote, dvc_remote = (tmp_path / n for n in ("here", "there", "r.git", "s"))
+    run(tmp_path, "git", "init", "-q", "--bare", str(git_remote))
+    here.mkdir()
+    (here / "train.py").write_text(TOY_TRAIN)
+    (here / "evaluate.py").write_text(TOY_EVALUATE)
+    (here / "dvc.yaml").write_text(TOY_DVC)
+    (here / "params.yaml").write_text(
+        "scale: 1\ntrain:\n  base: {env: E-v0, method: toy, steps: 1, seed: 0}\n"
+    )
+    table = tmp_path / "toy.yaml"
+    table.write_text(yaml.safe_dump(TOY_TABLE, sort_keys=False))
+    for cmd in (
+        ("git", "init", "-q", "-b", "main"),
+        ("git", "config", "user.email", "t@example.com"),
+        ("git", "config", "user.name", "t"),
+        ("dvc", "init", "-q"),
+        ("dvc", "remote", "add", "-d", "store", str(dvc_remote)),
+        ("dvc", "repro", "-q"),
+        ("git", "add", "-A"),
+        ("git", "commit", "-qm", "baseline"),
+        ("git", "remote", "add", "origin", str(git_remote)),
+        ("git", "push", "-q", "origin", "main"),
+    ):
+        run(here, *cmd)
+
+    assert main(["queue", str(table), "--repo", str(here), "--cell", "a", "--jobs", "1",
+                 "--wait"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "queued 3 experiment(s): toy-a-s0, toy-a-s1, toy-a-s2" in out and "3 done" in out
+
+    run(tmp_path, "git", "clone", "-q", "-b", "main", str(git_remote), str(there))
+    run(there, "git", "config", "user.email", "t@example.com")
+    run(there, "git", "config", "user.name", "t")
+    assert main(["commands", str(table), "--cell", "b", "--push", "origin"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    for line in lines:  # each line one job, on the other machine
+        run(there, "bash", "-c", line)
+    for seed in (0, 1, 2):
+        run(here, "dvc", "exp", "pull", "origin", f"toy-b-s{seed}")
+
+    report = tmp_path / "report"
+    assert main(["report", str(table), "--repo", str(here), "--out", str(report)]) == 0
+    text = (report / "table.md").read_text()
+    a, b = [10.0, 11.0, 12.0], [25.0, 26.0, 27.0]  # 10 * scale + seed + bonus
+    p = stats.ttest_ind(b, a, equal_var=False).pvalue
+    assert "| a | 3 | 11.0 +- 1.0 |  | 0: 10.0, 1: 11.0, 2: 12.0 |" in text
+    assert f"| b | 3 | 26.0 +- 1.0 | {p:.2g} | 0: 25.0, 1: 26.0, 2: 27.0 |" in text
+    assert "Not in the table" not in text
+    assert (report / "return_mean.png").read_bytes()[:4] == b"\x89PNG"
+    import json
+
+    raw = json.loads((report / "results.json").read_text())
+    assert {(e["name"], e["state"], e["value"]) for e in raw["experiments"]} == {
+        (f"toy-{c}-s{s}", "done", v) for c, vs in (("a", a), ("b", b)) for s, v in enumerate(vs)
+    }
+
+    changed = {**TOY_TABLE, "params": {"scale": 3}}
+    table.write_text(yaml.safe_dump(changed, sort_keys=False))
+    assert main(["status", str(table), "--repo", str(here)]) == 0
+    out = capsys.readouterr().out
+    assert "3 stale" in out and "toy-a-s0" in out and "scale=1.0 (table: 3)" in out
