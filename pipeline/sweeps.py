@@ -13,9 +13,11 @@ carry them between machines.
     vlmrl-sweep queue TABLE --jobs 2 --wait  # queue what is not done, run 2 at a time, wait
     vlmrl-sweep report TABLE --out DIR       # table.md (mean +- std, ddof 1; Welch p against
                                              # the control), the figure, results.json (raw)
-    vlmrl-sweep commands TABLE --cell C --seed S [--push REMOTE]
-                                             # the shell line of each experiment: the command
-                                             # that reruns one cell, or one job of a scheduler
+    vlmrl-sweep commands TABLE --cell C --seed S
+                                             # the command that reruns one experiment
+    vlmrl-sweep commands TABLE --push origin --clone URL
+                                             # one self-contained shell job per experiment, for
+                                             # any scheduler: clone, run, `dvc exp push`
 
 The table file:
 
@@ -212,13 +214,34 @@ def overrides(table: Table, cell: str, seed: int) -> list[str]:
     return [f"++{k}={hydra_value(v)}" for k, v in _leaves(cell_params(table, cell, seed))]
 
 
-def exp_command(table: Table, cell: str, seed: int, queue: bool = False) -> list[str]:
-    """`dvc exp run` of one (cell, seed): only its evaluate stage and what that stage needs."""
+def exp_command(
+    table: Table, cell: str, seed: int, queue: bool = False, pull: bool = False
+) -> list[str]:
+    """`dvc exp run` of one (cell, seed): only its evaluate stage and what that stage needs
+    (`pull`: first from the DVC remote, where another machine pushed it)."""
     sets = [arg for o in overrides(table, cell, seed) for arg in ("-S", o)]
     return [
-        "dvc", "exp", "run", *(["--queue"] if queue else []), "-n",
-        table.experiment(cell, seed), *sets, f"evaluate@{table.run(cell)}",
+        "dvc", "exp", "run", *(["--queue"] if queue else []), *(["--pull"] if pull else []),
+        "-n", table.experiment(cell, seed), *sets, f"evaluate@{table.run(cell)}",
     ]  # fmt: skip
+
+
+def job_line(table: Table, cell: str, seed: int, remote: str, clone: str | None, rev: str) -> str:
+    """One experiment as one shell job for any scheduler (Slurm, Ray Jobs, GNU parallel): with
+    `clone`, a fresh clone of that git URL at `rev`; then the experiment (what the DVC remote
+    holds is pulled, not rebuilt), and `dvc exp push` of it to the git remote `remote` (its
+    outputs go to the default DVC remote). `dvc exp pull <remote> <name>` brings it back."""
+    name = table.experiment(cell, seed)
+    steps = []
+    if clone is not None:
+        steps += [
+            shlex.join(["git", "clone", "-q", clone, name]),
+            shlex.join(["cd", name]),
+            shlex.join(["git", "checkout", "-q", rev]),
+        ]
+    steps.append(shlex.join(exp_command(table, cell, seed, pull=clone is not None)))
+    steps.append(shlex.join(["dvc", "exp", "push", remote, name]))
+    return " && ".join(steps)
 
 
 # ---- what DVC holds --------------------------------------------------------------------------------
@@ -483,6 +506,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait", action="store_true", help="queue: until none is queued")
     parser.add_argument("--out", type=Path, help="report: directory of the table and figure")
     parser.add_argument("--push", metavar="REMOTE", help="commands: push each experiment there")
+    parser.add_argument(
+        "--clone", metavar="URL", help="commands: each job clones URL at this commit first"
+    )
     args = parser.parse_args(argv)
     try:
         table = load_table(args.table)
@@ -491,13 +517,16 @@ def main(argv: list[str] | None = None) -> int:
             raise SweepError(f"--cell {', '.join(unknown)}: not in {args.table}; its cells: "
                              f"{', '.join(table.cells)}")  # fmt: skip
         if args.command == "commands":
+            if args.clone and not args.push:
+                raise SweepError("--clone needs --push REMOTE: the job's experiment must leave "
+                                 "the clone")  # fmt: skip
+            rev = _dvc(["git", "rev-parse", "HEAD"], args.repo).stdout.strip() if args.clone else ""
             for cell in args.cell or table.cells:
                 for seed in args.seed or table.seeds:
-                    line = shlex.join(exp_command(table, cell, seed))
                     if args.push:
-                        push = ["dvc", "exp", "push", args.push, table.experiment(cell, seed)]
-                        line += " && " + shlex.join(push)
-                    print(line)
+                        print(job_line(table, cell, seed, args.push, args.clone, rev))
+                    else:
+                        print(shlex.join(exp_command(table, cell, seed)))
             return 0
         if args.command == "queue":
             queued = queue(table, args.repo, args.cell, args.seed, args.force)

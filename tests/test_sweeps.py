@@ -222,15 +222,19 @@ TOY_TABLE = {
 def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     tmp_path, monkeypatch, capsys
 ):
-    """Cell a runs from this repository's queue (`queue --jobs 1 --wait`); cell b runs in a
-    second clone, as one job per experiment of a batch scheduler would (`commands --push`), and
-    comes back with `dvc exp pull`. The report holds both, from each experiment's own metric;
+    """Cell a runs from this repository's queue (`queue --jobs 1 --wait`); cell b runs as one
+    self-contained job per experiment, as a batch scheduler would run them (`commands --push
+    --clone`: a fresh clone of the git remote at this commit, the experiment, `dvc exp push`),
+    and comes back with `dvc exp pull`. The report holds both, from each experiment's own metric;
     a change to the table makes the experiments it touches stale."""
     import os
     import subprocess
     import sys
 
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+    # the "other machine"'s clones commit their experiments as this user
+    (tmp_path / "gitconfig").write_text("[user]\n\temail = t@example.com\n\tname = t\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
 
     def run(cwd, *cmd):
         return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True).stdout
@@ -248,8 +252,6 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     table.write_text(yaml.safe_dump(TOY_TABLE, sort_keys=False))
     for cmd in (
         ("git", "init", "-q", "-b", "main"),
-        ("git", "config", "user.email", "t@example.com"),
-        ("git", "config", "user.name", "t"),
         ("dvc", "init", "-q"),
         ("dvc", "remote", "add", "-d", "store", str(dvc_remote)),
         ("dvc", "repro", "-q"),
@@ -265,14 +267,14 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     out = capsys.readouterr().out
     assert "queued 3 experiment(s): toy-a-s0, toy-a-s1, toy-a-s2" in out and "3 done" in out
 
-    run(tmp_path, "git", "clone", "-q", "-b", "main", str(git_remote), str(there))
-    run(there, "git", "config", "user.email", "t@example.com")
-    run(there, "git", "config", "user.name", "t")
-    assert main(["commands", str(table), "--cell", "b", "--push", "origin"]) == 0
+    args = ["--repo", str(here), "--cell", "b", "--push", "origin", "--clone", str(git_remote)]
+    assert main(["commands", str(table), *args]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3
-    for line in lines:  # each line one job, on the other machine
+    there.mkdir()
+    for line in lines:  # each line one job on another machine: it clones, runs, pushes
         run(there, "bash", "-c", line)
+    assert sorted(p.name for p in there.iterdir()) == ["toy-b-s0", "toy-b-s1", "toy-b-s2"]
     for seed in (0, 1, 2):
         run(here, "dvc", "exp", "pull", "origin", f"toy-b-s{seed}")
 
@@ -297,3 +299,22 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     assert main(["status", str(table), "--repo", str(here)]) == 0
     out = capsys.readouterr().out
     assert "3 stale" in out and "toy-a-s0" in out and "scale=1.0 (table: 3)" in out
+
+
+def test_a_job_line_clones_at_the_commit_pulls_runs_and_pushes(tmp_path, capsys):
+    from pipeline.sweeps import job_line
+
+    table = Table.model_validate(TABLE)
+    line = job_line(table, "base", 1, "origin", "git@host:lab/repo.git", "abc123")
+    steps = [shlex.split(step) for step in line.split(" && ")]
+    assert steps[:3] == [
+        ["git", "clone", "-q", "git@host:lab/repo.git", "t-base-s1"],
+        ["cd", "t-base-s1"],
+        ["git", "checkout", "-q", "abc123"],
+    ]
+    assert steps[3] == exp_command(table, "base", 1, pull=True) and "--pull" in steps[3]
+    assert steps[4] == ["dvc", "exp", "push", "origin", "t-base-s1"]
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(TABLE))
+    assert main(["commands", str(path), "--clone", "git@host:lab/repo.git"]) == 2
+    assert "--clone needs --push REMOTE" in capsys.readouterr().err
