@@ -533,7 +533,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"queued {len(queued)} experiment(s): "
                   + (", ".join(s.name for s in queued) or "every one is done or queued"))  # fmt: skip
             if args.jobs:
-                _dvc(["dvc", "queue", "start", "-j", str(args.jobs)], args.repo)
+                # not captured: the workers it starts keep its stdout open until they stop
+                start = ["dvc", "queue", "start", "-j", str(args.jobs)]
+                if subprocess.run(start, cwd=args.repo, stdin=subprocess.DEVNULL).returncode:
+                    raise SweepError(f"{shlex.join(start)} (in {args.repo}) failed: see above")
             if args.wait:
                 wait(table, args.repo)
             elif queued and not args.jobs:
