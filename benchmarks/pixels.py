@@ -322,6 +322,11 @@ def reevaluate(
     return sorted(rows, key=lambda r: order[r["name"]])
 
 
+def _sd(values: Any) -> str:
+    """The sample std over seeds (ddof 1), or n/a for one seed."""
+    return f"{np.std(values, ddof=1):.1f}" if len(values) > 1 else "n/a"
+
+
 def reevaluation_table(rows: list[dict[str, Any]], arms: list[str]) -> str:
     """Final return over the re-evaluation's episodes beside the result's own, per arm: mean +-
     std over seeds of each seed's mean, the seeds' values, and the spread of one seed's episodes
@@ -330,7 +335,7 @@ def reevaluation_table(rows: list[dict[str, Any]], arms: list[str]) -> str:
     first = len(rows[0]["result_final_returns"])
     lines = [
         f"{ENV} from pixels: final return of each seed's agent over {episodes} deterministic "
-        f"episodes (seeds {EVAL_SEED:,} on) beside its result's {first}; mean +- std over seeds",
+        f"episodes (seeds {EVAL_SEED:,} on) beside its result's {first}; mean +- std over seeds (ddof 1)",
         "",
         f"{'arm':15}{'seeds':>6}{f'{episodes} episodes':>18}{f'{first} episodes':>18}"
         f"{'episode std':>13}   per seed ({episodes} episodes)",
@@ -343,8 +348,8 @@ def reevaluation_table(rows: list[dict[str, Any]], arms: list[str]) -> str:
         few = np.array([np.mean(r["result_final_returns"]) for r in rs])
         spread = np.mean([np.std(r["returns"]) for r in rs])
         lines.append(
-            f"{arm:15}{len(rs):>6}{f'{many.mean():.1f} +- {many.std():.1f}':>18}"
-            f"{f'{few.mean():.1f} +- {few.std():.1f}':>18}{spread:>13.1f}   "
+            f"{arm:15}{len(rs):>6}{f'{many.mean():.1f} +- {_sd(many)}':>18}"
+            f"{f'{few.mean():.1f} +- {_sd(few)}':>18}{spread:>13.1f}   "
             + ", ".join(f"{v:.1f}" for v in many)
         )
     return "\n".join(lines)
@@ -382,9 +387,9 @@ def late_evaluation(curve: list[tuple[int, float]], steps: int) -> float | None:
 def table(results: list[dict[str, Any]], arms: list[str]) -> str:
     lines = [
         f"{ENV} from pixels, {results[0]['steps']:,} agent steps per run; final return: "
-        f"deterministic evaluation of the deployed agent after training (mean +- std over seeds); "
+        f"deterministic evaluation of the deployed agent after training (mean +- std over seeds, ddof 1); "
         f"last {LATE:.0%}: each run's mean periodic evaluation over its last {LATE:.0%} of steps "
-        "(mean +- std over seeds); "
+        "(mean +- std over seeds, ddof 1); "
         f"steps to {THRESHOLD:g}: first periodic evaluation reaching it (median over the seeds "
         "that reached [how many]); train s: the mean of the runs made in one piece [how many, "
         "where a run was resumed: it times its last piece only]",
@@ -399,14 +404,14 @@ def table(results: list[dict[str, Any]], arms: list[str]) -> str:
             continue
         finals = np.array([r["final_return"] for r in rs])
         lates = [late_evaluation(r["eval"], r["steps"]) for r in rs]
-        late = "-" if None in lates else f"{np.mean(lates):.1f} +- {np.std(lates):.1f}"
+        late = "-" if None in lates else f"{np.mean(lates):.1f} +- {_sd(lates)}"
         reached = [s for r in rs if (s := steps_to(r["eval"], THRESHOLD)) is not None]
         median = f"{int(np.median(reached)):,} [{len(reached)}/{len(rs)}]" if reached else "-"
         whole = [r["train_seconds"] for r in rs if not r.get("resumed_from")]
         seconds = f"{np.mean(whole):.0f}" if whole else "-"
         seconds += f" [{len(whole)}/{len(rs)}]" if whole and len(whole) < len(rs) else ""
         lines.append(
-            f"{arm:15}{len(rs):>6}{f'{finals.mean():.1f} +- {finals.std():.1f}':>20}"
+            f"{arm:15}{len(rs):>6}{f'{finals.mean():.1f} +- {_sd(finals)}':>20}"
             f"{late:>18}{median:>16}"
             f"{seconds:>13}"
             f"{np.mean([r['updates_per_s'] for r in rs]):>7.1f}   {PUBLISHED.get(arm, '')}"
@@ -415,7 +420,7 @@ def table(results: list[dict[str, Any]], arms: list[str]) -> str:
 
 
 def plot(results: list[dict[str, Any]], arms: list[str], path: Path) -> None:
-    """Each arm's periodic evaluation return, mean +- std over seeds."""
+    """Each arm's periodic evaluation return, mean +- std over seeds (ddof 1)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -430,10 +435,12 @@ def plot(results: list[dict[str, Any]], arms: list[str], path: Path) -> None:
             continue
         steps = np.array([s for s, _ in rs[0]["eval"]])
         ys = np.array([[v for _, v in r["eval"]] for r in rs if len(r["eval"]) == len(steps)])
-        mean, std = ys.mean(0), ys.std(0)
+        mean = ys.mean(0)
         style = ("-", "--", ":")[min(drawn // colours, 2)]
         (line,) = ax.plot(steps, mean, ls=style, label=f"{arm} ({len(ys)} seeds)")
-        ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+        if len(ys) > 1:  # the band: +- 1 sample std over seeds (ddof 1)
+            std = ys.std(0, ddof=1)
+            ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
         drawn += 1
     ax.axhline(THRESHOLD, color="grey", lw=0.8, ls="--")
     ax.set(xlabel="agent steps (x8 env frames)", ylabel="eval return", title=f"{ENV}, pixels")

@@ -177,7 +177,7 @@ def test_reevaluation_replays_each_cells_agent_and_checks_it_against_its_result(
     assert reevaluate(cells, out, 3) == [row]
     assert "0 cells re-evaluated before, 1 to play" in capsys.readouterr().out
     text = reevaluation_table(rows, ["sac"])
-    assert f"{row['final_return']:.1f} +- 0.0" in text and f"{sum(own) / 2:.1f}" in text
+    assert f"{row['final_return']:.1f} +- n/a" in text and f"{sum(own) / 2:.1f}" in text
 
     result["final_returns"] = [own[0] + 1.0, own[1]]  # another run's result beside this agent
     (out / "runs" / "sac-seed0.json").write_text(json.dumps(result))
