@@ -37,8 +37,9 @@ Each leaf of a cell's params is one `-S ++key=value` of `dvc exp run` (DVC's Hyd
 dicts are merged key by key, a list is replaced whole). An experiment is `done` when it succeeded
 and its params hold every leaf the table gives it now; a successful one whose params differ is
 `stale` (the table changed after it ran): `queue` runs it again and `report` leaves it out, saying
-so. Experiments are those of the commit checked out (`dvc exp show`): after a commit that changes
-no stage's code or data, requeued cells restore from the run cache in seconds.
+so. Experiments are those of the commit checked out (`dvc exp show`; `--rev` reads another's):
+after a commit that changes no stage's code or data, requeued cells restore from the run cache
+in seconds.
 """
 
 from __future__ import annotations
@@ -277,13 +278,14 @@ def _same(actual: Any, expected: Any) -> bool:
     return actual == expected
 
 
-def exp_rows(repo: Path) -> dict[str, dict[str, Any]]:
-    """The experiments of the commit checked out, by name (dvc.api.exp_show's flat rows)."""
+def exp_rows(repo: Path, rev: str | None = None) -> dict[str, dict[str, Any]]:
+    """The experiments of the commit checked out (or of `rev`), by name (dvc.api.exp_show's flat
+    rows)."""
     import dvc.api
     from dvc.exceptions import DvcException
 
     try:
-        rows = dvc.api.exp_show(repo=str(repo))
+        rows = dvc.api.exp_show(repo=str(repo), revs=rev)
     except DvcException as exc:
         raise SweepError(f"{repo}: dvc exp show: {exc}") from exc
     return {str(r["Experiment"]): r for r in rows if r.get("Experiment")}
@@ -505,6 +507,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=0, help="queue: start N queue workers")
     parser.add_argument("--wait", action="store_true", help="queue: until none is queued")
     parser.add_argument("--out", type=Path, help="report: directory of the table and figure")
+    parser.add_argument(
+        "--rev",
+        help="status / report: the experiments of this commit (default: the one checked out), "
+        "e.g. the commit they ran on when a later one changed only docs",
+    )
     parser.add_argument("--push", metavar="REMOTE", help="commands: push each experiment there")
     parser.add_argument(
         "--clone", metavar="URL", help="commands: each job clones URL at this commit first"
@@ -542,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
             elif queued and not args.jobs:
                 print("run them: dvc queue start -j N (then `vlmrl-sweep status`)")
             return 0
-        found = statuses(table, exp_rows(args.repo), args.cell, args.seed)
+        found = statuses(table, exp_rows(args.repo, args.rev), args.cell, args.seed)
         if args.command == "status":
             print(format_status(table, found))
             return 0

@@ -294,6 +294,17 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
         (f"toy-{c}-s{s}", "done", v) for c, vs in (("a", a), ("b", b)) for s, v in enumerate(vs)
     }
 
+    # a later commit that no stage reads: the experiments stay with the commit they ran on
+    old = run(here, "git", "rev-parse", "HEAD").strip()
+    (here / "NOTES.md").write_text("results\n")
+    run(here, "git", "add", "NOTES.md")
+    run(here, "git", "commit", "-qm", "notes")
+    assert main(["status", str(table), "--repo", str(here)]) == 0
+    assert "6 missing" in capsys.readouterr().out
+    assert main(["status", str(table), "--repo", str(here), "--rev", old]) == 0
+    assert "6 done" in capsys.readouterr().out
+    run(here, "git", "checkout", "-q", old)
+
     changed = {**TOY_TABLE, "params": {"scale": 3}}
     table.write_text(yaml.safe_dump(changed, sort_keys=False))
     assert main(["status", str(table), "--repo", str(here)]) == 0
