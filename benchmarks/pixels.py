@@ -99,7 +99,7 @@ PUBLISHED = {
     "erpv": "ERPv table 2: 855 +- 2 (100k frames)",
 }
 ARM_SECTIONS = ("sac", "drq", "erpv", "semore")
-# drq at 10k steps, 3 seeds: 522.9 +- 194.2 with this preset's network, 314.8 +- 56.8 with
+# drq at 10k steps, 3 seeds (std ddof 1): 522.9 +- 237.9 with this preset's network, 314.8 +- 69.5 with
 # pixels_cpu.yaml's small one (benchmarks/results/pixels/README.md)
 DEFAULT_PRESET = "benchmarks/params/pixels_cpu_drqnet.yaml"
 

@@ -34,7 +34,7 @@ def test_join_orders_arms_as_the_benchmark_and_names_each_rows_file(tmp_path):
     lines = out.read_text().splitlines()
     rows = [ln.split() for ln in lines[3:6]]
     assert [r[0] for r in rows] == ["sac", "erpv", "drq-reference"]  # ARMS order, unknown last
-    assert rows[0][1:5] == ["2", "20.0", "+-", "10.0"]  # both sac seeds, mean +- std
+    assert rows[0][1:5] == ["2", "20.0", "+-", "14.1"]  # both sac seeds, mean +- std (ddof 1)
     assert lines[-1] == (
         "rows from: sac: results.json.gz; erpv: erpv-seed0.json; drq-reference: ref.json.gz"
     )
