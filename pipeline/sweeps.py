@@ -4,9 +4,10 @@ A table (a YAML file, for example `benchmarks/tables/*.yaml`) is params plus cel
 one train run and what it changes in params.yaml; each (cell, seed) is one DVC experiment named
 `<table>-<cell>-s<seed>` that reproduces `evaluate@<table>-<cell>` and what that stage needs. DVC
 does the rest: params hashing decides what is stale, the run cache restores every stage it has
-run before on the same code, data and params (the labels, masks, dataset and C_V that many
-cells share are paid once), `dvc queue` runs cells in parallel, and `dvc exp push` / `pull`
-carry them between machines.
+run before on the same code, data and params (the dataset and C_V that many cells share are
+built once; not label and masks, whose persisted caches it skips: they run again, from the
+caches the commit holds), `dvc queue` runs cells in parallel, and `dvc exp push` / `pull` carry
+them between machines.
 
     vlmrl-sweep status TABLE                 # every cell x seed: done, queued, running, failed,
                                              # stale or missing
