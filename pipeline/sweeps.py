@@ -333,19 +333,24 @@ def statuses(
     return out
 
 
+def count_line(found: Iterable[Status]) -> str:
+    """How many experiments are in each state, e.g. `3 done, 2 queued`."""
+    states = [f.state for f in found]
+    return ", ".join(f"{states.count(s)} {s}" for s in STATES if s in states)
+
+
 def format_status(table: Table, found: list[Status]) -> str:
-    counts = {s: sum(1 for f in found if f.state == s) for s in STATES}
     lines = [f"{f.name:48s} {f.state:8s} "
              + (f"{table.metric} {f.value:.4g}" if f.value is not None else f.why)
              for f in found]  # fmt: skip
-    lines.append(", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    lines.append(count_line(found))
     return "\n".join(lines)
 
 
 # ---- queue and run --------------------------------------------------------------------------------
 
 
-def _dvc(args: list[str], repo: Path) -> subprocess.CompletedProcess[str]:
+def _run(args: list[str], repo: Path) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(args, cwd=repo, capture_output=True, text=True)
     if done.returncode != 0:
         raise SweepError(f"{shlex.join(args)} (in {repo}) exited {done.returncode}:\n"
@@ -367,8 +372,8 @@ def queue(
         if status.state in ("queued", "running") or (status.state == "done" and not force):
             continue
         if status.state != "missing":
-            _dvc(["dvc", "exp", "remove", status.name], repo)
-        _dvc(exp_command(table, status.cell, status.seed, queue=True), repo)
+            _run(["dvc", "exp", "remove", status.name], repo)
+        _run(exp_command(table, status.cell, status.seed, queue=True), repo)
         queued.append(status)
     return queued
 
@@ -390,11 +395,10 @@ def wait(table: Table, repo: Path, every_s: float = 10.0) -> list[Status]:
             print(f"{time.strftime('%H:%M:%S')} {exc} (trying again)", flush=True)
             time.sleep(every_s)
             continue
-        counts = tuple(sum(1 for f in found if f.state == s) for s in STATES)
-        if counts != last:
-            line = ", ".join(f"{n} {s}" for s, n in zip(STATES, counts, strict=True) if n)
+        line = count_line(found)
+        if line != last:
             print(f"{time.strftime('%H:%M:%S')} {table.table}: {line}", flush=True)
-            last = counts
+            last = line
         if not any(f.state in ("queued", "running") for f in found):
             return found
         time.sleep(every_s)
@@ -528,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.clone and not args.push:
                 raise SweepError("--clone needs --push REMOTE: the job's experiment must leave "
                                  "the clone")  # fmt: skip
-            rev = _dvc(["git", "rev-parse", "HEAD"], args.repo).stdout.strip() if args.clone else ""
+            rev = _run(["git", "rev-parse", "HEAD"], args.repo).stdout.strip() if args.clone else ""
             for cell in args.cell or table.cells:
                 for seed in args.seed or table.seeds:
                     if args.push:
