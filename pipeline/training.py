@@ -10,10 +10,12 @@ the agent was trained on.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
-from pipeline.config import Params
+from pipeline.config import NO_TEACHER, Params
 from pipeline.curves import write_run_summary, write_training_log
+from pipeline.io import atomic_write_json
 from pipeline.kernels import training_torch
 from pipeline.methods.base import TrainError, TrainInputs
 from pipeline.methods.table import check_params, get_method
@@ -49,6 +51,45 @@ def train_run(
     check_params(params)
     run = params.train[name]
     method = get_method(run.method)
+    result = method.train(name, run, params, inputs, progress=progress, resume_dir=resume_dir)
+    result.save(out_dir)
+    eval_episodes = getattr(method.params(params, run), "eval_episodes", None)
+    write_training_log(log_dir, summary_path, result.curve, result.logs)
+    write_run_summary(summary_path, eval_episodes)
+    return result.curve
+
+
+def train_policy_teacher(
+    env_id: str,
+    params: Params,
+    out_dir: str | Path,
+    log_dir: str | Path,
+    summary_path: str | Path,
+    resume_dir: str | Path | None = None,
+    progress: bool = True,
+) -> list[tuple[int, float]]:
+    """Stage policy_teacher@<env>: train `policy_teachers.<env>` online (it reads no cached data:
+    a teacher must not learn from the labels it will give) into `out_dir`, the checkpoint a
+    `policy` teacher of that env reads. An env not listed gets a marker (`NO_TEACHER`) and no
+    curve, so that its label stage depends on something stable."""
+    out_dir = Path(out_dir)
+    spec = params.policy_teachers.get(env_id)
+    if spec is None:
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        atomic_write_json(
+            out_dir / NO_TEACHER,
+            {"env": env_id, "teacher": None, "why": "not listed in policy_teachers"},
+        )
+        write_training_log(log_dir, summary_path)  # empty: nothing was trained
+        return []
+    check_params(params)
+    run = spec.train_run(env_id)
+    method = get_method(run.method)
+    training_torch(getattr(method.params(params, run), "threads", 0))
+    # no data: the rollouts and labels paths are never read by an online run
+    inputs = TrainInputs(Path("no-rollouts"), Path("no-labels"))
+    name = f"policy-teacher-{env_id}"
     result = method.train(name, run, params, inputs, progress=progress, resume_dir=resume_dir)
     result.save(out_dir)
     eval_episodes = getattr(method.params(params, run), "eval_episodes", None)

@@ -8,7 +8,8 @@ overlays) for the same reason: a malformed line stops the pipeline here, not aft
 deleted the env's label table. Its output is constant, so a valid change of params reruns only
 the stages that read it.
 
-    python -m stages.check_params --params params.yaml --out data/params_checked.json
+    python -m stages.check_params --params params.yaml --out data/params_checked.json \\
+        --teachers data/policy_teachers
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from pipeline.config import load_params
 from pipeline.errors import PipelineError, print_error
 from pipeline.io import atomic_write_json
 from pipeline.labelling.corrections import corrections_path, read_corrections
-from pipeline.methods.table import check_params
+from pipeline.methods.table import check_params, policy_teacher_spec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="marker file to write when params are valid")
     parser.add_argument(
         "--corrections", default="corrections", help="directory of <env>.jsonl corrections"
+    )
+    parser.add_argument(
+        "--teachers",
+        type=Path,
+        help="directory to write each env's resolved policy teacher to (<env>.json: "
+        "`policy_teachers.<env>` with its method's hyper-parameters, or none), what "
+        "policy_teacher@<env> depends on",
     )
     args = parser.parse_args(argv)
     try:
@@ -55,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         except PipelineError as exc:
             print_error(f"{exc}\nNothing was run: fix {path} and rerun.")
             return 2
+    if args.teachers is not None:  # one file per env: its teacher stage reruns on its own
+        args.teachers.mkdir(parents=True, exist_ok=True)
+        for env_id in params.envs:
+            atomic_write_json(args.teachers / f"{env_id}.json", policy_teacher_spec(params, env_id))
     atomic_write_json(
         args.out, {"params": "valid"}
     )  # constant: dependants rerun on their own params

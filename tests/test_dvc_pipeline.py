@@ -138,8 +138,9 @@ def test_dvc_repro_reruns_only_what_changed(built_a, tmp_path):
     stages = STAGES
     stage_two = ["compare", *TRAINED]
     assert _ran(first) == sorted(
-        ["check_params", *(f"{s}@{e}" for s in stages for e in ENVS), *stage_two]
-    )
+        ["check_params", *(f"{s}@{e}" for s in (*stages, "policy_teacher") for e in ENVS),
+         *stage_two]
+    )  # fmt: skip
     for run in RUNS:
         assert (
             yaml.safe_load((repo / "metrics" / "eval" / f"{run}.json").read_text())["episodes"] == 2
@@ -349,6 +350,46 @@ def test_one_envs_own_teacher_relabels_that_env_alone(built_a, tmp_path):
     stale = json.loads(_run(["dvc", "status", "--json"], repo))
     both = sorted(f"{s}@{e}" for s in ("label", "teacher_eval") for e in ENVS)  # both read it
     assert sorted(stale) == ["check_params", *both], stale
+
+
+def test_a_policy_teacher_is_built_by_dvc_and_relabels_its_env_alone(built_a, tmp_path):
+    """`policy_teachers.<env>`: policy_teacher@<env> trains the agent, label@<env> labels with
+    it (DVC knows the dependency), the other env stays up to date. A change of the teacher's
+    method section retrains it; a change of another method's section does not."""
+    import polars as pl
+
+    env, other = "MountainCarContinuous-v0", "MountainCar-v0"
+    params = _params()
+    repo, _ = _copy(built_a, tmp_path)
+    params["policy_teachers"] = {env: {"method": "sac", "steps": 120, "seed": 4}}
+    params["label"]["per_env"][env] = {
+        "teacher": {"backend": "policy", "reliability": 1.0, "seed": 0,
+                    "policy": {"checkpoint": f"models/teachers/{env}"}},
+        "tasks": {"action": 1},
+    }  # fmt: skip
+    write_params(repo / "params.yaml", params)
+    stale = json.loads(_run(["dvc", "status", "--json"], repo))
+    assert {"check_params", f"label@{env}", f"teacher_eval@{env}"} <= set(stale), stale
+    ran = _ran(_run(["dvc", "repro"], repo))
+    assert {f"policy_teacher@{env}", f"dataset@{env}", "train@mcc-erpv"} <= set(ran), ran
+    # collect reruns (its env's acting teacher may be the policy) to the same rollouts
+    assert f"verify@{env}" not in ran, ran
+    assert not [s for s in ran if s.endswith(f"@{other}") or s.endswith("@mc-ppo")], ran
+    labels = pl.read_parquet(repo / "data" / "labels" / f"{env}.parquet")
+    assert {t.split(":")[0] for t in labels["teacher_id"]} == {"policy"}
+    assert json.loads((repo / "metrics" / "teacher" / f"{env}.json").read_text())
+    params["ppo"]["gamma"] = 0.95  # not the teacher's method: no teacher retrains
+    write_params(repo / "params.yaml", params)
+    stale = json.loads(_run(["dvc", "status", "--json"], repo))
+    assert not [s for s in stale if s.startswith("policy_teacher@")], stale
+    # the teacher's method: it retrains (DVC sees it once check_params has written the resolved
+    # teacher, data/policy_teachers/<env>.json), and its env relabels
+    params["sac"]["batch_size"] = 32
+    write_params(repo / "params.yaml", params)
+    ran = _ran(_run(["dvc", "repro", f"label@{env}", f"label@{other}"], repo))
+    assert ran == sorted(
+        ["check_params", f"collect@{env}", f"label@{env}", f"policy_teacher@{env}"]
+    ), ran
 
 
 def test_vlmrl_seeds_averages_the_seeds_of_an_experiment_sweep(built_a, tmp_path, capsys):

@@ -11,23 +11,25 @@ from types import SimpleNamespace
 import gymnasium as gym
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 
 from pipeline.agents.off_policy import NetworkParams, SACParams
 from pipeline.agents.ppo import ActorCritic
 from pipeline.agents.sac import SACAgent
-from pipeline.config import ConfigError, TeacherConfig, parse_params
+from pipeline.config import NO_TEACHER, ConfigError, TeacherConfig, parse_params
 from pipeline.dataset.stacking import FrameStacker
 from pipeline.envs import CONTEXT, KNOWN_ENVS, STATE, make_env, state_from_context
 from pipeline.labels.schema import label_schema
 from pipeline.labels.tasks import parse_answer, render_prompt
+from pipeline.methods.table import check_params
 from pipeline.rollouts.format import action_space_spec
 from pipeline.rollouts.writer import encode_png
 from pipeline.teachers import make_teacher
 from pipeline.teachers.cached import ask_through_cache, prompt_cache_key
-from pipeline.teachers.policy import PolicyTeacher
+from pipeline.teachers.policy import PolicyTeacher, checkpoint_sha256
 from pipeline.teachers.scripted import ScriptedTeacher
-from tests.conftest import env_cfg, tiny_params_dict
+from tests.conftest import REPO, env_cfg, tiny_params_dict, write_params
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -260,3 +262,91 @@ def test_params_refuse_a_policy_teacher_asked_for_milestones_or_objects():
     with pytest.raises(ConfigError, match=r"label\.tasks: .*\(label\.per_env\.MountainCar-v0\."
                                           r"teacher, backend policy\)"):  # fmt: skip
         parse_params(raw)
+
+
+# ---- the teacher DVC builds: policy_teacher@<env> and the checkpoint rule ------------------------
+
+MCC = "MountainCarContinuous-v0"
+_TINY_SAC = {"network": {"obs": "state", "hidden_dim": 16}, "batch_size": 8, "start_steps": 10,
+             "log_every": 20, "resume_every": 0, "eval_episodes": 0, "replay_capacity": 200,
+             "threads": 1}  # fmt: skip
+
+
+def _teacher_params(**teachers):
+    """params.yaml's sections with MountainCarContinuous labelled by its policy teacher."""
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["envs"] = [MCC, "MountainCar-v0"]
+    raw["sac"] = {**raw["sac"], **_TINY_SAC}
+    raw["train"], raw["rounds"], raw["critic"]["envs"] = {}, {}, [MCC]
+    raw["policy_teachers"] = teachers
+    raw["label"]["per_env"] = {
+        MCC: {"teacher": _policy(f"models/teachers/{MCC}"), "tasks": {"action": 1}},
+        "MountainCar-v0": {},
+    }
+    return raw
+
+
+def test_check_params_wants_the_checkpoint_dvc_builds():
+    """label@<env> depends on models/teachers/<env> alone: another path, or that path with no
+    teacher trained there, stops the DVC gate with the key and the fix."""
+    teacher = {"method": "sac", "steps": 40, "seed": 3}
+    check_params(parse_params(_teacher_params(**{MCC: teacher})))
+    raw = _teacher_params()
+    with pytest.raises(ConfigError) as err:
+        check_params(parse_params(raw))
+    assert (
+        f"label.per_env.{MCC}.teacher: reads models/teachers/{MCC}, which policy_teacher@{MCC} "
+        f"trains only when `policy_teachers.{MCC}` is set"
+    ) in str(err.value)
+    raw = _teacher_params(**{MCC: teacher})
+    raw["label"]["per_env"][MCC]["teacher"] = _policy("models/expert")
+    parse_params(raw)  # a library user may point a teacher anywhere
+    with pytest.raises(ConfigError) as err:
+        check_params(parse_params(raw))
+    assert (
+        f"label.per_env.{MCC}.teacher.policy.checkpoint: 'models/expert' is not a dependency DVC "
+        f"knows for {MCC}; train the teacher with `policy_teachers.{MCC}` (stage "
+        f"policy_teacher@{MCC}) and set checkpoint: models/teachers/{MCC}"
+    ) in str(err.value)
+
+
+def test_check_params_refuses_a_teacher_that_reads_data_or_no_env():
+    raw = _teacher_params(**{MCC: {"method": "sac", "steps": 40, "seed": 3,
+                                   "overrides": {"offline_fraction": 0.5}}})  # fmt: skip
+    with pytest.raises(ConfigError, match=rf"policy_teachers\.{MCC}: offline_fraction is 0\.5 "):
+        check_params(parse_params(raw))
+    raw = _teacher_params(**{"cartpole-swingup": {"method": "ppo", "steps": 40, "seed": 3}})
+    with pytest.raises(ConfigError, match=r"policy_teachers\.cartpole-swingup: 'cartpole-swingup' "
+                                          r"is not listed in `envs`"):  # fmt: skip
+        parse_params(raw)
+    raw = _teacher_params(**{MCC: {"method": "erpv", "steps": 40, "seed": 3}})
+    with pytest.raises(ConfigError, match=r"policy_teachers\.MountainCarContinuous-v0\.method"):
+        parse_params(raw)
+
+
+def test_the_policy_teacher_stage_trains_the_same_teacher_twice(tmp_path):
+    """policy_teacher@<env> trains online with no data and writes the same bytes on a rerun (the
+    teacher id is their hash, so the label cache holds); the listed env's teacher answers, an
+    unlisted env gets a marker that a policy teacher refuses by name."""
+    from stages import policy_teacher
+
+    params = write_params(tmp_path / "params.yaml",
+                          _teacher_params(**{MCC: {"method": "sac", "steps": 40, "seed": 3}}))  # fmt: skip
+
+    def run(env_id, name):
+        out = tmp_path / name
+        argv = ["--params", str(params), "--env", env_id, "--out", str(out),
+                "--live", str(tmp_path / f"{name}-live"), "--summary", str(tmp_path / f"{name}.json")]  # fmt: skip
+        assert policy_teacher.main(argv) == 0
+        return out
+
+    first, second = run(MCC, "a"), run(MCC, "b")
+    assert checkpoint_sha256(first) == checkpoint_sha256(second)
+    teacher = PolicyTeacher(first, reliability=1.0, seed=0)
+    assert teacher.env_id == MCC
+    assert json.loads((tmp_path / "a.json").read_text())["step"] >= 20  # the curve's last step
+    marker = run("MountainCar-v0", "none")
+    assert [p.name for p in marker.iterdir()] == [NO_TEACHER]
+    with pytest.raises(ValueError, match=r"holds no agent .* the env is not listed in "
+                                         r"`policy_teachers`"):  # fmt: skip
+        PolicyTeacher(marker, reliability=1.0, seed=0)

@@ -38,6 +38,8 @@ from pipeline.config.base import (
 from pipeline.config.envs import CarlaConfig, EnvConfig, EnvLabelsConfig, EnvMakeConfig
 from pipeline.config.stages import (
     LABEL_OUTPUT_KEYS,
+    NO_TEACHER,
+    POLICY_TEACHERS_DIR,
     Behaviour,
     ClipDenseConfig,
     ClipSegConfig,
@@ -49,6 +51,7 @@ from pipeline.config.stages import (
     LabelEnvConfig,
     LabelTaskName,
     MasksConfig,
+    PolicyTeacherRun,
     RayExecutorConfig,
     RewardTerm,
     RoundConfig,
@@ -65,11 +68,11 @@ from pipeline.config.teachers import (
 from pipeline.env_registry import KNOWN_ENVS, EnvInfo, EnvLabelSchema, register_env
 
 __all__ = [
-    "LABEL_OUTPUT_KEYS", "Behaviour", "CarlaConfig", "ClipDenseConfig", "ClipSegConfig",
+    "LABEL_OUTPUT_KEYS", "NO_TEACHER", "POLICY_TEACHERS_DIR", "Behaviour", "CarlaConfig", "ClipDenseConfig", "ClipSegConfig",
     "CollectConfig", "ConfigError", "CriticConfig", "DatasetConfig", "EnvConfig",
     "EnvLabelsConfig", "EnvMakeConfig", "EvaluateConfig", "HFTeacherConfig", "LabelConfig",
     "LabelEnvConfig", "LabelTaskName", "MasksConfig", "OpenAITeacherConfig", "Params",
-    "PolicyTeacherConfig", "RayExecutorConfig", "RewardTerm", "RoundConfig", "Section",
+    "PolicyTeacherConfig", "PolicyTeacherRun", "RayExecutorConfig", "RewardTerm", "RoundConfig", "Section",
     "TeacherConfig", "TeacherEvalConfig", "TrainRun", "load_params", "merge_settings",
     "parse_params", "register_brought_envs", "threads_field", "validate_section",
 ]  # fmt: skip
@@ -107,6 +110,12 @@ class Params(Section):
     teacher_eval: TeacherEvalConfig | None = Field(
         default=None, description="The teacher_eval stage: each env's labelling teacher acting."
     )
+    policy_teachers: dict[str, PolicyTeacherRun] = Field(
+        default_factory=dict,
+        description="Per env, the agent that stage policy_teacher@<env> trains online as that "
+        "env's `policy` teacher, written to models/teachers/<env> (an env not listed gets a "
+        "marker); see PolicyTeacherRun.",
+    )
 
     def section(self, name: str) -> Any:
         """A method's section as written in params.yaml (None when absent)."""
@@ -127,6 +136,46 @@ class Params(Section):
             (f"collect.{env}.teacher", c.teacher) for env, c in self.collect.items() if c.teacher
         ]
         return found
+
+    def policy_teacher_problems(self) -> list[str]:
+        """A `policy` teacher that labels or acts for an env must read the checkpoint DVC knows
+        about: `models/teachers/<env>`, which policy_teacher@<env> trains from
+        `policy_teachers.<env>` and label@<env>, teacher_eval@<env>, collect@<env> and the env's
+        rounds depend on. Any other path would label with an agent DVC neither builds nor
+        tracks. The DVC gate (stages.check_params) and stage two check it; parse_params does not,
+        so that a library user may point a teacher anywhere."""
+        problems = []
+        for env_id in self.envs:
+            found: list[tuple[str, TeacherConfig]] = []
+            if self.label is not None:
+                own = self.label.per_env.get(env_id)
+                where = (
+                    f"label.per_env.{env_id}.teacher"
+                    if own is not None and own.teacher is not None
+                    else "label.teacher"
+                )
+                found.append((where, self.label.for_env(env_id).teacher))
+            collect = self.collect.get(env_id)
+            if collect is not None and collect.uses_teacher and collect.teacher is not None:
+                found.append((f"collect.{env_id}.teacher", collect.teacher))
+            expected = f"{POLICY_TEACHERS_DIR}/{env_id}"
+            for where, teacher in found:
+                if teacher.backend != "policy" or teacher.policy is None:
+                    continue
+                given = Path(teacher.policy.checkpoint).as_posix()
+                if given != expected:
+                    problems.append(
+                        f"{where}.policy.checkpoint: {teacher.policy.checkpoint!r} is not a "
+                        f"dependency DVC knows for {env_id}; train the teacher with "
+                        f"`policy_teachers.{env_id}` (stage policy_teacher@{env_id}) and set "
+                        f"checkpoint: {expected}"
+                    )
+                elif env_id not in self.policy_teachers:
+                    problems.append(
+                        f"{where}: reads {expected}, which policy_teacher@{env_id} trains only "
+                        f"when `policy_teachers.{env_id}` is set; add it (method, steps, seed)"
+                    )
+        return problems
 
     @property
     def other_sections(self) -> dict[str, Any]:
@@ -186,6 +235,13 @@ class Params(Section):
                 problems.append(
                     f"train.{name}.env: {run.env!r} is not listed in `envs` (its rollouts and "
                     f"labels must be built); add it there (envs: {', '.join(self.envs)})"
+                )
+        for env_id in self.policy_teachers:
+            if env_id not in self.envs:
+                problems.append(
+                    f"policy_teachers.{env_id}: {env_id!r} is not listed in `envs`, so no stage "
+                    f"trains its teacher; add it there or remove it here "
+                    f"(envs: {', '.join(self.envs)})"
                 )
         for env_id, collect in self.collect.items():
             if collect.behaviour == "agent":

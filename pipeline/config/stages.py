@@ -410,6 +410,42 @@ class TrainRun(Section):
         return self
 
 
+# Where policy_teacher@<env> writes the env's policy teacher; a `policy` teacher that labels or
+# acts for <env> reads it from there, so that DVC knows label@<env> depends on it.
+POLICY_TEACHERS_DIR = "models/teachers"
+# What policy_teacher@<env> writes there for an env that `policy_teachers` does not list.
+NO_TEACHER = "no_teacher.json"
+
+
+class PolicyTeacherRun(Section):
+    """The agent that stage policy_teacher@<env> trains online as `<env>`'s `policy` teacher
+    (`policy_teachers.<env>`): a teacher whose quality is dialled by its training (an expert, a
+    half-trained agent) and its `reliability`, to measure what guidance is worth."""
+
+    method: Literal["sac", "drq", "ppo"] = Field(
+        description="A method that learns online without the cached data: sac, drq or ppo. Its "
+        "hyper-parameters are its section of params.yaml, with `overrides` merged over; an "
+        "off-policy teacher must keep `offline_fraction: 0`."
+    )
+    steps: int = Field(ge=1, description="Env steps of training (agent steps).")
+    seed: int = Field(ge=0, description="Seed of the networks, the envs and the sampling.")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keys of the method's section that this teacher sets for itself, merged over "
+        "the section (mappings key by key), as `train.<run>.overrides`.",
+    )
+
+    def train_run(self, env_id: str) -> TrainRun:
+        """This teacher as a train run on `env_id` (what the method table trains)."""
+        return TrainRun(
+            env=env_id,
+            method=self.method,
+            steps=self.steps,
+            seed=self.seed,
+            overrides=self.overrides,
+        )
+
+
 class TeacherEvalConfig(Section):
     """The teacher_eval stage (`teacher_eval`): each env's labelling teacher ACTS alone (ERPv's
     "Only VLMs" / VBE row), beside uniform random actions on the same episode seeds."""

@@ -67,8 +67,10 @@ class PolicyTeacherConfig(Section):
 
     checkpoint: str = Field(
         min_length=1,
-        description="An agent checkpoint directory (`models/<run>`, what train@<run> writes; "
-        "pipeline.methods.table.load_agent reads it). It answers the `action` task with its "
+        description="An agent checkpoint directory (pipeline.methods.table.load_agent reads "
+        "it). In the pipeline it is `models/teachers/<env>`, what policy_teacher@<env> trains "
+        "from `policy_teachers.<env>`: the one path label@<env> depends on (stages.check_params "
+        "refuses another). It answers the `action` task with its "
         "deterministic action and `judge` by comparing the stored action with it (as `scripted` "
         "does); it cannot answer `milestone` or `objects`. A state agent reads the state rebuilt "
         "from the prompt's context, a pixel agent the prompt's one frame repeated frame_stack "

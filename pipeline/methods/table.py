@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.agents.checkpoint import CheckpointError, read_meta
 from pipeline.config import ConfigError, Params, TrainRun
@@ -115,8 +115,54 @@ def check_params(params: Params) -> None:
     if params.critic is not None:  # C_V's section: erpv pre-trains and reads it
         problems += METHODS["erpv"].check_critic(params)
     problems += _round_problems(params)
+    problems += params.policy_teacher_problems()
+    problems += _policy_teacher_run_problems(params)
     if problems:
         raise ConfigError("params.yaml is invalid:\n  " + "\n  ".join(problems))
+
+
+def _policy_teacher_run_problems(params: Params) -> list[str]:
+    """A policy teacher trains online (policy_teacher@<env>): its method's section and overrides
+    must parse, and an off-policy teacher must read no offline data."""
+    problems = []
+    for env_id, teacher in params.policy_teachers.items():
+        run = teacher.train_run(env_id)
+        if params.section(run.method) is None:
+            problems.append(
+                f"policy_teachers.{env_id}.method: {run.method!r} needs a `{run.method}:` section"
+            )
+            continue
+        try:
+            hp = METHODS[run.method].params(params, run)
+        except ConfigError as exc:
+            for line in str(exc).split("\n")[1:]:
+                problems.append(f"policy_teachers.{env_id}.overrides: {line.strip()}")
+            continue
+        if getattr(hp, "offline_fraction", 0.0) > 0:
+            problems.append(
+                f"policy_teachers.{env_id}: offline_fraction is {hp.offline_fraction} "
+                f"({run.method} section or overrides); a teacher learns online and must not read "
+                f"the labels it will give: set `overrides: {{offline_fraction: 0.0}}`"
+            )
+    return problems
+
+
+def policy_teacher_spec(params: Params, env_id: str) -> dict[str, Any]:
+    """What policy_teacher@<env> trains, resolved: `policy_teachers.<env>` with its method's
+    hyper-parameters (the section with the teacher's overrides merged over), or None for an env
+    with no teacher. The DVC gate writes it per env (data/policy_teachers/<env>.json) and the
+    teacher's stage depends on that file, so a change of the `sac` section retrains the sac
+    teachers alone. Call after check_params."""
+    teacher = params.policy_teachers.get(env_id)
+    if teacher is None:
+        return {"env": env_id, "teacher": None}
+    run = teacher.train_run(env_id)
+    hp = METHODS[run.method].params(params, run)
+    return {
+        "env": env_id,
+        "teacher": teacher.model_dump(mode="json"),
+        "hyper_params": hp.model_dump(mode="json"),
+    }
 
 
 def _round_problems(params: Params) -> list[str]:

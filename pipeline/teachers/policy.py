@@ -34,6 +34,7 @@ import numpy as np
 from PIL import Image
 
 from pipeline.agents.checkpoint import read_meta
+from pipeline.config.stages import NO_TEACHER
 from pipeline.config.teachers import POLICY_TASKS
 from pipeline.dataset.stacking import FrameStacker
 from pipeline.envs import state_from_context
@@ -83,7 +84,13 @@ class PolicyTeacher:
         if not self.checkpoint.is_dir():
             raise ValueError(
                 f"policy teacher: checkpoint directory {self.checkpoint} does not exist; train "
-                "the agent first (train@<run> writes models/<run>) or fix `policy.checkpoint`"
+                "the agent first (policy_teacher@<env> writes models/teachers/<env>) or fix "
+                "`policy.checkpoint`"
+            )
+        if (self.checkpoint / NO_TEACHER).exists():
+            raise ValueError(
+                f"policy teacher: {self.checkpoint} holds no agent (policy_teacher@<env> wrote "
+                f"{NO_TEACHER}: the env is not listed in `policy_teachers`); add it there"
             )
         self.reliability, self.seed = reliability, seed
         self.agent = load_agent(self.checkpoint)  # CheckpointError: not an agent checkpoint
