@@ -41,15 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.sweep import (
-    Cell,
-    Trained,
-    add_sweep_arguments,
-    prepare_data,
-    run_cells,
-    steps_to,
-)
+from benchmarks.sweep import Cell, Trained, add_sweep_arguments, prepare_data, run_cells
 from pipeline.config import Params, load_params
+from pipeline.curves import median_steps, steps_to
 from pipeline.io import atomic_write_bytes, atomic_write_json
 
 ENVS = ("cartpole-swingup", "MountainCarContinuous-v0")
@@ -76,15 +70,6 @@ GATE_KEYS = ("vpg/q_f", "vpg/gate_open", "alpha")  # ERPv fig. 5: Q_f and the en
 
 
 # ---- pure helpers ------------------------------------------------------------------------------
-
-
-def median_steps(values: list[int | None]) -> int | None:
-    """Median over seeds with "not reached" counted as +inf (None when the median is not
-    reached, i.e. when fewer than half of the seeds reached)."""
-    if not values:
-        return None
-    ordered = sorted(v for v in values if v is not None) + [None] * values.count(None)
-    return ordered[(len(ordered) - 1) // 2]
 
 
 def smoothed_on_grid(curve: list[tuple[int, float]], grid: np.ndarray, window: int) -> np.ndarray:

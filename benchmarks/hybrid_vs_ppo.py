@@ -44,14 +44,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from benchmarks.sweep import (
-    Cell,
-    Trained,
-    add_sweep_arguments,
-    prepare_data,
-    run_cells,
-    steps_to,
-)
+from benchmarks.sweep import Cell, Trained, add_sweep_arguments, prepare_data, run_cells
+from pipeline.curves import steps_to
 
 ENV = "MountainCar-v0"
 THRESHOLDS = (-190.0, -160.0, -130.0)

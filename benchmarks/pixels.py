@@ -56,11 +56,11 @@ from benchmarks.sweep import (
     add_sweep_arguments,
     prepare_data,
     run_cells,
-    steps_to,
     worker_pool,
 )
 from pipeline.agents.off_policy import SACParams
 from pipeline.config import Params, parse_params
+from pipeline.curves import steps_to
 from pipeline.io import atomic_write_bytes, atomic_write_json
 
 ENV = "cartpole-swingup"

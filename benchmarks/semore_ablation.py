@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from benchmarks.sweep import Cell, Trained, add_sweep_arguments, prepare_data, run_cells, steps_to
+from benchmarks.sweep import Cell, Trained, add_sweep_arguments, prepare_data, run_cells
+from pipeline.curves import steps_to
 
 ENV = "CarRacing-v3"
 VARIANTS = ["sac", "m1", "m2", "m3", "m4"]

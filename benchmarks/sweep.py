@@ -64,7 +64,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from pipeline.agents.resume import ResumeStateError, read_plain
@@ -74,20 +73,6 @@ from pipeline.methods.base import TrainInputs
 from pipeline.rollouts.format import MANIFEST_NAME
 
 PREP_DONE = "prep.json"  # written last in a prepared directory: its content is complete
-
-
-# ---- steps to a threshold ----------------------------------------------------------------------
-
-
-def steps_to(curve: Iterable[tuple[int, float]], threshold: float, window: int = 1) -> int | None:
-    """First step at which the mean of the last `window` values of `curve` ((step, value) rows:
-    episode returns, or periodic evaluations with window 1) is >= threshold; None if never."""
-    rows = list(curve)
-    values = [v for _, v in rows]
-    for i in range(window - 1, len(rows)):
-        if np.mean(values[i - window + 1 : i + 1]) >= threshold:
-            return int(rows[i][0])
-    return None
 
 
 # ---- data a cell reads ---------------------------------------------------------------------------

@@ -132,9 +132,34 @@ def read_metric(directory: str | Path, name: str = RETURN) -> list[tuple[int, fl
     path = Path(directory) / METRICS_SUBDIR / f"{name}.tsv"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: run the stage that trains it first")
+    return parse_metric_tsv(path.read_text(), name)
+
+
+def parse_metric_tsv(text: str, name: str = RETURN) -> list[tuple[int, float]]:
+    """(step, value) rows of one metric's TSV text (`read_metric` without the file)."""
     leaf = name.rsplit("/", 1)[-1]
-    with open(path, newline="") as f:
-        return [(int(r["step"]), float(r[leaf])) for r in csv.DictReader(f, delimiter="\t")]
+    rows = csv.DictReader(io.StringIO(text), delimiter="\t")
+    return [(int(r["step"]), float(r[leaf])) for r in rows]
+
+
+def steps_to(curve: Iterable[tuple[int, float]], threshold: float, window: int = 1) -> int | None:
+    """First step at which the mean of the last `window` values of `curve` ((step, value) rows:
+    episode returns, or periodic evaluations with window 1) is >= threshold; None if never."""
+    rows = list(curve)
+    values = [v for _, v in rows]
+    for i in range(window - 1, len(rows)):
+        if np.mean(values[i - window + 1 : i + 1]) >= threshold:
+            return int(rows[i][0])
+    return None
+
+
+def median_steps(values: list[int | None]) -> int | None:
+    """Median over seeds of steps to a threshold, "not reached" (None) counted as +inf: None
+    when fewer than half of the seeds reached it (the lower median of an even count)."""
+    if not values:
+        return None
+    ordered = sorted(v for v in values if v is not None) + [None] * values.count(None)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:

@@ -26,6 +26,8 @@ The table file:
     metric: return_mean       # a key of metrics/eval/<run>.json
     control: sac-offline      # every other cell gets Welch's p-value against this one
     seeds: [0, 1, 2, 3, 4]    # train.<run>.seed of each experiment
+    thresholds: [0, 90]       # report: steps until the mean of the last `window` (5) values of
+                              # the training curve (`curve`: return) first reaches each
     params:                   # merged over params.yaml, key by key, for every cell
       evaluate: {episodes: 10, seed: 10000}
     cells:
@@ -61,6 +63,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pipeline.curves import METRICS_SUBDIR, median_steps, parse_metric_tsv, steps_to
 from pipeline.errors import PipelineError, print_error
 from pipeline.experiments import SeedSummary, welch_p
 
@@ -106,6 +109,17 @@ class Table(BaseModel):
     seeds: list[int] = Field(min_length=1, description="train.<run>.seed of each experiment")
     params: dict[str, Any] = Field(default_factory=dict, description="params of every cell")
     cells: dict[str, Cell] = Field(min_length=1)
+    thresholds: list[float] = Field(
+        default_factory=list,
+        description="report: steps to each threshold, the first training step at which the mean "
+        "of the last `window` values of `curve` reaches it (read from each experiment's curves)",
+    )
+    window: int = Field(default=5, ge=1, description="episodes of the moving mean (thresholds)")
+    curve: str = Field(
+        default="return",
+        description="the curve the thresholds read: a metric of plots/train/<run> (`return`: the "
+        "native return of each training episode; `eval_return`: the periodic evaluations)",
+    )
 
     @model_validator(mode="after")
     def _names(self) -> Table:
@@ -258,6 +272,7 @@ class Status:
     rev: str | None = None
     value: float | None = None  # the metric, when done
     why: str = ""  # what makes it stale or failed
+    steps_to: dict[str, int | None] | None = None  # threshold -> first step (report, when done)
 
 
 def _same(actual: Any, expected: Any) -> bool:
@@ -420,25 +435,67 @@ def summaries(table: Table, found: Iterable[Status]) -> dict[str, SeedSummary]:
     return out
 
 
+def read_steps_to(table: Table, found: list[Status], repo: Path) -> list[Status]:
+    """`found` with each done experiment's steps to the table's thresholds, from its curve as DVC
+    stored it (`dvc.api.open` at the experiment's revision: plots outputs are cached, so a
+    pulled experiment needs `dvc exp pull` with its cache)."""
+    import dataclasses
+
+    import dvc.api
+    from dvc.exceptions import DvcException
+
+    if not table.thresholds:
+        return found
+    out = []
+    for f in found:
+        if f.state != "done":
+            out.append(f)
+            continue
+        path = f"plots/train/{table.run(f.cell)}/{METRICS_SUBDIR}/{table.curve}.tsv"
+        try:
+            with dvc.api.open(path, repo=str(repo), rev=f.rev) as handle:
+                curve = parse_metric_tsv(handle.read(), table.curve)
+        except (OSError, DvcException) as exc:
+            raise SweepError(f"{f.name}: cannot read {path} at {f.rev}: {exc}") from exc
+        reached = {f"{t:g}": steps_to(curve, t, table.window) for t in table.thresholds}
+        out.append(dataclasses.replace(f, steps_to=reached))
+    return out
+
+
+def _steps_cell(found: list[Status], cell: str, threshold: str) -> str:
+    """`median [reached/n]` of a cell's steps to `threshold`, "not reached" counted as +inf."""
+    values = [f.steps_to[threshold] for f in found
+              if f.cell == cell and f.state == "done" and f.steps_to is not None]  # fmt: skip
+    if not values:
+        return ""
+    median = median_steps(values)
+    reached = sum(v is not None for v in values)
+    return f"{'never' if median is None else f'{median:,}'} [{reached}/{len(values)}]"
+
+
 def format_report(table: Table, found: list[Status]) -> str:
-    """The table as markdown: n, mean +- std (ddof 1), Welch p against the control, per seed."""
+    """The table as markdown: n, mean +- std (ddof 1), Welch p against the control, steps to
+    each threshold (when read), per seed."""
     cells = summaries(table, found)
     control = cells.get(table.control) if table.control else None
+    steps = [f"{t:g}" for t in table.thresholds] if any(f.steps_to for f in found) else []
     lines = [
-        f"| cell | n | {table.metric}: mean +- std (ddof 1) | p vs {table.control or '-'} "
-        "| per seed |",
-        "|---|---|---|---|---|",
+        f"| cell | n | {table.metric}: mean +- std (ddof 1) | p vs {table.control or '-'} | "
+        + "".join(f"steps to {t} | " for t in steps)
+        + "per seed |",
+        "|---|---|---|---|" + "---|" * len(steps) + "---|",
     ]
     for cell in table.cells:
         s = cells.get(cell)
         if s is None:
-            lines.append(f"| {cell} | 0 | | | |")
+            lines.append(f"| {cell} | 0 | | | " + "| " * len(steps) + "|")
             continue
         std = f"{s.std:.1f}" if s.n > 1 else "n/a"
         p = None if control is None or cell == table.control else welch_p(s, control)
         seeds = ", ".join(f"{seed}: {v:.1f}" for seed, v in sorted(s.per_seed().items()))
+        reach = "".join(f"{_steps_cell(found, cell, t)} | " for t in steps)
         lines.append(f"| {cell} | {s.n} | {s.mean:.1f} +- {std} | "
-                     f"{'' if p is None else f'{p:.2g}'} | {seeds} |")  # fmt: skip
+                     f"{'' if p is None else f'{p:.2g}'} | {reach}{seeds} |")  # fmt: skip
     left = [f for f in found if f.state != "done"]
     if left:
         lines.append("")
@@ -447,6 +504,12 @@ def format_report(table: Table, found: list[Status]) -> str:
                                                       for f in left))  # fmt: skip
     lines.append("")
     lines.append("p: Welch's two-sided t-test (unequal variances) over per-seed values.")
+    if steps:
+        lines.append(
+            f"Steps to T: the first training step at which the mean of the last {table.window} "
+            f"`{table.curve}` values reaches T; the median over seeds, a seed that never reaches "
+            "it counted as infinite, [seeds that reach it / seeds]."
+        )
     return "\n".join(lines)
 
 
@@ -558,6 +621,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "status":
             print(format_status(table, found))
             return 0
+        found = read_steps_to(table, found, args.repo)
         if args.out is None:
             print(format_report(table, found))
         else:

@@ -1,5 +1,6 @@
 """vlmrl-sweep: a benchmark table as DVC experiments (pipeline/sweeps.py)."""
 
+import dataclasses
 import shlex
 import shutil
 
@@ -8,6 +9,7 @@ import pytest
 import yaml
 from scipy import stats
 
+from pipeline.curves import median_steps, steps_to
 from pipeline.sweeps import (
     SweepError,
     Table,
@@ -157,6 +159,26 @@ def test_the_report_is_mean_std_ddof1_and_welchs_p_against_the_control():
     assert "t-more-s2 stale (train.t-more.steps=50.0 (table: 100))" in text
 
 
+def test_steps_to_is_the_first_step_of_the_moving_mean_and_its_median_counts_never_as_inf():
+    curve = [(10, 0.0), (20, 100.0), (30, 50.0), (40, 200.0)]
+    assert steps_to(curve, 100.0) == 20
+    assert steps_to(curve, 100.0, window=2) == 40  # means 50, 75, 125
+    assert steps_to(curve, 300.0) is None and steps_to([], 1.0) is None
+    assert median_steps([30, None, 10]) == 30  # 10, 30, inf
+    assert median_steps([None, None, 10]) is None  # fewer than half reach it
+    assert median_steps([40, 10, 20, 30]) == 20  # the lower median of an even count
+    table = Table.model_validate({**TABLE, "thresholds": [5]})
+    rows = {r["Experiment"]: r for r in [_row(table, "base", s, 1.0) for s in range(3)]}
+    done = [f for f in statuses(table, rows) if f.state == "done"]
+    found = [
+        dataclasses.replace(f, steps_to={"5": n})
+        for f, n in zip(done, (100, None, 300), strict=True)
+    ]
+    text = format_report(table, found)
+    assert "| base | 3 | 1.0 +- 0.0 |  | 300 [2/3] | 0: 1.0, 1: 1.0, 2: 1.0 |" in text
+    assert "steps to 5 |" in text and "a seed that never reaches" in text
+
+
 def test_the_command_line_prints_the_shell_line_that_reruns_one_cell(tmp_path, capsys):
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(TABLE))
@@ -175,7 +197,11 @@ run = sys.argv[1]
 p = yaml.safe_load(open("params.yaml"))
 r = p["train"][run]
 os.makedirs("models", exist_ok=True)
-open(f"models/{run}.txt", "w").write(str(10 * p["scale"] + r["seed"] + r.get("bonus", 0)))
+value = 10 * p["scale"] + r["seed"] + r.get("bonus", 0)
+open(f"models/{run}.txt", "w").write(str(value))
+os.makedirs(f"plots/train/{run}/plots/metrics", exist_ok=True)  # the learning curve, as train@
+with open(f"plots/train/{run}/plots/metrics/return.tsv", "w") as f:
+    f.write(f"step\\treturn\\n1\\t0\\n2\\t{value / 2}\\n3\\t{value}\\n")
 """
 TOY_EVALUATE = """
 import json, os, sys
@@ -195,6 +221,8 @@ TOY_DVC = """stages:
         - train.${key}
       outs:
         - models/${key}.txt
+      plots:
+        - plots/train/${key}
   evaluate:
     foreach: ${train}
     do:
@@ -210,6 +238,8 @@ TOY_TABLE = {
     "table": "toy",
     "control": "a",
     "seeds": [0, 1, 2],
+    "thresholds": [11],
+    "window": 1,
     "cells": {
         "a": {"train": {"env": "E-v0", "method": "toy", "steps": 1}},
         "b": {"train": {"env": "E-v0", "method": "toy", "steps": 1, "bonus": 5},
@@ -283,8 +313,10 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     text = (report / "table.md").read_text()
     a, b = [10.0, 11.0, 12.0], [25.0, 26.0, 27.0]  # 10 * scale + seed + bonus
     p = stats.ttest_ind(b, a, equal_var=False).pvalue
-    assert "| a | 3 | 11.0 +- 1.0 |  | 0: 10.0, 1: 11.0, 2: 12.0 |" in text
-    assert f"| b | 3 | 26.0 +- 1.0 | {p:.2g} | 0: 25.0, 1: 26.0, 2: 27.0 |" in text
+    # steps to 11, read from each experiment's cached curve (b's pulled from the DVC remote):
+    # a's seed 0 never gets there (0, 5, 10), seeds 1-2 at step 3; b's at step 2
+    assert "| a | 3 | 11.0 +- 1.0 |  | 3 [2/3] | 0: 10.0, 1: 11.0, 2: 12.0 |" in text
+    assert f"| b | 3 | 26.0 +- 1.0 | {p:.2g} | 2 [3/3] | 0: 25.0, 1: 26.0, 2: 27.0 |" in text
     assert "Not in the table" not in text
     assert (report / "return_mean.png").read_bytes()[:4] == b"\x89PNG"
     import json
@@ -293,6 +325,11 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     assert {(e["name"], e["state"], e["value"]) for e in raw["experiments"]} == {
         (f"toy-{c}-s{s}", "done", v) for c, vs in (("a", a), ("b", b)) for s, v in enumerate(vs)
     }
+    assert [e["steps_to"] for e in raw["experiments"] if e["cell"] == "a"] == [
+        {"11": None},
+        {"11": 3},
+        {"11": 3},
+    ]
 
     # a later commit that no stage reads: the experiments stay with the commit they ran on
     old = run(here, "git", "rev-parse", "HEAD").strip()
