@@ -1,6 +1,7 @@
-"""The one mechanism of the benchmark sweeps (erpv_vs_sac, hybrid_vs_ppo, semore_ablation): a
-table of cells, each one run of the train stage, run in one process pool with one result file per
-cell, and the data a cell reads prepared by the stages' own functions.
+"""The older mechanism of the benchmark sweeps, left to benchmarks.pixels (the other tables are
+DVC experiment tables now: pipeline.sweeps, docs/benchmarks.md): a table of cells, each one run
+of the train stage, run in one process pool with one result file per cell, and the data a cell
+reads prepared by the stages' own functions.
 
 - A `Cell` is a name, the `train.<name>` entry of params.yaml it trains (env, method, steps, seed,
   ...), `overrides` of method sections (`{section: {key: value}}`: those keys of that section of

@@ -9,6 +9,7 @@ built once; not label and masks, whose persisted caches it skips: they run again
 caches the commit holds), `dvc queue` runs cells in parallel, and `dvc exp push` / `pull` carry
 them between machines.
 
+    vlmrl-sweep check TABLE                  # every cell's params pass the DVC gate's checks
     vlmrl-sweep status TABLE                 # every cell x seed: done, queued, running, failed,
                                              # stale or missing
     vlmrl-sweep queue TABLE --jobs 2 --wait  # queue what is not done, run 2 at a time, wait
@@ -419,6 +420,24 @@ def wait(table: Table, repo: Path, every_s: float = 10.0) -> list[Status]:
         time.sleep(every_s)
 
 
+def check_table(table: Table, params_path: str | Path) -> list[str]:
+    """Every cell's params (the first seed's) merged over `params_path` as `dvc exp run -S` would,
+    through the DVC gate's checks (parse_params, the method table, the policy-teacher rule): one
+    line per cell and problem, before hours of queued experiments find it one by one."""
+    from pipeline.config import ConfigError, parse_params
+    from pipeline.methods.table import check_params
+
+    base = yaml.safe_load(Path(params_path).read_text())
+    problems = []
+    for cell in table.cells:
+        raw = _merge(base, cell_params(table, cell, table.seeds[0]))
+        try:
+            check_params(parse_params(raw, source=f"{params_path} + cell {cell}"))
+        except ConfigError as exc:
+            problems.append(f"cell {cell}: {exc}")
+    return problems
+
+
 # ---- the report -----------------------------------------------------------------------------------
 
 
@@ -566,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=("status", "queue", "report", "commands"))
+    parser.add_argument("command", choices=("check", "status", "queue", "report", "commands"))
     parser.add_argument("table", type=Path, help="the table's YAML file")
     parser.add_argument("--repo", type=Path, default=Path("."), help="the DVC repository")
     parser.add_argument("--cell", action="append", help="these cells only (repeatable)")
@@ -591,6 +610,14 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SweepError(f"--cell {', '.join(unknown)}: not in {args.table}; its cells: "
                              f"{', '.join(table.cells)}")  # fmt: skip
+        if args.command == "check":
+            problems = check_table(table, args.repo / "params.yaml")
+            for line in problems:
+                print_error(line)
+            if not problems:
+                print(f"{args.table}: {len(table.cells)} cells pass check_params over "
+                      f"{args.repo / 'params.yaml'}")  # fmt: skip
+            return 2 if problems else 0
         if args.command == "commands":
             if args.clone and not args.push:
                 raise SweepError("--clone needs --push REMOTE: the job's experiment must leave "

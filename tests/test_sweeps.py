@@ -179,6 +179,24 @@ def test_steps_to_is_the_first_step_of_the_moving_mean_and_its_median_counts_nev
     assert "steps to 5 |" in text and "a seed that never reaches" in text
 
 
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "benchmarks" / "tables").glob("*.yaml")), ids=lambda p: p.stem
+)
+def test_every_shipped_table_passes_the_dvc_gate_over_params_yaml(path, capsys):
+    """A table is queued for hours: each cell's params, merged over params.yaml, must pass the
+    checks the check_params stage makes (`vlmrl-sweep check`)."""
+    assert main(["check", str(path), "--repo", str(REPO)]) == 0, capsys.readouterr().err
+
+
+def test_check_names_the_cell_and_the_bad_key(tmp_path, capsys):
+    bad = {**TABLE, "cells": {"base": {"train": {"env": "MountainCar-v0", "method": "sacc",
+                                                 "steps": 100}}}}  # fmt: skip
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({**bad, "params": {}, "control": None}))
+    assert main(["check", str(path), "--repo", str(REPO)]) == 2
+    assert "cell base: " in (err := capsys.readouterr().err) and "unknown method 'sacc'" in err
+
+
 def test_the_command_line_prints_the_shell_line_that_reruns_one_cell(tmp_path, capsys):
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(TABLE))
