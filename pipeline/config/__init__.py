@@ -68,11 +68,12 @@ from pipeline.config.teachers import (
 from pipeline.env_registry import KNOWN_ENVS, EnvInfo, EnvLabelSchema, register_env
 
 __all__ = [
-    "LABEL_OUTPUT_KEYS", "NO_TEACHER", "POLICY_TEACHERS_DIR", "Behaviour", "CarlaConfig", "ClipDenseConfig", "ClipSegConfig",
-    "CollectConfig", "ConfigError", "CriticConfig", "DatasetConfig", "EnvConfig",
-    "EnvLabelsConfig", "EnvMakeConfig", "EvaluateConfig", "HFTeacherConfig", "LabelConfig",
-    "LabelEnvConfig", "LabelTaskName", "MasksConfig", "OpenAITeacherConfig", "Params",
-    "PolicyTeacherConfig", "PolicyTeacherRun", "RayExecutorConfig", "RewardTerm", "RoundConfig", "Section",
+    "LABEL_OUTPUT_KEYS", "NO_TEACHER", "POLICY_TEACHERS_DIR", "Behaviour", "CarlaConfig",
+    "ClipDenseConfig", "ClipSegConfig", "CollectConfig", "ConfigError", "CriticConfig",
+    "DatasetConfig", "EnvConfig", "EnvLabelsConfig", "EnvMakeConfig", "EvaluateConfig",
+    "HFTeacherConfig", "LabelConfig", "LabelEnvConfig", "LabelTaskName", "MasksConfig",
+    "OpenAITeacherConfig", "Params", "PolicyTeacherConfig", "PolicyTeacherRun",
+    "RayExecutorConfig", "RewardTerm", "RoundConfig", "Section",
     "TeacherConfig", "TeacherEvalConfig", "TrainRun", "load_params", "merge_settings",
     "parse_params", "register_brought_envs", "threads_field", "validate_section",
 ]  # fmt: skip
