@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from pipeline.config import NO_TEACHER, Params
+from pipeline.config import NO_TEACHER, Params, TrainRun
 from pipeline.curves import write_run_summary, write_training_log
 from pipeline.io import atomic_write_json
 from pipeline.kernels import training_torch
@@ -49,7 +49,22 @@ def train_run(
         known = ", ".join(params.train or {}) or "none"
         raise TrainError(f"params.yaml has no run train.{name} (runs: {known})")
     check_params(params)
-    run = params.train[name]
+    paths = (out_dir, log_dir, summary_path, resume_dir)
+    return _train_and_write(name, params.train[name], params, inputs, *paths, progress)
+
+
+def _train_and_write(
+    name: str,
+    run: TrainRun,
+    params: Params,
+    inputs: TrainInputs,
+    out_dir: str | Path,
+    log_dir: str | Path,
+    summary_path: str | Path,
+    resume_dir: str | Path | None,
+    progress: bool,
+) -> list[tuple[int, float]]:
+    """Train `run` by its method; write the checkpoint, the curves and their summary."""
     method = get_method(run.method)
     result = method.train(name, run, params, inputs, progress=progress, resume_dir=resume_dir)
     result.save(out_dir)
@@ -85,14 +100,8 @@ def train_policy_teacher(
         return []
     check_params(params)
     run = spec.train_run(env_id)
-    method = get_method(run.method)
-    training_torch(getattr(method.params(params, run), "threads", 0))
+    training_torch(getattr(get_method(run.method).params(params, run), "threads", 0))
     # no data: the rollouts and labels paths are never read by an online run
     inputs = TrainInputs(Path("no-rollouts"), Path("no-labels"))
-    name = f"policy-teacher-{env_id}"
-    result = method.train(name, run, params, inputs, progress=progress, resume_dir=resume_dir)
-    result.save(out_dir)
-    eval_episodes = getattr(method.params(params, run), "eval_episodes", None)
-    write_training_log(log_dir, summary_path, result.curve, result.logs)
-    write_run_summary(summary_path, eval_episodes)
-    return result.curve
+    paths = (out_dir, log_dir, summary_path, resume_dir)
+    return _train_and_write(f"policy-teacher-{env_id}", run, params, inputs, *paths, progress)
