@@ -445,10 +445,12 @@ def summaries(table: Table, found: Iterable[Status]) -> dict[str, SeedSummary]:
     """Each cell's done experiments as a SeedSummary (one value per seed)."""
     out = {}
     for cell in table.cells:
-        done = [f for f in found if f.cell == cell and f.state == "done"]
+        # a done experiment has its value (statuses)
+        done = [f for f in found if f.cell == cell and f.state == "done" and f.value is not None]
         if done:
+            values = tuple(f.value for f in done if f.value is not None)
             out[cell] = SeedSummary(
-                (("cell", cell),), table.run(cell), tuple(f.value for f in done),  # type: ignore[misc]
+                (("cell", cell),), table.run(cell), values,
                 tuple(f.seed for f in done), tuple(f.name for f in done),
             )  # fmt: skip
     return out
