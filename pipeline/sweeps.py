@@ -445,13 +445,11 @@ def summaries(table: Table, found: Iterable[Status]) -> dict[str, SeedSummary]:
     """Each cell's done experiments as a SeedSummary (one value per seed)."""
     out = {}
     for cell in table.cells:
-        # a done experiment has its value (statuses)
-        done = [f for f in found if f.cell == cell and f.state == "done" and f.value is not None]
-        if done:
-            values = tuple(f.value for f in done if f.value is not None)
+        done = [(f, f.value) for f in found if f.cell == cell and f.value is not None]
+        if done:  # statuses gives a value to done experiments alone
             out[cell] = SeedSummary(
-                (("cell", cell),), table.run(cell), values,
-                tuple(f.seed for f in done), tuple(f.name for f in done),
+                (("cell", cell),), table.run(cell), tuple(v for _, v in done),
+                tuple(f.seed for f, _ in done), tuple(f.name for f, _ in done),
             )  # fmt: skip
     return out
 
