@@ -1,8 +1,10 @@
 """A benchmark table as DVC experiments: `vlmrl-sweep`.
 
 A table (a YAML file, for example `benchmarks/tables/*.yaml`) is params plus cells. A cell is
-one train run and what it changes in params.yaml; each (cell, seed) is one DVC experiment named
-`<table>-<cell>-s<seed>` that reproduces `evaluate@<table>-<cell>` and what that stage needs. DVC
+one train run (and, optionally, labelling rounds after it) and what it changes in params.yaml;
+each (cell, seed) is one DVC experiment named `<table>-<cell>-s<seed>` that reproduces
+`evaluate@<table>-<cell>` (with rounds: `evaluate_round@<table>-<cell>-r<count>`, the last
+round's agent) and what that stage needs. DVC
 does the rest: params hashing decides what is stale, the run cache restores every stage it has
 run before on the same code, data and params (the dataset and C_V that many cells share are
 built once; not label and masks, whose persisted caches it skips: they run again, from the
@@ -36,6 +38,12 @@ The table file:
         train: {env: MountainCarContinuous-v0, method: sac, steps: 5000,
                 overrides: {offline_fraction: 0.5}}   # train.<table>-<cell>; the seed is added
         params: {}            # the cell's own params, merged after the table's
+      erpv-rounds:
+        train: {env: ..., method: erpv, steps: 2000, overrides: {save_training_state: true}}
+        rounds: {count: 3, episodes: 2, steps: 500}   # rounds.<table>-<cell>-r1..r3, chained;
+                              # the report reads the last round's agent and adds the rounds'
+                              # teacher calls (metrics/rounds/<round>.json); steps-to thresholds
+                              # read the run's curve alone, so a rounds cell has none
 
 Each leaf of a cell's params is one `-S ++key=value` of `dvc exp run` (DVC's Hydra overrides:
 dicts are merged key by key, a list is replaced whole). An experiment is `done` when it succeeded
@@ -77,6 +85,18 @@ class SweepError(PipelineError, ValueError):
     pass
 
 
+class Rounds(BaseModel):
+    """Labelling rounds that go on from the cell's run (`rounds.<run>-r<k>` of params.yaml, stage
+    `round@`): the experiment then evaluates the last round's agent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    count: int = Field(ge=1, description="rounds after the run: r1 .. r<count>")
+    episodes: int = Field(ge=1, description="episodes the previous agent collects each round")
+    steps: int = Field(ge=1, description="agent steps of each round's training")
+    explore: str = Field(default="sample", description="rounds.<name>.explore of every round")
+
+
 class Cell(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -86,6 +106,11 @@ class Cell(BaseModel):
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="params merged over params.yaml after the table's"
+    )
+    rounds: Rounds | None = Field(
+        default=None,
+        description="labelling rounds after the run (its overrides need `save_training_state: "
+        "true`); the experiment's metric is then the last round's agent's",
     )
 
     @field_validator("train")
@@ -145,6 +170,23 @@ class Table(BaseModel):
     def experiment(self, cell: str, seed: int) -> str:
         return f"{self.table}-{cell}-s{seed}"
 
+    def round_names(self, cell: str) -> list[str]:
+        """The cell's labelling rounds, `<run>-r1` .. `<run>-r<count>` (none without rounds)."""
+        rounds = self.cells[cell].rounds
+        return [f"{self.run(cell)}-r{k}" for k in range(1, 1 + (rounds.count if rounds else 0))]
+
+    def target(self, cell: str) -> str:
+        """The stage an experiment reproduces: the evaluation of the cell's last agent."""
+        names = self.round_names(cell)
+        return f"evaluate_round@{names[-1]}" if names else f"evaluate@{self.run(cell)}"
+
+    def metrics_file(self, cell: str) -> str:
+        """That stage's metrics file, whose `metric` the report reads."""
+        names = self.round_names(cell)
+        if names:
+            return f"metrics/eval/rounds/{names[-1]}.json"
+        return f"metrics/eval/{self.run(cell)}.json"
+
 
 def load_table(path: str | Path) -> Table:
     """The table file at `path`, checked; a bad file raises SweepError naming it and the field."""
@@ -176,10 +218,26 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def cell_params(table: Table, cell: str, seed: int) -> dict[str, Any]:
-    """What the experiment (cell, seed) sets in params.yaml: the table's params, the cell's, and
-    its train run with the seed."""
-    run = {"train": {table.run(cell): {**table.cells[cell].train, "seed": seed}}}
-    return _merge(_merge(table.params, table.cells[cell].params), run)
+    """What the experiment (cell, seed) sets in params.yaml: the table's params, the cell's, its
+    train run with the seed, and its labelling rounds, each naming the agent and data it follows
+    (round k's collection seed: 1000 * seed + k)."""
+    spec = table.cells[cell]
+    name = table.run(cell)
+    run: dict[str, Any] = {"train": {name: {**spec.train, "seed": seed}}}
+    if spec.rounds is not None:
+        names = table.round_names(cell)
+        run["rounds"] = {
+            r: {
+                "run": name, "env": spec.train["env"], "method": spec.train["method"], "round": k,
+                "previous_agent": f"models/rounds/{names[k - 2]}" if k > 1 else f"models/{name}",
+                "previous_data": (f"data/rounds/{names[k - 2]}" if k > 1
+                                  else f"data/datasets/{spec.train['env']}"),
+                "episodes": spec.rounds.episodes, "steps": spec.rounds.steps,
+                "seed": 1000 * seed + k, "explore": spec.rounds.explore,
+            }
+            for k, r in enumerate(names, start=1)
+        }  # fmt: skip
+    return _merge(_merge(table.params, spec.params), run)
 
 
 def _leaves(params: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -239,7 +297,7 @@ def exp_command(
     sets = [arg for o in overrides(table, cell, seed) for arg in ("-S", o)]
     return [
         "dvc", "exp", "run", *(["--queue"] if queue else []), *(["--pull"] if pull else []),
-        "-n", table.experiment(cell, seed), *sets, f"evaluate@{table.run(cell)}",
+        "-n", table.experiment(cell, seed), *sets, table.target(cell),
     ]  # fmt: skip
 
 
@@ -274,6 +332,7 @@ class Status:
     value: float | None = None  # the metric, when done
     why: str = ""  # what makes it stale or failed
     steps_to: dict[str, int | None] | None = None  # threshold -> first step (report, when done)
+    round_calls: int | None = None  # the teacher calls of a rounds cell's rounds (when done)
 
 
 def _same(actual: Any, expected: Any) -> bool:
@@ -340,12 +399,16 @@ def statuses(
             if differs:
                 out.append(Status(cell, seed, name, "stale", rev, why="; ".join(differs)))
                 continue
-            column = f"metrics/eval/{table.run(cell)}.json:{table.metric}"
+            column = f"{table.metrics_file(cell)}:{table.metric}"
             value = row.get(column)
             if not isinstance(value, int | float) or isinstance(value, bool):
                 out.append(Status(cell, seed, name, "failed", rev, why=f"no {column}"))
                 continue
-            out.append(Status(cell, seed, name, "done", rev, float(value)))
+            calls = [row.get(f"metrics/rounds/{r}.json:costs.teacher_calls")
+                     for r in table.round_names(cell)]  # fmt: skip
+            known = all(isinstance(c, int | float) for c in calls)
+            out.append(Status(cell, seed, name, "done", rev, float(value),
+                              round_calls=int(sum(calls)) if calls and known else None))  # fmt: skip
     return out
 
 
@@ -467,8 +530,8 @@ def read_steps_to(table: Table, found: list[Status], repo: Path) -> list[Status]
         return found
     out = []
     for f in found:
-        if f.state != "done":
-            out.append(f)
+        if f.state != "done" or table.cells[f.cell].rounds is not None:
+            out.append(f)  # a rounds cell's curve goes on in plots/rounds: no thresholds
             continue
         path = f"plots/train/{table.run(f.cell)}/{METRICS_SUBDIR}/{table.curve}.tsv"
         try:
@@ -498,21 +561,26 @@ def format_report(table: Table, found: list[Status]) -> str:
     cells = summaries(table, found)
     control = cells.get(table.control) if table.control else None
     steps = [f"{t:g}" for t in table.thresholds] if any(f.steps_to for f in found) else []
+    rounds = any(c.rounds is not None for c in table.cells.values())
     lines = [
         f"| cell | n | {table.metric}: mean +- std (ddof 1) | p vs {table.control or '-'} | "
         + "".join(f"steps to {t} | " for t in steps)
+        + ("round teacher calls (mean) | " if rounds else "")
         + "per seed |",
-        "|---|---|---|---|" + "---|" * len(steps) + "---|",
+        "|---|---|---|---|" + "---|" * (len(steps) + rounds) + "---|",
     ]
     for cell in table.cells:
         s = cells.get(cell)
         if s is None:
-            lines.append(f"| {cell} | 0 | | | " + "| " * len(steps) + "|")
+            lines.append(f"| {cell} | 0 | | | " + "| " * (len(steps) + rounds) + "|")
             continue
         std = f"{s.std:.1f}" if s.n > 1 else "n/a"
         p = None if control is None or cell == table.control else welch_p(s, control)
         seeds = ", ".join(f"{seed}: {v:.1f}" for seed, v in sorted(s.per_seed().items()))
         reach = "".join(f"{_steps_cell(found, cell, t)} | " for t in steps)
+        if rounds:
+            calls = [f.round_calls for f in found if f.cell == cell and f.round_calls is not None]
+            reach += f"{np.mean(calls):.0f} | " if calls else "0 | "
         lines.append(f"| {cell} | {s.n} | {s.mean:.1f} +- {std} | "
                      f"{'' if p is None else f'{p:.2g}'} | {reach}{seeds} |")  # fmt: skip
     left = [f for f in found if f.state != "done"]

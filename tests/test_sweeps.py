@@ -76,6 +76,76 @@ def test_one_experiment_reproduces_only_its_cells_evaluate_stage():
     assert "++label.per_env.E-v0.tasks.a=1" in sets
 
 
+ROUNDS = {
+    **TABLE,
+    "cells": {
+        **TABLE["cells"],
+        "rounds": {
+            "train": {"env": "E-v0", "method": "erpv", "steps": 100},
+            "rounds": {"count": 2, "episodes": 3, "steps": 40},
+        },
+    },
+}
+
+
+def test_a_rounds_cell_chains_its_rounds_and_reproduces_the_last_rounds_evaluation():
+    """Round k follows round k-1's agent and data (round 1 the run's and the env's dataset), each
+    with its own collection seed; the experiment reproduces the last round's evaluation and the
+    report reads that agent's metric and adds up the rounds' teacher calls."""
+    table = Table.model_validate(ROUNDS)
+    params = cell_params(table, "rounds", 4)
+    assert params["rounds"] == {
+        "t-rounds-r1": {"run": "t-rounds", "env": "E-v0", "method": "erpv", "round": 1,
+                        "previous_agent": "models/t-rounds",
+                        "previous_data": "data/datasets/E-v0", "episodes": 3, "steps": 40,
+                        "seed": 4001, "explore": "sample"},
+        "t-rounds-r2": {"run": "t-rounds", "env": "E-v0", "method": "erpv", "round": 2,
+                        "previous_agent": "models/rounds/t-rounds-r1",
+                        "previous_data": "data/rounds/t-rounds-r1", "episodes": 3, "steps": 40,
+                        "seed": 4002, "explore": "sample"},
+    }  # fmt: skip
+    assert "rounds" not in cell_params(table, "base", 4)
+    assert exp_command(table, "rounds", 4)[-1] == "evaluate_round@t-rounds-r2"
+    assert exp_command(table, "base", 4)[-1] == "evaluate@t-base"
+    calls = {f"metrics/rounds/t-rounds-r{k}.json:costs.teacher_calls": 10.0 * k for k in (1, 2)}
+    rows = [_row(table, "rounds", s, 5.0 + s, **calls) for s in range(3)]
+    rows += [_row(table, "base", s, 1.0 + s) for s in range(3)]
+    found = statuses(table, {r["Experiment"]: r for r in rows})
+    assert {f.value for f in found if f.cell == "rounds"} == {5.0, 6.0, 7.0}
+    assert {f.round_calls for f in found if f.cell == "rounds"} == {30}
+    text = format_report(table, found)
+    assert "| round teacher calls (mean) |" in text
+    assert "| rounds | 3 | 6.0 +- 1.0 |" in text and "| 30 | 0: 5.0, 1: 6.0, 2: 7.0 |" in text
+    assert "| base | 3 | 2.0 +- 1.0 |  | 0 |" in text
+
+
+def test_the_shipped_rounds_table_passes_the_gate_and_its_chain_is_what_params_yaml_expects(
+    tmp_path,
+):
+    """Through DVC's override code: the rounds table's `-S` values give params that parse_params
+    and check_params accept (the chain of rounds, save_training_state); without
+    save_training_state the gate refuses the cell, naming the fix."""
+    from dvc.utils.hydra import apply_overrides
+
+    from pipeline.config import parse_params
+
+    table = load_table(REPO / "benchmarks" / "tables" / "rounds.yaml")
+    cell = next(c for c in table.cells if table.cells[c].rounds is not None)
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    apply_overrides(tmp_path / "params.yaml", overrides(table, cell, 2))
+    params = parse_params(yaml.safe_load((tmp_path / "params.yaml").read_text()))
+    names = table.round_names(cell)
+    assert [params.rounds[r].round for r in names] == list(range(1, len(names) + 1))
+    assert params.rounds[names[-1]].previous_agent == f"models/rounds/{names[-2]}"
+    raw = yaml.safe_load((REPO / "benchmarks" / "tables" / "rounds.yaml").read_text())
+    raw["cells"][cell]["train"]["overrides"].pop("save_training_state")
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(raw))
+    from pipeline.sweeps import check_table
+
+    problems = check_table(load_table(tmp_path / "t.yaml"), REPO / "params.yaml")
+    assert any(f"cell {cell}" in p and "save_training_state: true" in p for p in problems)
+
+
 @pytest.mark.parametrize(
     ("change", "says"),
     [
@@ -113,7 +183,7 @@ def _row(table, cell, seed, value, state="Success", **changed):
         row[k] = float(v) if isinstance(v, int) and not isinstance(v, bool) else v
     row.update(changed)
     if value is not None:
-        row[f"metrics/eval/{table.run(cell)}.json:return_mean"] = value
+        row[f"{table.metrics_file(cell)}:return_mean"] = value
     return row
 
 
