@@ -19,24 +19,23 @@
 #
 #   bash benchmarks/device_pixels.sh throughput  # updates/s on the GPU: eager, compiled, graphs
 #   bash benchmarks/device_pixels.sh graphs      # 84x84: eager against CUDA graphs (~2 min)
-#   bash benchmarks/device_pixels.sh launch [ARGS]  # the paper-scale table in the background;
-#                                                # ARGS go to benchmarks.pixels after the
-#                                                # defaults (--arms drq sac --seeds 3 --workers 2),
-#                                                # e.g. --arms sac --workers 3 --compile
-#                                                # reduce-overhead (CUDA graphs)
-#   bash benchmarks/device_pixels.sh collect S   # wait up to S seconds for it; copy what it has
+#   bash benchmarks/device_pixels.sh launch CELL...  # cells of benchmarks/tables/pixels_paper.yaml
+#                                                # as DVC experiments in the background, every
+#                                                # seed of each cell, 3 side by side (JOBS=3)
+#   bash benchmarks/device_pixels.sh collect S   # wait up to S seconds; report what is done
 #
-# One arm of 3 seeds fits one call: `launch --arms sac --seeds 3 --workers 3 && collect 545`
-# (stop 44 on an H200: data and C_V ~140 s, then 412-419 s of training; a second `collect 90`
-# at once picked up the last cells).
+# One arm of 3 seeds fits one call: `launch drq && collect 545` (the retired benchmarks.pixels on
+# an H200: data and C_V ~140 s, then 412-419 s of training). Each experiment builds the table's
+# data in its own workspace unless DVC's run cache holds it: run one cell first, the rest restore
+# it. The copy of the working tree becomes a git repository there (DVC experiments are git refs);
+# `collect` brings back the report, `dvc exp show`'s rows and each experiment's curves. This recipe
+# replaced the retired benchmarks.pixels sweep and has not yet run on a device.
 # A background run outlives its call (setsid) while the machine is held: `collect` in the next
 # call, within the idle release, picks it up. Everything that comes back is under $OUT.
-# Another preset runs in a sweep of its own: RUN=/tmp/pxc for both `launch --preset
-# benchmarks/params/pixels_cpu_drqnet.yaml --arms semore-m4 ...` and its `collect` (the CPU
-# preset's semore, ~5 h a run on the 2-core CPU; 48.7 updates/s eager on the H200).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-RUN=${RUN:-/tmp/pxp}  # the sweep's --out; its log is $RUN.log
+TABLE=benchmarks/tables/pixels_paper.yaml
+LOG=/tmp/pixels_paper.log
 mkdir -p "$OUT"
 
 setup() {
@@ -54,6 +53,11 @@ setup() {
         mv /tmp/site.partial /tmp/site
     fi
     export PYTHONPATH=/tmp/site:$PWD MUJOCO_GL=egl PYTHONUNBUFFERED=1
+    # the site archive has modules, no console scripts: `dvc` for pipeline.sweeps and the queue
+    mkdir -p /tmp/site-bin
+    printf '#!/bin/sh\nexec python -m dvc "$@"\n' >/tmp/site-bin/dvc
+    chmod +x /tmp/site-bin/dvc
+    export PATH=/tmp/site-bin:$PATH
 }
 
 case ${1:-} in
@@ -84,38 +88,34 @@ graphs)
 launch)
     setup
     shift
-    # six cells side by side made under 139 agent steps/s together (stop 40), about one update
-    # rate alone (116/s): one GPU time-slices processes. Three drq seeds (--workers 3) made 97
-    # steps/s together and finished in 6.5 minutes after ~150 s of data (stop 41)
-    setsid nohup python -m benchmarks.pixels --preset benchmarks/params/pixels_paper.yaml \
-        --arms drq sac --seeds 3 --workers 2 --threads 4 --out "$RUN" --progress-every 60 "$@" \
-        >"$RUN.log" 2>&1 </dev/null &
+    if [ ! -d .git ]; then
+        git init -q && git add -A &&
+            git -c user.email=device@localhost -c user.name=device commit -qm device || exit 1
+    fi
+    cells=()
+    for c in "$@"; do cells+=(--cell "$c"); done
+    setsid nohup python -m pipeline.sweeps queue "$TABLE" "${cells[@]}" --jobs "${JOBS:-3}" \
+        --wait >"$LOG" 2>&1 </dev/null &
     echo "launched: pid $!"
     ;;
 collect)
     setup
     deadline=$((SECONDS + ${2:-60}))
-    running() { pgrep -f "benchmarks.pixels .*--out $RUN( |\$)" >/dev/null; }  # this sweep only
+    running() { pgrep -f "pipeline.sweeps queue" >/dev/null; }
     while [ $SECONDS -lt $deadline ] && running; do
         sleep 10
     done
-    cp "$RUN.log" "$OUT/pxp.log"
-    for f in table.txt results.json curves.png; do
-        [ -f "$RUN/$f" ] && cp "$RUN/$f" "$OUT/"
-    done
-    # how far each cell got: its resume state's step and last evaluation (a cell's live/ curve
-    # is written when it ends)
-    python -c "import pathlib, sys; from benchmarks.sweep import peek
-for d in sorted(pathlib.Path(sys.argv[1]).glob('*')): print(d.name, peek(d))" "$RUN/resume" |
-        tee "$OUT/progress.txt"
-    kept=$(cd "$RUN" && ls -d live runs params.yaml 2>/dev/null)
-    [ -n "$kept" ] && tar -czf "$OUT/pxp_curves.tgz" -C "$RUN" $kept
+    cp "$LOG" "$OUT/"
+    python -m pipeline.sweeps status "$TABLE" | tee "$OUT/status.txt"
+    python -m pipeline.sweeps report "$TABLE" --out "$OUT/report"
+    dvc exp show --json >"$OUT/exp_show.json"
+    # each experiment's curves: committed to its git ref, the cached ones read by dvc.api.open
+    git for-each-ref --format='%(refname)' refs/exps | tee "$OUT/exp_refs.txt"
     running && echo "still running" || echo "finished"
-    # the log's last lines, without the progress bars' carriage-return updates
-    tr '\r' '\n' <"$RUN.log" | grep -v -e '%|' -e '^\s*$' | tail -20
+    tail -20 "$LOG"
     ;;
 *)
-    echo "usage: $0 throughput | graphs | launch [ARGS] | collect SECONDS" >&2
+    echo "usage: $0 throughput | graphs | launch CELL... | collect SECONDS" >&2
     exit 2
     ;;
 esac

@@ -16,7 +16,7 @@ installed packages are gone):
     # 3. on the device, one call per batch (carry: ["wheelhouse/batch1"], ...)
     pip install --no-index --no-deps wheelhouse/batch1/*.whl
     # 4. then
-    pip install --no-deps --no-build-isolation -e . && MUJOCO_GL=egl python -m benchmarks.pixels ...
+    pip install --no-deps --no-build-isolation -e . && MUJOCO_GL=egl vlmrl-sweep queue benchmarks/tables/pixels_paper.yaml ...
 
 Where the batches need more than one call, `--site-archive` also installs every wheel here for
 the device's Python (`pip install --target`, its tags checked), drops what the runs never read

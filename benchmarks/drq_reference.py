@@ -1,58 +1,33 @@
-"""A reference DrQ, written after the authors' code, and a training run of it on the pixel preset:
-the control that tells whether our `drq` misses DrQ's learning because of our implementation or
-because of the preset's setting (frame size, encoder, budget).
+"""A reference DrQ, written after the authors' code: `benchmarks.pixel_throughput` times its
+update against our `drq`'s, the same sizes on the same frames.
 
-Adapted from denisyarats/drq (`drq.py`, `replay_buffer.py`, `train.py`; MIT licence, Copyright
-(c) 2020 Denis Yarats): its encoder (3x3 convs, the first stride 2, Linear + LayerNorm + tanh),
-its actor (an encoder of its own whose convs are tied to the critic's, its head trained by the
-actor loss on detached conv features) and critic, its update (critic every step; actor, alpha
-and the whole critic's targets, encoder included, every 2nd step with tau 0.01; one lr of 1e-3
-for all three optimisers), its replay (obs and next_obs stored stacked, uint8, converted to
-float per batch, `not_done_no_max` in the target) and its loop (uniform random seed steps, then
-one update per env step). kornia is not a dependency: the augmentation is DrQ-v2's
+Adapted from denisyarats/drq (`drq.py`, `replay_buffer.py`; MIT licence, Copyright (c) 2020 Denis
+Yarats): its encoder (3x3 convs, the first stride 2, Linear + LayerNorm + tanh), its actor (an
+encoder of its own whose convs are tied to the critic's, its head trained by the actor loss on
+detached conv features) and critic, its update (critic every step; actor, alpha and the whole
+critic's targets, encoder included, every 2nd step with tau 0.01; one lr of 1e-3 for all three
+optimisers) and its replay (obs and next_obs stored stacked, uint8, converted to float per batch,
+`not_done_no_max` in the target). kornia is not a dependency: the augmentation is DrQ-v2's
 `RandomShiftsAug` (facebookresearch/drqv2, MIT), the same +-pad whole-pixel shift. K = M (target
 and Q loss averaged over K augmentations) is a parameter: the paper's table 1 uses 2, our `drq`
 and DrQ-v2 1.
 
-What it shares with our runs, so that only the implementation differs: the env (the preset's
-`env` section through pipeline.envs.make_env, each episode's reset seed from
-pipeline.agents.loop.episode_reset_seed), the sizes of the preset's `drq` section (frame size,
-encoder stride, hidden width, batch, shift, seed steps), periodic evaluation every `log_every`
-steps on `eval_episodes` episodes, and the final evaluation of benchmarks.pixels (the deployed
-policy, deterministic, 5 episodes from seed 10,000). `benchmarks.pixel_throughput` times its
-update against ours.
-
-    python -m benchmarks.drq_reference --out reports/drq_reference --seed 0
-    python -m benchmarks.drq_reference --out reports/drq_reference --seed 1 --steps 5000 --k 2
-
-One result per seed, `<out>/drq-reference-k<K>-seed<S>.json` (the fields of a benchmarks.pixels
-cell, arm `drq-reference`); a seed with a result is skipped. Every `resume_every` steps of the
-preset's `drq` section (at the next episode end) the whole run (networks, optimisers, replay, RNGs,
-curves) is saved to `<out>/resume/<name>` (pipeline.agents.resume); the same command after a kill
-goes on from there and ends with the result an uninterrupted run gives.
+Its training run (the authors' loop on the pixel preset, the control that told our `drq` apart
+from the preset's setting) answered its question and was retired: the answer, the figures and
+the command at the commit that ran it are in docs/results/2026-11-27-drq-actor-head.md and
+docs/results/benchmarks.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import math
-import shutil
-import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 from torch import nn
-from tqdm import tqdm
-
-from pipeline.agents.loop import episode_reset_seed
-from pipeline.agents.resume import Resume, fingerprint
-from pipeline.dataset.stacking import FrameStacker
-from pipeline.io import atomic_write_json
 
 # ---- the networks (drq.py) -------------------------------------------------------------------
 
@@ -311,162 +286,3 @@ class RefReplay:
 
 
 # ---- the training run (train.py) -------------------------------------------------------------
-
-
-def train_reference(
-    params_path: Path, seed: int, steps: int, k: int, resume_dir: Path | None = None
-) -> dict[str, Any]:
-    """One run on the merged preset at `params_path` (the `drq` section's sizes); returns a
-    benchmarks.pixels cell result. With `resume_dir` and the section's `resume_every`, a killed
-    run goes on from its last resume state (removed once the run ends)."""
-    from benchmarks.pixels import ENV, EVAL_SEED
-    from pipeline.config import load_params
-    from pipeline.envs import make_env
-    from pipeline.evaluation import deployed, evaluate_policy, play_episodes
-    from pipeline.methods.off_policy import TRAIN_EVAL_SEED
-    from pipeline.methods.table import get_method
-
-    params = load_params(params_path)
-    hp = get_method("drq").params(params)
-    env_cfg = params.env[ENV]
-    size, net = env_cfg.image_size, hp.network
-    shape = (3 * net.frame_stack, size, size)
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    env, eval_env = make_env(ENV, env_cfg), make_env(ENV, env_cfg)
-    env.action_space.seed(seed)
-    action_dim = env.action_space.shape[0]
-    if not (np.all(env.action_space.low == -1) and np.all(env.action_space.high == 1)):
-        raise SystemExit(f"{ENV}: the reference acts in [-1, 1], the env in {env.action_space}")
-    agent = RefDrQAgent(shape, action_dim, stride=net.encoder_stride, hidden=net.hidden_dim,
-                        k=k, pad=hp.image_pad)  # fmt: skip
-    replay = RefReplay(shape, action_dim, min(steps, hp.replay_capacity))
-    stacker = FrameStacker(net.frame_stack, "pixels")
-    episode, episode_return, rows, curve, window = 0, 0.0, [], [], []
-    first, before = 0, 0.0  # where this process starts, and the seconds of the runs before it
-    resume = None
-    if resume_dir is not None and hp.resume_every:
-        material = {"params": params_path.read_text(), "seed": seed, "steps": steps, "k": k}
-        resume = Resume(resume_dir, fingerprint(material), hp.resume_every)
-    state = resume.load() if resume is not None else None
-    if state is not None:  # at the start of an episode, as pipeline.agents.loop resumes
-        agent.load_training_state(state["agent"])
-        replay.load_state(state["replay"])
-        rng.bit_generator.state = state["rng"]
-        env.action_space.np_random.bit_generator.state = state["action_space_rng"]
-        torch.set_rng_state(state["torch_rng"])
-        episode, first, before = state["episode"], state["step"], state["seconds"]
-        rows, curve, window = state["rows"], state["curve"], state["window"]
-        print(f"resuming {resume_dir} from step {first}", flush=True)
-    last_saved = first
-    obs, _ = env.reset(seed=episode_reset_seed(seed, episode))
-    x = stacker.reset(obs["pixels"])
-    start = time.perf_counter() - before
-    bar = tqdm(
-        range(first, steps), desc=f"drq-reference k={k} seed {seed}", unit="step",
-        initial=first, total=steps,
-    )  # fmt: skip
-    for step in bar:
-        action = env.action_space.sample() if step < hp.start_steps else agent.act(x)
-        obs, reward, terminated, truncated, _ = env.step(action)
-        next_x = stacker.step(obs["pixels"])
-        replay.add(x, action, float(reward), next_x, bool(terminated))  # truncation: not done
-        x, episode_return = next_x, episode_return + float(reward)
-        if terminated or truncated:
-            curve.append((step + 1, episode_return))
-            bar.set_postfix(episode_return=f"{episode_return:.1f}")
-            episode, episode_return = episode + 1, 0.0
-            obs, _ = env.reset(seed=episode_reset_seed(seed, episode))
-            x = stacker.reset(obs["pixels"])
-        if step + 1 >= hp.start_steps:
-            window.append(agent.update(*replay.sample(hp.batch_size, rng)))
-        if (step + 1) % hp.log_every == 0:
-            keys = {key for row in window for key in row}
-            row = {key: float(np.mean([r[key] for r in window if key in r])) for key in keys}
-            evaluation = play_episodes(eval_env, deployed(agent), hp.eval_episodes, TRAIN_EVAL_SEED)
-            rows.append({"step": step + 1, **row, "eval_return": evaluation.return_mean})
-            window = []
-        if (
-            resume is not None
-            and (terminated or truncated)
-            and step + 1 - last_saved >= resume.every
-            and step + 1 < steps
-        ):
-            last_saved = step + 1
-            resume.save(
-                {
-                    "step": step + 1,
-                    "episode": episode,
-                    "agent": agent.training_state(),
-                    "replay": replay.state(),
-                    "rng": rng.bit_generator.state,
-                    "action_space_rng": env.action_space.np_random.bit_generator.state,
-                    "torch_rng": torch.get_rng_state(),
-                    "rows": rows,
-                    "curve": curve,
-                    "window": window,
-                    "seconds": time.perf_counter() - start,
-                }
-            )
-    seconds = time.perf_counter() - start
-    env.close()
-    eval_env.close()
-    final = evaluate_policy(deployed(agent), ENV, env_cfg, 5, seed=EVAL_SEED)
-    return {
-        "name": f"drq-reference-k{k}-seed{seed}",
-        "arm": "drq-reference" if k == 1 else f"drq-reference-k{k}",
-        "seed": seed,
-        "steps": steps,
-        "k": k,
-        "curve": curve,
-        "eval": [(r["step"], r["eval_return"]) for r in rows],
-        "logs": rows,
-        "final_return": final.return_mean,
-        "final_returns": final.returns,
-        "train_seconds": seconds,
-        "updates_per_s": max(0, steps - hp.start_steps + 1) / seconds,
-    }
-
-
-def main(argv: list[str] | None = None) -> int:
-    from benchmarks.pixels import DEFAULT_PRESET, merged_params, read_preset, write_params
-
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument(
-        "--preset",
-        default=DEFAULT_PRESET,
-        help="default: benchmarks.pixels' (the same sizes), %(default)s",
-    )
-    parser.add_argument("--out", type=Path, default=Path("reports/drq_reference"))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None, help="default: the preset's")
-    parser.add_argument("--k", type=int, default=1, help="DrQ's K = M (the paper: 2)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    preset, steps = read_preset(args.preset)
-    steps = args.steps if args.steps is not None else steps
-    args.out.mkdir(parents=True, exist_ok=True)
-    result_path = args.out / f"drq-reference-k{args.k}-seed{args.seed}.json"
-    if result_path.exists():
-        print(f"{result_path} exists: nothing to do")
-        return 0
-    params_path = args.out / f"params-seed{args.seed}.yaml"
-    write_params(merged_params(args.params, preset), params_path)
-    resume_dir = args.out / "resume" / result_path.stem
-    result = train_reference(params_path, args.seed, steps, args.k, resume_dir)
-    result["preset"] = yaml.safe_load(Path(args.preset).read_text())
-    atomic_write_json(result_path, result)
-    shutil.rmtree(resume_dir, ignore_errors=True)  # the result is written: nothing to resume
-    print(f"{result['name']}: final return {result['final_return']:.1f} "
-          f"({result['train_seconds']:.0f} s)")  # fmt: skip
-    return 0
-
-
-if __name__ == "__main__":
-    from benchmarks import run_main
-
-    raise SystemExit(run_main(main))

@@ -39,15 +39,15 @@ from __future__ import annotations
 
 import argparse
 import time
+import typing
 from collections.abc import Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from benchmarks import pixels
 from benchmarks.drq_reference import RefDrQAgent, RefReplay
-from pipeline.agents.off_policy import NetworkParams
+from pipeline.agents.off_policy import NetworkParams, SACParams
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.dataset.stacking import stack_window
 from pipeline.dataset.transitions import (
@@ -169,7 +169,9 @@ OURS = {
     "erpv": "erpv (VPG + VER)",
     "semore": "semore m4",
 }
-COMPILE_MODES = [m for m in pixels.COMPILE_MODES if m != "off"]
+COMPILE_MODES = [
+    m for m in typing.get_args(SACParams.model_fields["compile"].annotation) if m != "off"
+]
 
 
 def our_agent(name: str, config: tuple[int, int, int], batch: int, device: str,
@@ -191,7 +193,7 @@ def our_agent(name: str, config: tuple[int, int, int], batch: int, device: str,
         critic = VLMCritic(shape, SPACE.low, SPACE.high, net).freeze()
         return ERPvAgent(shape, SPACE, ERPvParams(**common, offline_fraction=0.5), critic), True
     # Semore's eq. 5 compares feature maps by SSIM: the small encoder keeps 3 layers (7x7 maps
-    # at 64x64) with a 5x5 window and attends per position (the preset's semore section)
+    # at 64x64) with a 5x5 window and attends per position (the CPU pixel table's semore cells)
     small = {"encoder_layers": 3, "attention_stride": 1, "attention_dim": 32}
     semore_net = {**net.model_dump(), "attention_dim": 32, "attention_stride": 5}
     semore_net |= small if stride == 2 else {}

@@ -23,7 +23,7 @@ RUNS = {  # run name -> (method, section overrides)
 }
 STEPS = 32  # updates from step 16: 17 of them
 
-# The CPU pixel preset's shapes (benchmarks/params/pixels_cpu.yaml), shrunk below.
+# The small CPU pixel encoder's shapes (4 stride-2 convs, as pixels_cpu.yaml had), shrunk below.
 _NETWORK = {
     "obs": "pixels", "frame_stack": 3, "feature_dim": 16, "hidden_dim": 32, "encoder_layers": 4,
     "encoder_filters": 8, "encoder_stride": 2, "transition_hidden_dim": 32,
