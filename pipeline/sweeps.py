@@ -367,6 +367,22 @@ def exp_rows(repo: Path, rev: str | None = None) -> dict[str, dict[str, Any]]:
     return {str(r["Experiment"]): r for r in rows if r.get("Experiment")}
 
 
+def settled_rows(
+    repo: Path, rev: str | None = None, tries: int = 5, every_s: float = 10.0
+) -> dict[str, dict[str, Any]]:
+    """exp_rows, asked again (up to `tries` times, `every_s` apart) when `dvc exp show` meets a
+    queue worker's temporary workspace half made or half gone, as it can while workers run."""
+    for attempt in range(1, tries + 1):
+        try:
+            return exp_rows(repo, rev)
+        except SweepError as exc:
+            if attempt == tries:
+                raise
+            print(f"{time.strftime('%H:%M:%S')} {exc} (trying again)", flush=True)
+            time.sleep(every_s)
+    raise AssertionError("unreachable")
+
+
 def statuses(
     table: Table,
     rows: Mapping[str, Mapping[str, Any]],
@@ -447,7 +463,7 @@ def queue(
     """Queue every (cell, seed) that is not done (`force`: done ones too), queued or running;
     a failed or stale experiment of that name is replaced. Returns what was queued."""
     queued = []
-    for status in statuses(table, exp_rows(repo), cells, seeds):
+    for status in statuses(table, settled_rows(repo), cells, seeds):
         if status.state in ("queued", "running") or (status.state == "done" and not force):
             continue
         if status.state != "missing":
@@ -461,19 +477,9 @@ def wait(table: Table, repo: Path, every_s: float = 10.0) -> list[Status]:
     """Until no experiment of the table is queued or running: one line each time the counts
     change. Driven by the queue's own progress (no time limit): a stuck worker shows as a count
     that stops moving, and `dvc queue status` / `dvc queue logs NAME` say why."""
-    last, misses = None, 0
+    last = None
     while True:
-        try:
-            found = statuses(table, exp_rows(repo))
-            misses = 0
-        except SweepError as exc:
-            # `dvc exp show` can meet a worker's temporary workspace half made or half gone
-            misses += 1
-            if misses >= 5:
-                raise
-            print(f"{time.strftime('%H:%M:%S')} {exc} (trying again)", flush=True)
-            time.sleep(every_s)
-            continue
+        found = statuses(table, settled_rows(repo, every_s=every_s))
         line = count_line(found)
         if line != last:
             print(f"{time.strftime('%H:%M:%S')} {table.table}: {line}", flush=True)
@@ -712,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
             elif queued and not args.jobs:
                 print("run them: dvc queue start -j N (then `vlmrl-sweep status`)")
             return 0
-        found = statuses(table, exp_rows(args.repo, args.rev), args.cell, args.seed)
+        found = statuses(table, settled_rows(args.repo, args.rev), args.cell, args.seed)
         if args.command == "status":
             print(format_status(table, found))
             return 0

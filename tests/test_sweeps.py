@@ -209,6 +209,30 @@ def test_each_experiment_is_done_stale_failed_queued_or_missing():
     assert statuses(table, {}, ["more"], [7])[0].state == "missing"
 
 
+def test_a_half_made_worker_workspace_is_asked_again_and_a_lasting_failure_raises(
+    monkeypatch, capsys
+):
+    """`dvc exp show` can meet a queue worker's temporary workspace half made or half gone:
+    queue, status and report ask again a few times before they give up, naming the error."""
+    import pipeline.sweeps as sweeps
+
+    answers = [SweepError("directory '.dvc/tmp/exps/x/.dvc' does not exist")] * 2 + [{"e": {}}]
+
+    def exp_rows(repo, rev=None):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(sweeps, "exp_rows", exp_rows)
+    assert sweeps.settled_rows(REPO, every_s=0) == {"e": {}}
+    assert capsys.readouterr().out.count("(trying again)") == 2
+    answers[:] = [SweepError("broken")] * 3
+    with pytest.raises(SweepError, match="broken"):
+        sweeps.settled_rows(REPO, tries=3, every_s=0)
+    assert not answers
+
+
 def test_the_report_is_mean_std_ddof1_and_welchs_p_against_the_control():
     table = Table.model_validate(TABLE)
     base, more = [1.0, 2.5, 4.0], [10.0, 12.0, 11.0]
