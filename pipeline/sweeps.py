@@ -337,9 +337,12 @@ class Status:
 
 def _same(actual: Any, expected: Any) -> bool:
     """A `dvc exp show` value against the table's: numbers compare as floats (DVC's flat rows
-    give 5000 as 5000.0, and 1e-05 as '1e-05'), a missing key reads 'None'."""
+    give 5000 as 5000.0, and 1e-05 as '1e-05'; a nested bool can come as 'True'), a missing
+    key reads 'None'."""
     if expected is None:
         return actual in (None, "None")
+    if isinstance(expected, bool) and isinstance(actual, str):
+        return actual.lower() == str(expected).lower()
     if isinstance(expected, bool) or isinstance(actual, bool):
         return actual == expected
     if isinstance(expected, int | float) and isinstance(actual, int | float | str):

@@ -81,7 +81,12 @@ ROUNDS = {
     "cells": {
         **TABLE["cells"],
         "rounds": {
-            "train": {"env": "E-v0", "method": "erpv", "steps": 100},
+            "train": {
+                "env": "E-v0",
+                "method": "erpv",
+                "steps": 100,
+                "overrides": {"save_training_state": True},
+            },
             "rounds": {"count": 2, "episodes": 3, "steps": 40},
         },
     },
@@ -108,9 +113,12 @@ def test_a_rounds_cell_chains_its_rounds_and_reproduces_the_last_rounds_evaluati
     assert exp_command(table, "rounds", 4)[-1] == "evaluate_round@t-rounds-r2"
     assert exp_command(table, "base", 4)[-1] == "evaluate@t-base"
     calls = {f"metrics/rounds/t-rounds-r{k}.json:costs.teacher_calls": 10.0 * k for k in (1, 2)}
+    # dvc exp show gives this nested bool as the string 'True': still the table's value
+    calls["train.t-rounds.overrides.save_training_state"] = "True"
     rows = [_row(table, "rounds", s, 5.0 + s, **calls) for s in range(3)]
     rows += [_row(table, "base", s, 1.0 + s) for s in range(3)]
     found = statuses(table, {r["Experiment"]: r for r in rows})
+    assert [f.state for f in found if f.cell != "more"] == ["done"] * 6
     assert {f.value for f in found if f.cell == "rounds"} == {5.0, 6.0, 7.0}
     assert {f.round_calls for f in found if f.cell == "rounds"} == {30}
     text = format_report(table, found)
