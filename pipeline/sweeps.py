@@ -4,12 +4,11 @@ A table (a YAML file, for example `benchmarks/tables/*.yaml`) is params plus cel
 one train run (and, optionally, labelling rounds after it) and what it changes in params.yaml;
 each (cell, seed) is one DVC experiment named `<table>-<cell>-s<seed>` that reproduces
 `evaluate@<table>-<cell>` (with rounds: `evaluate_round@<table>-<cell>-r<count>`, the last
-round's agent) and what that stage needs. DVC
-does the rest: params hashing decides what is stale, the run cache restores every stage it has
-run before on the same code, data and params (the dataset and C_V that many cells share are
-built once; not label and masks, whose persisted caches it skips: they run again, from the
-caches the commit holds), `dvc queue` runs cells in parallel, and `dvc exp push` / `pull` carry
-them between machines.
+round's agent) and what that stage needs. DVC does the rest: params hashing decides what is
+stale, the run cache restores every stage it has run before on the same code, data and params
+(the dataset and C_V that many cells share are built once; not label and masks, whose persisted
+caches it skips: they run again, from the caches the commit holds), `dvc queue` runs cells in
+parallel, and `dvc exp push` / `pull` carry them between machines.
 
     vlmrl-sweep check TABLE                  # every cell's params pass the DVC gate's checks
     vlmrl-sweep status TABLE                 # every cell x seed: done, queued, running, failed,
@@ -375,15 +374,13 @@ def settled_rows(
 ) -> dict[str, dict[str, Any]]:
     """exp_rows, asked again (up to `tries` times, `every_s` apart) when `dvc exp show` meets a
     queue worker's temporary workspace half made or half gone, as it can while workers run."""
-    for attempt in range(1, tries + 1):
+    for _ in range(tries - 1):
         try:
             return exp_rows(repo, rev)
         except SweepError as exc:
-            if attempt == tries:
-                raise
             print(f"{time.strftime('%H:%M:%S')} {exc} (trying again)", flush=True)
             time.sleep(every_s)
-    raise AssertionError("unreachable")
+    return exp_rows(repo, rev)
 
 
 def statuses(
