@@ -318,7 +318,7 @@ def job_line(table: Table, cell: str, seed: int, remote: str, clone: str | None,
     return " && ".join(steps)
 
 
-# ---- what DVC holds --------------------------------------------------------------------------------
+# ---- what DVC holds ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -422,9 +422,9 @@ def statuses(
                 continue
             calls = [row.get(f"metrics/rounds/{r}.json:costs.teacher_calls")
                      for r in table.round_names(cell)]  # fmt: skip
-            known = all(isinstance(c, int | float) for c in calls)
+            known = bool(calls) and all(isinstance(c, int | float) for c in calls)
             out.append(Status(cell, seed, name, "done", rev, float(value),
-                              round_calls=int(sum(calls)) if calls and known else None))  # fmt: skip
+                              round_calls=int(sum(calls)) if known else None))  # fmt: skip
     return out
 
 
@@ -442,7 +442,7 @@ def format_status(table: Table, found: list[Status]) -> str:
     return "\n".join(lines)
 
 
-# ---- queue and run --------------------------------------------------------------------------------
+# ---- queue and run -------------------------------------------------------------------------------
 
 
 def _run(args: list[str], repo: Path) -> subprocess.CompletedProcess[str]:
@@ -507,7 +507,7 @@ def check_table(table: Table, params_path: str | Path) -> list[str]:
     return problems
 
 
-# ---- the report -----------------------------------------------------------------------------------
+# ---- the report ----------------------------------------------------------------------------------
 
 
 def summaries(table: Table, found: Iterable[Status]) -> dict[str, SeedSummary]:
@@ -652,7 +652,7 @@ def write_report(table: Table, table_path: Path, found: list[Status], out: Path)
     return text
 
 
-# ---- command line ---------------------------------------------------------------------------------
+# ---- command line --------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -706,8 +706,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "queue":
             queued = queue(table, args.repo, args.cell, args.seed, args.force)
-            print(f"queued {len(queued)} experiment(s): "
-                  + (", ".join(s.name for s in queued) or "every one is done or queued"))  # fmt: skip
+            names = ", ".join(s.name for s in queued) or "every one is done or queued"
+            print(f"queued {len(queued)} experiment(s): {names}")
             if args.jobs:
                 # not captured: the workers it starts keep its stdout open until they stop
                 start = ["dvc", "queue", "start", "-j", str(args.jobs)]

@@ -150,9 +150,9 @@ def _policy_teacher_run_problems(params: Params) -> list[str]:
 def policy_teacher_spec(params: Params, env_id: str) -> dict[str, Any]:
     """What policy_teacher@<env> trains, resolved: `policy_teachers.<env>` with its method's
     hyper-parameters (the section with the teacher's overrides merged over); `teacher: None`
-    for an env with no teacher. The DVC gate writes it per env (data/policy_teachers/<env>.json) and the
-    teacher's stage depends on that file, so a change of the `sac` section retrains the sac
-    teachers alone. Call after check_params."""
+    for an env with no teacher. The DVC gate writes it per env (data/policy_teachers/<env>.json)
+    and the teacher's stage depends on that file, so a change of the `sac` section retrains the
+    sac teachers alone. Call after check_params."""
     teacher = params.policy_teachers.get(env_id)
     if teacher is None:
         return {"env": env_id, "teacher": None}
