@@ -43,6 +43,13 @@ The table file:
                               # the report reads the last round's agent and adds the rounds'
                               # teacher calls (metrics/rounds/<round>.json); steps-to thresholds
                               # read the run's curve alone, so a rounds cell has none
+    teacher_eval: {episodes: 10}   # optional: params' `teacher_eval` for the teacher rows
+
+The instrument beside the effect: with `teacher_eval`, each labelling teacher the cells use (cells
+whose env, collection, label and policy-teacher params agree share one) gets one experiment,
+`<table>-teacher-<cell>` (the first cell using it), that reproduces `teacher_eval@<env>`: the
+teacher acting alone, asked every k-th agent step, beside uniform random actions (ERPv's "Only
+VLMs" row). `queue` runs them with the cells, and the report adds their rows under the table.
 
 Each leaf of a cell's params is one `-S ++key=value` of `dvc exp run` (DVC's Hydra overrides:
 dicts are merged key by key, a list is replaced whole). An experiment is `done` when it succeeded
@@ -75,6 +82,9 @@ from pipeline.curves import METRICS_SUBDIR, median_steps, parse_metric_tsv, step
 from pipeline.errors import PipelineError, print_error
 from pipeline.experiments import SeedSummary, welch_p
 
+# the params sections `teacher_eval@<env>` reads besides its own: the env, its rollouts (whose
+# frames it answers first from the label cache), the labelling teacher, a policy teacher's training
+TEACHER_SECTIONS = ("env", "collect", "label", "policy_teachers")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # a git ref and a Hydra key segment
 KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")  # a segment of a params path
 STATES = ("done", "queued", "running", "failed", "stale", "missing")
@@ -145,6 +155,11 @@ class Table(BaseModel):
         description="the curve the thresholds read: a metric of plots/train/<run> (`return`: the "
         "native return of each training episode; `eval_return`: the periodic evaluations)",
     )
+    teacher_eval: dict[str, Any] | None = Field(
+        default=None,
+        description="params' `teacher_eval` section of the table's teacher experiments (one per "
+        "labelling teacher the cells use, reproducing `teacher_eval@<env>`); none without it",
+    )
 
     @model_validator(mode="after")
     def _names(self) -> Table:
@@ -185,6 +200,29 @@ class Table(BaseModel):
         if names:
             return f"metrics/eval/rounds/{names[-1]}.json"
         return f"metrics/eval/{self.run(cell)}.json"
+
+    def teacher_groups(self) -> dict[str, tuple[str, ...]]:
+        """The cells by the labelling teacher they share, keyed by the first cell of each: cells
+        whose env and whose env, collect, label and policy_teachers params agree (what
+        `teacher_eval@<env>` reads) share one. Empty without `teacher_eval`."""
+        if self.teacher_eval is None:
+            return {}
+        first: dict[str, str] = {}
+        groups: dict[str, tuple[str, ...]] = {}
+        for cell, spec in self.cells.items():
+            merged = _merge(self.params, spec.params)
+            key = repr((spec.train["env"], [(s, _leaves(merged.get(s) or {}))
+                                             for s in TEACHER_SECTIONS]))  # fmt: skip
+            group = first.setdefault(key, cell)
+            groups[group] = (*groups.get(group, ()), cell)
+        return groups
+
+    def teacher_experiment(self, group: str) -> str:
+        return f"{self.table}-teacher-{group}"
+
+    def teacher_file(self, group: str) -> str:
+        """`teacher_eval@<env>`'s output: the teacher's rows and random's."""
+        return f"metrics/teacher/{self.cells[group].train['env']}.json"
 
 
 def load_table(path: str | Path) -> Table:
@@ -239,6 +277,13 @@ def cell_params(table: Table, cell: str, seed: int) -> dict[str, Any]:
     return _merge(_merge(table.params, spec.params), run)
 
 
+def teacher_params(table: Table, group: str) -> dict[str, Any]:
+    """What a teacher experiment sets in params.yaml: the table's and its first cell's params
+    (no train run) and the table's `teacher_eval` section."""
+    merged = _merge(table.params, table.cells[group].params)
+    return _merge(merged, {"teacher_eval": table.teacher_eval or {}})
+
+
 def _leaves(params: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """(dotted path, value) of every leaf: a non-empty dict is walked, anything else is a leaf."""
     out = []
@@ -285,7 +330,21 @@ def hydra_value(value: Any) -> str:
 
 def overrides(table: Table, cell: str, seed: int) -> list[str]:
     """The experiment's `-S` values: `++path=value` per leaf (adds a key or replaces its value)."""
-    return [f"++{k}={hydra_value(v)}" for k, v in _leaves(cell_params(table, cell, seed))]
+    return _sets(cell_params(table, cell, seed))
+
+
+def _sets(params: Mapping[str, Any]) -> list[str]:
+    return [f"++{k}={hydra_value(v)}" for k, v in _leaves(params)]
+
+
+def _exp_run(
+    name: str, params: Mapping[str, Any], target: str, queue: bool, pull: bool
+) -> list[str]:
+    sets = [arg for o in _sets(params) for arg in ("-S", o)]
+    return [
+        "dvc", "exp", "run", *(["--queue"] if queue else []), *(["--pull"] if pull else []),
+        "-n", name, *sets, target,
+    ]  # fmt: skip
 
 
 def exp_command(
@@ -293,19 +352,24 @@ def exp_command(
 ) -> list[str]:
     """`dvc exp run` of one (cell, seed): only its evaluate stage and what that stage needs
     (`pull`: first from the DVC remote, where another machine pushed it)."""
-    sets = [arg for o in overrides(table, cell, seed) for arg in ("-S", o)]
-    return [
-        "dvc", "exp", "run", *(["--queue"] if queue else []), *(["--pull"] if pull else []),
-        "-n", table.experiment(cell, seed), *sets, table.target(cell),
-    ]  # fmt: skip
+    params = cell_params(table, cell, seed)
+    return _exp_run(table.experiment(cell, seed), params, table.target(cell), queue, pull)
 
 
-def job_line(table: Table, cell: str, seed: int, remote: str, clone: str | None, rev: str) -> str:
-    """One experiment as one shell job for any scheduler (Slurm, Ray Jobs, GNU parallel): with
-    `clone`, a fresh clone of that git URL at `rev`; then the experiment (what the DVC remote
-    holds is pulled, not rebuilt), and `dvc exp push` of it to the git remote `remote` (its
-    outputs go to the default DVC remote). `dvc exp pull <remote> <name>` brings it back."""
-    name = table.experiment(cell, seed)
+def teacher_command(table: Table, group: str, queue: bool = False, pull: bool = False) -> list[str]:
+    """`dvc exp run` of one teacher experiment: `teacher_eval@<env>` and what it needs."""
+    target = f"teacher_eval@{table.cells[group].train['env']}"
+    params = teacher_params(table, group)
+    return _exp_run(table.teacher_experiment(group), params, target, queue, pull)
+
+
+def job_line(command: list[str], remote: str, clone: str | None, rev: str) -> str:
+    """One experiment (its `dvc exp run ... -n NAME`, from exp_command or teacher_command, with
+    `pull` where it runs in a clone) as one shell job for any scheduler (Slurm, Ray Jobs, GNU
+    parallel): with `clone`, a fresh clone of that git URL at `rev`; then the experiment (what
+    the DVC remote holds is pulled, not rebuilt), and `dvc exp push` of it to the git remote `remote` (its outputs go to the default
+    DVC remote). `dvc exp pull <remote> <name>` brings it back."""
+    name = command[command.index("-n") + 1]
     steps = []
     if clone is not None:
         steps += [
@@ -313,7 +377,7 @@ def job_line(table: Table, cell: str, seed: int, remote: str, clone: str | None,
             shlex.join(["cd", name]),
             shlex.join(["git", "checkout", "-q", rev]),
         ]
-    steps.append(shlex.join(exp_command(table, cell, seed, pull=clone is not None)))
+    steps.append(shlex.join(command))
     steps.append(shlex.join(["dvc", "exp", "push", remote, name]))
     return " && ".join(steps)
 
@@ -323,8 +387,8 @@ def job_line(table: Table, cell: str, seed: int, remote: str, clone: str | None,
 
 @dataclass(frozen=True)
 class Status:
-    cell: str
-    seed: int
+    cell: str  # a teacher experiment's: the first cell of its group
+    seed: int | None  # None: a teacher experiment
     name: str
     state: str  # one of STATES
     rev: str | None = None
@@ -332,6 +396,7 @@ class Status:
     why: str = ""  # what makes it stale or failed
     steps_to: dict[str, int | None] | None = None  # threshold -> first step (report, when done)
     round_calls: int | None = None  # the teacher calls of a rounds cell's rounds (when done)
+    teacher: dict[str, Any] | None = None  # a teacher experiment's metrics file (report, done)
 
 
 def _same(actual: Any, expected: Any) -> bool:
@@ -354,6 +419,13 @@ def _same(actual: Any, expected: Any) -> bool:
     if isinstance(expected, Mapping) and not expected:
         return actual in ({}, None, "None")
     return actual == expected
+
+
+def _column(row: Mapping[str, Any], path: str, key: str) -> Any:
+    """`path`'s `key` in a flat `dvc exp show` row: DVC prefixes a name with its file only where
+    another file has it too (`metrics/teacher/E.json:teacher_id`), so a name that one file
+    alone holds comes bare."""
+    return row.get(f"{path}:{key}", row.get(key))
 
 
 def exp_rows(repo: Path, rev: str | None = None) -> dict[str, dict[str, Any]]:
@@ -416,16 +488,59 @@ def statuses(
                 out.append(Status(cell, seed, name, "stale", rev, why="; ".join(differs)))
                 continue
             column = f"{table.metrics_file(cell)}:{table.metric}"
-            value = row.get(column)
+            value = _column(row, table.metrics_file(cell), table.metric)
             if not isinstance(value, int | float) or isinstance(value, bool):
                 out.append(Status(cell, seed, name, "failed", rev, why=f"no {column}"))
                 continue
-            calls = [row.get(f"metrics/rounds/{r}.json:costs.teacher_calls")
+            calls = [_column(row, f"metrics/rounds/{r}.json", "costs.teacher_calls")
                      for r in table.round_names(cell)]  # fmt: skip
             known = bool(calls) and all(isinstance(c, int | float) for c in calls)
             out.append(Status(cell, seed, name, "done", rev, float(value),
                               round_calls=int(sum(calls)) if known else None))  # fmt: skip
     return out
+
+
+def teacher_statuses(
+    table: Table, rows: Mapping[str, Mapping[str, Any]], cells: Sequence[str] | None = None
+) -> list[Status]:
+    """Each teacher experiment whose group holds one of `cells` (default: every one) against the
+    experiments `rows`: done once it succeeded with the params the table gives it now and wrote
+    its teacher's id."""
+    out = []
+    for group, members in table.teacher_groups().items():
+        if cells is not None and not set(members) & set(cells):
+            continue
+        name = table.teacher_experiment(group)
+        row = rows.get(name)
+        if row is None:
+            out.append(Status(group, None, name, "missing"))
+            continue
+        rev, state = str(row.get("rev")), row.get("State")
+        if state in ("Queued", "Running"):
+            out.append(Status(group, None, name, state.lower(), rev))
+        elif state not in ("Success", None):
+            out.append(Status(group, None, name, "failed", rev, why=f"state {state}: "
+                              f"`dvc queue logs {name}` says why"))  # fmt: skip
+        elif differs := [f"{k}={row.get(k)!r} (table: {v!r})"
+                         for k, v in _leaves(teacher_params(table, group))
+                         if not _same(row.get(k), v)]:  # fmt: skip
+            out.append(Status(group, None, name, "stale", rev, why="; ".join(differs)))
+        elif not isinstance(_column(row, table.teacher_file(group), "teacher_id"), str):
+            out.append(Status(group, None, name, "failed", rev,
+                              why=f"no {table.teacher_file(group)}:teacher_id"))  # fmt: skip
+        else:
+            out.append(Status(group, None, name, "done", rev))
+    return out
+
+
+def all_statuses(
+    table: Table,
+    rows: Mapping[str, Mapping[str, Any]],
+    cells: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+) -> list[Status]:
+    """The cells' experiments, then the teachers' (which have no seed: `seeds` leaves them in)."""
+    return statuses(table, rows, cells, seeds) + teacher_statuses(table, rows, cells)
 
 
 def count_line(found: Iterable[Status]) -> str:
@@ -461,14 +576,18 @@ def queue(
     force: bool = False,
 ) -> list[Status]:
     """Queue every (cell, seed) that is not done (`force`: done ones too), queued or running;
-    a failed or stale experiment of that name is replaced. Returns what was queued."""
+    a failed or stale experiment of that name is replaced; the teachers' experiments too. Returns
+    what was queued."""
     queued = []
-    for status in statuses(table, settled_rows(repo), cells, seeds):
+    for status in all_statuses(table, settled_rows(repo), cells, seeds):
         if status.state in ("queued", "running") or (status.state == "done" and not force):
             continue
         if status.state != "missing":
             _run(["dvc", "exp", "remove", status.name], repo)
-        _run(exp_command(table, status.cell, status.seed, queue=True), repo)
+        if status.seed is None:
+            _run(teacher_command(table, status.cell, queue=True), repo)
+        else:
+            _run(exp_command(table, status.cell, status.seed, queue=True), repo)
         queued.append(status)
     return queued
 
@@ -479,7 +598,7 @@ def wait(table: Table, repo: Path, every_s: float = 10.0) -> list[Status]:
     that stops moving, and `dvc queue status` / `dvc queue logs NAME` say why."""
     last = None
     while True:
-        found = statuses(table, settled_rows(repo, every_s=every_s))
+        found = all_statuses(table, settled_rows(repo, every_s=every_s))
         line = count_line(found)
         if line != last:
             print(f"{time.strftime('%H:%M:%S')} {table.table}: {line}", flush=True)
@@ -498,12 +617,14 @@ def check_table(table: Table, params_path: str | Path) -> list[str]:
 
     base = yaml.safe_load(Path(params_path).read_text())
     problems = []
-    for cell in table.cells:
-        raw = _merge(base, cell_params(table, cell, table.seeds[0]))
+    runs = [(f"cell {cell}", cell_params(table, cell, table.seeds[0])) for cell in table.cells]
+    runs += [(f"teacher experiment {table.teacher_experiment(group)}", teacher_params(table, group))
+             for group in table.teacher_groups()]  # fmt: skip
+    for what, params in runs:
         try:
-            check_params(parse_params(raw, source=f"{params_path} + cell {cell}"))
+            check_params(parse_params(_merge(base, params), source=f"{params_path} + {what}"))
         except ConfigError as exc:
-            problems.append(f"cell {cell}: {exc}")
+            problems.append(f"{what}: {exc}")
     return problems
 
 
@@ -536,7 +657,7 @@ def read_steps_to(table: Table, found: list[Status], repo: Path) -> list[Status]
         return found
     out = []
     for f in found:
-        if f.state != "done" or table.cells[f.cell].rounds is not None:
+        if f.state != "done" or f.seed is None or table.cells[f.cell].rounds is not None:
             out.append(f)  # a rounds cell's curve goes on in plots/rounds: no thresholds
             continue
         path = f"plots/train/{table.run(f.cell)}/{METRICS_SUBDIR}/{table.curve}.tsv"
@@ -548,6 +669,64 @@ def read_steps_to(table: Table, found: list[Status], repo: Path) -> list[Status]
         reached = {f"{t:g}": steps_to(curve, t, table.window) for t in table.thresholds}
         out.append(dataclasses.replace(f, steps_to=reached))
     return out
+
+
+def read_teachers(table: Table, found: list[Status], repo: Path) -> list[Status]:
+    """`found` with each done teacher experiment's `metrics/teacher/<env>.json` (its rows are a
+    list, which `dvc exp show` leaves out), read at the experiment's revision."""
+    import dataclasses
+    import json
+
+    import dvc.api
+    from dvc.exceptions import DvcException
+
+    out = []
+    for f in found:
+        if f.state != "done" or f.seed is not None:
+            out.append(f)
+            continue
+        path = table.teacher_file(f.cell)
+        try:
+            with dvc.api.open(path, repo=str(repo), rev=f.rev) as handle:
+                teacher = json.load(handle)
+        except (OSError, ValueError, DvcException) as exc:
+            raise SweepError(f"{f.name}: cannot read {path} at {f.rev}: {exc}") from exc
+        out.append(dataclasses.replace(f, teacher=teacher))
+    return out
+
+
+def _mean_std(row: Mapping[str, Any]) -> str:
+    std = row.get("return_std")
+    text = f"{row['return_mean']:.1f}" + ("" if std is None else f" +- {std:.1f}")
+    rate = row.get("success_rate")
+    return text + ("" if rate is None else f" ({rate:.0%} success)")
+
+
+def format_teachers(table: Table, found: list[Status]) -> list[str]:
+    """The teacher experiments' rows: each teacher acting alone, per k, beside random."""
+    read = [f for f in found if f.seed is None and f.teacher is not None]
+    if not read:
+        return []
+    ks = sorted({r["policy"] for f in read for r in f.teacher["teacher_rows"]},
+                key=lambda p: int(p.rpartition("=")[2]))  # fmt: skip
+    groups = table.teacher_groups()
+    lines = [
+        "Teachers acting alone (`teacher_eval@<env>`: the labelling teacher as the policy, "
+        "asked every k-th agent step and its answer held in between; uniform random actions on "
+        "the same episode seeds; return mean +- std over episodes, ddof 1):",
+        "",
+        "| teacher of | teacher | episodes | " + "".join(f"{k} | " for k in ks) + "random |",
+        "|---|---|---|" + "---|" * len(ks) + "---|",
+    ]
+    for f in read:
+        rows = {r["policy"]: r for r in f.teacher["teacher_rows"]}
+        lines.append(
+            f"| {', '.join(groups[f.cell])} | `{f.teacher['teacher_id']}` | "
+            f"{f.teacher['episodes']} | "
+            + "".join(f"{_mean_std(rows[k]) if k in rows else ''} | " for k in ks)
+            + f"{_mean_std(f.teacher['random'])} |"
+        )
+    return ["", *lines]
 
 
 def _steps_cell(found: list[Status], cell: str, threshold: str) -> str:
@@ -589,6 +768,7 @@ def format_report(table: Table, found: list[Status]) -> str:
             reach += f"{np.mean(calls):.0f} | " if calls else "0 | "
         lines.append(f"| {cell} | {s.n} | {s.mean:.1f} +- {std} | "
                      f"{'' if p is None else f'{p:.2g}'} | {reach}{seeds} |")  # fmt: skip
+    lines += format_teachers(table, found)
     left = [f for f in found if f.state != "done"]
     if left:
         lines.append("")
@@ -689,20 +869,26 @@ def main(argv: list[str] | None = None) -> int:
             for line in problems:
                 print_error(line)
             if not problems:
-                print(f"{args.table}: {len(table.cells)} cells pass check_params over "
-                      f"{args.repo / 'params.yaml'}")  # fmt: skip
+                teachers = len(table.teacher_groups())
+                print(f"{args.table}: {len(table.cells)} cells"
+                      + (f" and {teachers} teacher experiment(s)" if teachers else "")
+                      + f" pass check_params over {args.repo / 'params.yaml'}")  # fmt: skip
             return 2 if problems else 0
         if args.command == "commands":
             if args.clone and not args.push:
                 raise SweepError("--clone needs --push REMOTE: the job's experiment must leave "
                                  "the clone")  # fmt: skip
             rev = _run(["git", "rev-parse", "HEAD"], args.repo).stdout.strip() if args.clone else ""
-            for cell in args.cell or table.cells:
-                for seed in args.seed or table.seeds:
-                    if args.push:
-                        print(job_line(table, cell, seed, args.push, args.clone, rev))
-                    else:
-                        print(shlex.join(exp_command(table, cell, seed)))
+            pull = args.clone is not None
+            commands = [exp_command(table, cell, seed, pull=pull)
+                        for cell in args.cell or table.cells
+                        for seed in args.seed or table.seeds]  # fmt: skip
+            if not args.seed:  # a teacher experiment has no seed
+                commands += [teacher_command(table, s.cell, pull=pull)
+                             for s in teacher_statuses(table, {}, args.cell)]  # fmt: skip
+            for command in commands:
+                print(job_line(command, args.push, args.clone, rev) if args.push
+                      else shlex.join(command))  # fmt: skip
             return 0
         if args.command == "queue":
             queued = queue(table, args.repo, args.cell, args.seed, args.force)
@@ -718,11 +904,11 @@ def main(argv: list[str] | None = None) -> int:
             elif queued and not args.jobs:
                 print("run them: dvc queue start -j N (then `vlmrl-sweep status`)")
             return 0
-        found = statuses(table, settled_rows(args.repo, args.rev), args.cell, args.seed)
+        found = all_statuses(table, settled_rows(args.repo, args.rev), args.cell, args.seed)
         if args.command == "status":
             print(format_status(table, found))
             return 0
-        found = read_steps_to(table, found, args.repo)
+        found = read_teachers(table, read_steps_to(table, found, args.repo), args.repo)
         if args.out is None:
             print(format_report(table, found))
         else:

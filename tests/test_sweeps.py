@@ -217,6 +217,124 @@ def test_each_experiment_is_done_stale_failed_queued_or_missing():
     assert statuses(table, {}, ["more"], [7])[0].state == "missing"
 
 
+TEACHERS = {
+    **TABLE,
+    "teacher_eval": {"episodes": 10},
+    "cells": {
+        **TABLE["cells"],
+        # base's teacher (its params differ only beside what teacher_eval@ reads)
+        "same": {"train": {"env": "E-v0", "method": "erpv", "steps": 100},
+                 "params": {"critic": {"steps": 5}}},
+        "other-env": {"train": {"env": "F-v0", "method": "sac", "steps": 100}},
+    },
+}  # fmt: skip
+
+
+def _teacher_row(table, group, state="Success", teacher_id="scripted:v2", **changed):
+    from pipeline.sweeps import _leaves, teacher_params
+
+    row = {"Experiment": table.teacher_experiment(group), "rev": f"r{group}", "State": state}
+    for k, v in _leaves(teacher_params(table, group)):
+        row[k] = float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+    if teacher_id is not None:
+        row[f"{table.teacher_file(group)}:teacher_id"] = teacher_id
+    row.update(changed)
+    return row
+
+
+def test_each_labelling_teacher_of_a_table_gets_one_teacher_eval_experiment():
+    """Cells share a teacher experiment when the env and the params teacher_eval@ reads agree;
+    it sets the table's and its first cell's params, no train run, and the table's teacher_eval
+    section, and reproduces teacher_eval@<env>. Without `teacher_eval` a table has none."""
+    from pipeline.sweeps import teacher_command, teacher_params
+
+    assert Table.model_validate(TABLE).teacher_groups() == {}
+    table = Table.model_validate(TEACHERS)
+    assert table.teacher_groups() == {
+        "base": ("base", "same"),
+        "more": ("more",),  # the constant teacher
+        "other-env": ("other-env",),
+    }
+    params = teacher_params(table, "more")
+    assert "train" not in params and params["teacher_eval"] == {"episodes": 10}
+    assert params["label"]["per_env"]["E-v0"]["teacher"] == {"backend": "constant"}
+    cmd = teacher_command(table, "more", queue=True)
+    assert cmd[:6] == ["dvc", "exp", "run", "--queue", "-n", "t-teacher-more"]
+    assert cmd[-1] == "teacher_eval@E-v0"
+    assert "++teacher_eval.episodes=10" in cmd and not any("train." in a for a in cmd)
+    assert teacher_command(table, "other-env")[-1] == "teacher_eval@F-v0"
+    assert table.teacher_file("other-env") == "metrics/teacher/F-v0.json"
+
+
+def test_a_teacher_experiment_is_done_stale_failed_queued_or_missing():
+    from pipeline.sweeps import all_statuses, teacher_statuses
+
+    table = Table.model_validate(TEACHERS)
+    rows = {r["Experiment"]: r for r in (
+        _teacher_row(table, "base"),
+        _teacher_row(table, "more", **{"teacher_eval.episodes": 2.0}),  # the table changed
+        _teacher_row(table, "other-env", teacher_id=None),  # succeeded without its output
+    )}  # fmt: skip
+    found = {f.name: f for f in teacher_statuses(table, rows)}
+    assert found["t-teacher-base"].state == "done" and found["t-teacher-base"].seed is None
+    assert found["t-teacher-more"].state == "stale"
+    assert "teacher_eval.episodes=2.0 (table: 10)" in found["t-teacher-more"].why
+    assert found["t-teacher-other-env"].state == "failed"
+    assert "no metrics/teacher/F-v0.json:teacher_id" in found["t-teacher-other-env"].why
+    rows["t-teacher-base"]["State"] = "Running"
+    assert teacher_statuses(table, rows, ["same"])[0].state == "running"  # base's group
+    assert [f.name for f in teacher_statuses(table, {}, ["more"])] == ["t-teacher-more"]
+    # the cells' seeds do not filter the teachers out; cells do
+    names = [f.name for f in all_statuses(table, {}, ["same"], [1])]
+    assert names == ["t-same-s1", "t-teacher-base"]
+
+
+def test_queue_runs_the_teachers_beside_the_cells_and_replaces_a_stale_one(monkeypatch):
+    import pipeline.sweeps as sweeps
+
+    table = Table.model_validate(TEACHERS)
+    rows = {r["Experiment"]: r for r in (
+        _teacher_row(table, "base"),
+        _teacher_row(table, "more", **{"teacher_eval.episodes": 2.0}),
+        *(_row(table, c, s, 1.0) for c in table.cells for s in table.seeds if c != "same"),
+    )}  # fmt: skip
+    ran = []
+    monkeypatch.setattr(sweeps, "settled_rows", lambda repo, rev=None: rows)
+    monkeypatch.setattr(sweeps, "_run", lambda args, repo: ran.append(args))
+    queued = sweeps.queue(table, REPO)
+    assert [q.name for q in queued] == [*(f"t-same-s{s}" for s in (0, 1, 2)),
+                                        "t-teacher-more", "t-teacher-other-env"]  # fmt: skip
+    assert ["dvc", "exp", "remove", "t-teacher-more"] in ran
+    assert sweeps.teacher_command(table, "more", queue=True) in ran
+    assert sweeps.teacher_command(table, "other-env", queue=True) in ran
+
+
+def test_the_report_shows_each_teacher_acting_alone_beside_random():
+    from pipeline.sweeps import teacher_statuses
+
+    table = Table.model_validate(TEACHERS)
+    rows = {r["Experiment"]: r for r in (_teacher_row(table, "base"),)}
+    found = statuses(table, {}) + teacher_statuses(table, rows)
+    teacher = {
+        "teacher_id": "scripted:v2:reliability=1.0:seed=0", "episodes": 10,
+        "teacher_rows": [
+            {"policy": "teacher:k=10", "return_mean": 700.25, "return_std": 20.0},
+            {"policy": "teacher:k=1", "return_mean": 812.0, "return_std": 3.04,
+             "success_rate": 1.0},
+        ],
+        "random": {"return_mean": 136.5, "return_std": 110.7},
+    }  # fmt: skip
+    found = [dataclasses.replace(f, teacher=teacher) if f.name == "t-teacher-base" else f
+             for f in found]  # fmt: skip
+    text = format_report(table, found)
+    assert "| teacher of | teacher | episodes | teacher:k=1 | teacher:k=10 | random |" in text
+    assert (
+        "| base, same | `scripted:v2:reliability=1.0:seed=0` | 10 | 812.0 +- 3.0 (100% success) "
+        "| 700.2 +- 20.0 | 136.5 +- 110.7 |" in text
+    )
+    assert "t-teacher-more missing" in text  # not read: named with the cells left out
+
+
 def test_a_half_made_worker_workspace_is_asked_again_and_a_lasting_failure_raises(
     monkeypatch, capsys
 ):
@@ -330,6 +448,17 @@ os.makedirs("metrics/eval", exist_ok=True)
 json.dump({"return_mean": float(open(f"models/{run}.txt").read())},
           open(f"metrics/eval/{run}.json", "w"))
 """
+TOY_TEACHER = """
+import json, os, sys, yaml
+env = sys.argv[1]
+p = yaml.safe_load(open("params.yaml"))
+q, n = p["label"]["quality"], p["teacher_eval"]["episodes"]
+os.makedirs("metrics/teacher", exist_ok=True)
+row = {"policy": "teacher:k=1", "return_mean": 10.0 * q, "return_std": 0.5}
+json.dump({"env": env, "episodes": n, "teacher_id": f"toy:q={q}", "teacher_rows": [row],
+           "random": {"return_mean": 1.0, "return_std": 0.25}},
+          open(f"metrics/teacher/{env}.json", "w"))
+"""
 TOY_DVC = """stages:
   train:
     foreach: ${train}
@@ -353,6 +482,15 @@ TOY_DVC = """stages:
       metrics:
         - metrics/eval/${key}.json:
             cache: false
+  teacher_eval:
+    foreach: [E-v0]
+    do:
+      cmd: python teacher.py ${item}
+      deps: [teacher.py]
+      params: [label, teacher_eval]
+      metrics:
+        - metrics/teacher/${item}.json:
+            cache: false
 """
 TOY_TABLE = {
     "table": "toy",
@@ -360,6 +498,7 @@ TOY_TABLE = {
     "seeds": [0, 1, 2],
     "thresholds": [11],
     "window": 1,
+    "teacher_eval": {"episodes": 3},
     "cells": {
         "a": {"train": {"env": "E-v0", "method": "toy", "steps": 1}},
         "b": {"train": {"env": "E-v0", "method": "toy", "steps": 1, "bonus": 5},
@@ -375,8 +514,9 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     """Cell a runs from this repository's queue (`queue --jobs 1 --wait`); cell b runs as one
     self-contained job per experiment, as a batch scheduler would run them (`commands --push
     --clone`: a fresh clone of the git remote at this commit, the experiment, `dvc exp push`),
-    and comes back with `dvc exp pull`. The report holds both, from each experiment's own metric;
-    a change to the table makes the experiments it touches stale."""
+    and comes back with `dvc exp pull`. The report holds both, from each experiment's own metric,
+    and the teacher both cells share, from its own experiment; a change to the table makes the
+    experiments it touches stale."""
     import os
     import subprocess
     import sys
@@ -394,9 +534,11 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     here.mkdir()
     (here / "train.py").write_text(TOY_TRAIN)
     (here / "evaluate.py").write_text(TOY_EVALUATE)
+    (here / "teacher.py").write_text(TOY_TEACHER)
     (here / "dvc.yaml").write_text(TOY_DVC)
     (here / "params.yaml").write_text(
-        "scale: 1\ntrain:\n  base: {env: E-v0, method: toy, steps: 1, seed: 0}\n"
+        "scale: 1\nlabel: {quality: 7}\nteacher_eval: {episodes: 1}\n"
+        "train:\n  base: {env: E-v0, method: toy, steps: 1, seed: 0}\n"
     )
     table = tmp_path / "toy.yaml"
     table.write_text(yaml.safe_dump(TOY_TABLE, sort_keys=False))
@@ -415,12 +557,14 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     assert main(["queue", str(table), "--repo", str(here), "--cell", "a", "--jobs", "1",
                  "--wait"]) == 0  # fmt: skip
     out = capsys.readouterr().out
-    assert "queued 3 experiment(s): toy-a-s0, toy-a-s1, toy-a-s2" in out and "3 done" in out
+    assert "queued 4 experiment(s): toy-a-s0, toy-a-s1, toy-a-s2, toy-teacher-a" in out
+    assert "4 done" in out
 
     args = ["--repo", str(here), "--cell", "b", "--push", "origin", "--clone", str(git_remote)]
     assert main(["commands", str(table), *args]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3
+    assert len(lines) == 4 and "teacher_eval@E-v0" in lines[3]  # the teacher a and b share
+    lines = lines[:3]  # which ran here already
     there.mkdir()
     for line in lines:  # each line one job on another machine: it clones, runs, pushes
         run(there, "bash", "-c", line)
@@ -438,14 +582,18 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     assert "| a | 3 | 11.0 +- 1.0 |  | 3 [2/3] | 0: 10.0, 1: 11.0, 2: 12.0 |" in text
     assert f"| b | 3 | 26.0 +- 1.0 | {p:.2g} | 2 [3/3] | 0: 25.0, 1: 26.0, 2: 27.0 |" in text
     assert "Not in the table" not in text
+    assert "| a, b | `toy:q=7` | 3 | 70.0 +- 0.5 | 1.0 +- 0.2 |" in text
     assert (report / "return_mean.png").read_bytes()[:4] == b"\x89PNG"
     import json
 
     raw = json.loads((report / "results.json").read_text())
     assert {(e["name"], e["state"], e["value"]) for e in raw["experiments"]} == {
         (f"toy-{c}-s{s}", "done", v) for c, vs in (("a", a), ("b", b)) for s, v in enumerate(vs)
-    }
-    assert [e["steps_to"] for e in raw["experiments"] if e["cell"] == "a"] == [
+    } | {("toy-teacher-a", "done", None)}
+    assert raw["experiments"][-1]["teacher"]["teacher_id"] == "toy:q=7"
+    assert [
+        e["steps_to"] for e in raw["experiments"] if e["cell"] == "a" and e["seed"] is not None
+    ] == [
         {"11": None},
         {"11": 3},
         {"11": 3},
@@ -457,30 +605,32 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     run(here, "git", "add", "NOTES.md")
     run(here, "git", "commit", "-qm", "notes")
     assert main(["status", str(table), "--repo", str(here)]) == 0
-    assert "6 missing" in capsys.readouterr().out
+    assert "7 missing" in capsys.readouterr().out
     assert main(["status", str(table), "--repo", str(here), "--rev", old]) == 0
-    assert "6 done" in capsys.readouterr().out
+    assert "7 done" in capsys.readouterr().out
     run(here, "git", "checkout", "-q", old)
 
     changed = {**TOY_TABLE, "params": {"scale": 3}}
     table.write_text(yaml.safe_dump(changed, sort_keys=False))
     assert main(["status", str(table), "--repo", str(here)]) == 0
     out = capsys.readouterr().out
-    assert "3 stale" in out and "toy-a-s0" in out and "scale=1.0 (table: 3)" in out
+    assert "3 stale" not in out and "4 stale" in out and "scale=1.0 (table: 3)" in out
+    assert "toy-a-s0" in out and "toy-teacher-a" in out  # the teacher reads the table's params
 
 
 def test_a_job_line_clones_at_the_commit_pulls_runs_and_pushes(tmp_path, capsys):
     from pipeline.sweeps import job_line
 
     table = Table.model_validate(TABLE)
-    line = job_line(table, "base", 1, "origin", "git@host:lab/repo.git", "abc123")
+    command = exp_command(table, "base", 1, pull=True)
+    line = job_line(command, "origin", "git@host:lab/repo.git", "abc123")
     steps = [shlex.split(step) for step in line.split(" && ")]
     assert steps[:3] == [
         ["git", "clone", "-q", "git@host:lab/repo.git", "t-base-s1"],
         ["cd", "t-base-s1"],
         ["git", "checkout", "-q", "abc123"],
     ]
-    assert steps[3] == exp_command(table, "base", 1, pull=True) and "--pull" in steps[3]
+    assert steps[3] == command and "--pull" in command
     assert steps[4] == ["dvc", "exp", "push", "origin", "t-base-s1"]
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(TABLE))
