@@ -72,7 +72,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import yaml
@@ -103,7 +103,9 @@ class Rounds(BaseModel):
     count: int = Field(ge=1, description="rounds after the run: r1 .. r<count>")
     episodes: int = Field(ge=1, description="episodes the previous agent collects each round")
     steps: int = Field(ge=1, description="agent steps of each round's training")
-    explore: str = Field(default="sample", description="rounds.<name>.explore of every round")
+    explore: Literal["sample", "deterministic"] = Field(
+        default="sample", description="rounds.<name>.explore of every round"
+    )
 
 
 class Cell(BaseModel):

@@ -169,6 +169,11 @@ def test_the_shipped_rounds_table_passes_the_gate_and_its_chain_is_what_params_y
         ({"control": None, "cells": {"x": {"train": {"env": "E", "method": "sac", "steps": 1},
                                            "params": {"a.b": 1}}}}, "params key 'a.b'"),
         ({"colour": 1}, "colour"),
+        ({"control": None,
+          "cells": {"x": {"train": {"env": "E", "method": "sac", "steps": 1},
+                          "rounds": {"count": 1, "episodes": 1, "steps": 1, "explore": "mean"}}}},
+         "cells.x.rounds.explore: Input should be 'sample' or 'deterministic'"),
+        ({"teacher_eval": [10]}, "teacher_eval: Input should be a valid dictionary"),
     ],
 )  # fmt: skip
 def test_a_bad_table_is_refused_naming_the_file_and_field(tmp_path, change, says):
