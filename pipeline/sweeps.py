@@ -157,6 +157,12 @@ class Table(BaseModel):
         description="the curve the thresholds read: a metric of plots/train/<run> (`return`: the "
         "native return of each training episode; `eval_return`: the periodic evaluations)",
     )
+    diagnostics: list[str] = Field(
+        default_factory=list,
+        description="report: curves of plots/train/<run> (e.g. `vpg/gate_open`, `alpha`), each "
+        "shown per cell as the mean over seeds of each run's mean over the second half of its "
+        "training; blank where a run does not log it",
+    )
     teacher_eval: dict[str, Any] | None = Field(
         default=None,
         description="params' `teacher_eval` section of the table's teacher experiments (one per "
@@ -397,6 +403,7 @@ class Status:
     value: float | None = None  # the metric, when done
     why: str = ""  # what makes it stale or failed
     steps_to: dict[str, int | None] | None = None  # threshold -> first step (report, when done)
+    diagnostics: dict[str, float | None] | None = None  # curve -> second-half mean (report)
     round_calls: int | None = None  # the teacher calls of a rounds cell's rounds (when done)
     teacher: dict[str, Any] | None = None  # a teacher experiment's metrics file (report, done)
 
@@ -646,30 +653,55 @@ def summaries(table: Table, found: Iterable[Status]) -> dict[str, SeedSummary]:
     return out
 
 
-def read_steps_to(table: Table, found: list[Status], repo: Path) -> list[Status]:
-    """`found` with each done experiment's steps to the table's thresholds, from its curve as DVC
-    stored it (`dvc.api.open` at the experiment's revision: plots outputs are cached, so a
-    pulled experiment needs `dvc exp pull` with its cache)."""
+def _curve_path(table: Table, cell: str, name: str) -> str:
+    return f"plots/train/{table.run(cell)}/{METRICS_SUBDIR}/{name}.tsv"
+
+
+def second_half_mean(curve: list[tuple[int, float]], steps: int) -> float | None:
+    """The mean of a run's logged values after half of its `steps` (None if none was logged)."""
+    late = [v for step, v in curve if step > steps / 2]
+    return float(np.mean(late)) if late else None
+
+
+def read_curves(table: Table, found: list[Status], repo: Path) -> list[Status]:
+    """`found` with each done experiment's steps to the table's thresholds and its diagnostics,
+    from its curves as DVC stored them (one DVCFileSystem at the experiment's revision: plots
+    outputs are cached, so a pulled experiment needs `dvc exp pull` with its cache)."""
     import dataclasses
 
-    import dvc.api
+    from dvc.api import DVCFileSystem
     from dvc.exceptions import DvcException
 
-    if not table.thresholds:
+    if not table.thresholds and not table.diagnostics:
         return found
     out = []
     for f in found:
         if f.state != "done" or f.seed is None or table.cells[f.cell].rounds is not None:
             out.append(f)  # a rounds cell's curve goes on in plots/rounds: no thresholds
             continue
-        path = f"plots/train/{table.run(f.cell)}/{METRICS_SUBDIR}/{table.curve}.tsv"
+        path = ""
         try:
-            with dvc.api.open(path, repo=str(repo), rev=f.rev) as handle:
-                curve = parse_metric_tsv(handle.read(), table.curve)
-        except (OSError, DvcException) as exc:
-            raise SweepError(f"{f.name}: cannot read {path} at {f.rev}: {exc}") from exc
-        reached = {f"{t:g}": steps_to(curve, t, table.window) for t in table.thresholds}
-        out.append(dataclasses.replace(f, steps_to=reached))
+            fs = DVCFileSystem(str(repo), rev=f.rev)
+            reached = None
+            if table.thresholds:
+                path = _curve_path(table, f.cell, table.curve)
+                curve = parse_metric_tsv(fs.read_text(path), table.curve)
+                reached = {f"{t:g}": steps_to(curve, t, table.window) for t in table.thresholds}
+            late: dict[str, float | None] = {}
+            for name in table.diagnostics:
+                path = _curve_path(table, f.cell, name)
+                late[name] = (
+                    second_half_mean(parse_metric_tsv(fs.read_text(path), name),
+                                     int(table.cells[f.cell].train["steps"]))
+                    if fs.exists(path) else None
+                )  # fmt: skip
+        except (OSError, KeyError, ValueError, DvcException) as exc:
+            raise SweepError(
+                f"{f.name}: cannot read {path or 'its curves'} at {f.rev}: {exc}"
+            ) from exc
+        out.append(dataclasses.replace(
+            f, steps_to=reached, diagnostics=late if table.diagnostics else None
+        ))  # fmt: skip
     return out
 
 
@@ -702,6 +734,30 @@ def _mean_std(row: Mapping[str, Any]) -> str:
     text = f"{row['return_mean']:.1f}" + ("" if std is None else f" +- {std:.1f}")
     rate = row.get("success_rate")
     return text + ("" if rate is None else f" ({rate:.0%} success)")
+
+
+def format_diagnostics(table: Table, found: list[Status]) -> list[str]:
+    """The table's diagnostics per cell: mean +- std over seeds (ddof 1) of each run's mean over
+    the second half of its training."""
+    if not table.diagnostics or not any(f.diagnostics for f in found):
+        return []
+    lines = [
+        "",
+        "Diagnostics: per run, the mean of the logged values after half of its training steps; "
+        "per cell, mean +- std over seeds (ddof 1), [seeds]:",
+        "",
+        "| cell | " + "".join(f"{d} | " for d in table.diagnostics),
+        "|---|" + "---|" * len(table.diagnostics),
+    ]
+    for cell in table.cells:
+        runs = [f.diagnostics for f in found if f.cell == cell and f.diagnostics]
+        row = f"| {cell} | "
+        for name in table.diagnostics:
+            values = [r[name] for r in runs if r.get(name) is not None]
+            std = f" +- {np.std(values, ddof=1):.3g}" if len(values) > 1 else ""
+            row += f"{np.mean(values):.3g}{std} [{len(values)}] | " if values else "| "
+        lines.append(row)
+    return lines
 
 
 def format_teachers(table: Table, found: list[Status]) -> list[str]:
@@ -770,6 +826,7 @@ def format_report(table: Table, found: list[Status]) -> str:
             reach += f"{np.mean(calls):.0f} | " if calls else "0 | "
         lines.append(f"| {cell} | {s.n} | {s.mean:.1f} +- {std} | "
                      f"{'' if p is None else f'{p:.2g}'} | {reach}{seeds} |")  # fmt: skip
+    lines += format_diagnostics(table, found)
     lines += format_teachers(table, found)
     left = [f for f in found if f.state != "done"]
     if left:
@@ -910,7 +967,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "status":
             print(format_status(table, found))
             return 0
-        found = read_teachers(table, read_steps_to(table, found, args.repo), args.repo)
+        found = read_teachers(table, read_curves(table, found, args.repo), args.repo)
         if args.out is None:
             print(format_report(table, found))
         else:

@@ -384,6 +384,26 @@ def test_the_report_is_mean_std_ddof1_and_welchs_p_against_the_control():
     assert "t-more-s2 stale (train.t-more.steps=50.0 (table: 100))" in text
 
 
+def test_diagnostics_are_second_half_means_per_run_then_mean_std_over_seeds():
+    from pipeline.sweeps import format_diagnostics, second_half_mean
+
+    curve = [(100, 1.0), (500, 2.0), (501, 4.0), (1000, 6.0)]
+    assert second_half_mean(curve, 1000) == 5.0  # steps 501 and 1000
+    assert second_half_mean(curve[:2], 1000) is None
+    table = Table.model_validate({**TABLE, "diagnostics": ["vpg/gate_open", "alpha"]})
+    found = [
+        dataclasses.replace(f, diagnostics={"vpg/gate_open": g, "alpha": a})
+        for f, g, a in zip(
+            statuses(table, {}, ["more"]), (0.2, 0.4, None), (0.1, 0.2, 0.3), strict=True
+        )
+    ]
+    text = "\n".join(format_diagnostics(table, found))
+    assert "| cell | vpg/gate_open | alpha |" in text
+    assert f"| more | 0.3 +- {np.std([0.2, 0.4], ddof=1):.3g} [2] | 0.2 +- 0.1 [3] | " in text
+    assert "| base | | | " in text  # no run read
+    assert format_diagnostics(Table.model_validate(TABLE), found) == []
+
+
 def test_steps_to_is_the_first_step_of_the_moving_mean_and_its_median_counts_never_as_inf():
     curve = [(10, 0.0), (20, 100.0), (30, 50.0), (40, 200.0)]
     assert steps_to(curve, 100.0) == 20
@@ -503,6 +523,7 @@ TOY_TABLE = {
     "seeds": [0, 1, 2],
     "thresholds": [11],
     "window": 1,
+    "diagnostics": ["return", "vpg/gate_open"],  # the second: a curve no toy run logs
     "teacher_eval": {"episodes": 3},
     "cells": {
         "a": {"train": {"env": "E-v0", "method": "toy", "steps": 1}},
@@ -588,6 +609,9 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     assert f"| b | 3 | 26.0 +- 1.0 | {p:.2g} | 2 [3/3] | 0: 25.0, 1: 26.0, 2: 27.0 |" in text
     assert "Not in the table" not in text
     assert "| a, b | `toy:q=7` | 3 | 70.0 +- 0.5 | 1.0 +- 0.2 |" in text
+    # each run's curve (0, v/2, v) at steps 1-3 of 1: all of it is past half its training
+    assert "| return | vpg/gate_open |" in text
+    assert "| a | 5.5 +- 0.5 [3] | | " in text and "| b | 13 +- 0.5 [3] | | " in text
     assert (report / "return_mean.png").read_bytes()[:4] == b"\x89PNG"
     import json
 
