@@ -874,9 +874,20 @@ def plot_cells(table: Table, found: list[Status], path: Path) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def repo_path(path: Path) -> str:
+    """`path` relative to the root of the git repository that holds it (where results files
+    name it, so that they name no directory of the machine they were made on), else as given."""
+    full = path.resolve()
+    for root in full.parents:
+        if (root / ".git").exists():
+            return full.relative_to(root).as_posix()
+    return str(path)
+
+
 def write_report(table: Table, table_path: Path, found: list[Status], out: Path) -> str:
     """`out/table.md`, `out/<metric>.png` and `out/results.json` (every experiment of the table
-    with its state, revision, seed and value, and the table file as read)."""
+    with its state, revision, seed and value, and the table file as read, by its path in its
+    repository)."""
     from pipeline.io import atomic_write_bytes, atomic_write_json
 
     out.mkdir(parents=True, exist_ok=True)
@@ -884,7 +895,7 @@ def write_report(table: Table, table_path: Path, found: list[Status], out: Path)
     atomic_write_bytes(out / "table.md", (text + "\n").encode())
     plot_cells(table, found, out / f"{table.metric}.png")
     atomic_write_json(out / "results.json", {
-        "table": str(table_path),
+        "table": repo_path(table_path),
         "spec": table.model_dump(mode="json"),
         "experiments": [vars(f) for f in found],
     })  # fmt: skip

@@ -665,3 +665,15 @@ def test_a_job_line_clones_at_the_commit_pulls_runs_and_pushes(tmp_path, capsys)
     path.write_text(yaml.safe_dump(TABLE))
     assert main(["commands", str(path), "--clone", "git@host:lab/repo.git"]) == 2
     assert "--clone needs --push REMOTE" in capsys.readouterr().err
+
+
+def test_a_report_names_its_table_by_its_path_in_its_repository(tmp_path):
+    """results.json is committed: it names no directory of the machine that made it."""
+    from pipeline.sweeps import repo_path
+
+    assert repo_path(REPO / "benchmarks" / "tables" / "rounds.yaml") == (
+        "benchmarks/tables/rounds.yaml"
+    )
+    (tmp_path / "lab" / ".git").mkdir(parents=True)
+    (tmp_path / "lab" / "t").mkdir()
+    assert repo_path(tmp_path / "lab" / "t" / "x.yaml") == "t/x.yaml"
