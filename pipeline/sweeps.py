@@ -746,7 +746,7 @@ def format_diagnostics(table: Table, found: list[Status]) -> list[str]:
         "Diagnostics: per run, the mean of the logged values after half of its training steps; "
         "per cell, mean +- std over seeds (ddof 1), [seeds]:",
         "",
-        "| cell | " + "".join(f"{d} | " for d in table.diagnostics),
+        "| cell | " + " | ".join(table.diagnostics) + " |",
         "|---|" + "---|" * len(table.diagnostics),
     ]
     for cell in table.cells:
@@ -756,7 +756,7 @@ def format_diagnostics(table: Table, found: list[Status]) -> list[str]:
             values = [r[name] for r in runs if r.get(name) is not None]
             std = f" +- {np.std(values, ddof=1):.3g}" if len(values) > 1 else ""
             row += f"{np.mean(values):.3g}{std} [{len(values)}] | " if values else "| "
-        lines.append(row)
+        lines.append(row.rstrip())
     return lines
 
 
