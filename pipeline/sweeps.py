@@ -464,6 +464,22 @@ def settled_rows(
     return exp_rows(repo, rev)
 
 
+def _unfinished(
+    cell: str, seed: int | None, name: str, row: Mapping[str, Any], params: dict[str, Any]
+) -> Status | None:
+    """The experiment's status unless it succeeded with `params` (then None: its outputs decide)."""
+    rev, state = str(row.get("rev")), row.get("State")
+    if state in ("Queued", "Running"):
+        return Status(cell, seed, name, state.lower(), rev)
+    # no state: a committed experiment that no local queue ran (`dvc exp pull`)
+    if state not in ("Success", None):
+        return Status(cell, seed, name, "failed", rev,
+                      why=f"state {state}: `dvc queue logs {name}` says why")  # fmt: skip
+    differs = [f"{k}={row.get(k)!r} (table: {v!r})"
+               for k, v in _leaves(params) if not _same(row.get(k), v)]  # fmt: skip
+    return Status(cell, seed, name, "stale", rev, why="; ".join(differs)) if differs else None
+
+
 def statuses(
     table: Table,
     rows: Mapping[str, Mapping[str, Any]],
@@ -479,23 +495,11 @@ def statuses(
             if row is None:
                 out.append(Status(cell, seed, name, "missing"))
                 continue
-            rev, state = str(row.get("rev")), row.get("State")
-            if state in ("Queued", "Running"):
-                out.append(Status(cell, seed, name, state.lower(), rev))
+            unfinished = _unfinished(cell, seed, name, row, cell_params(table, cell, seed))
+            if unfinished is not None:
+                out.append(unfinished)
                 continue
-            # no state: a committed experiment that no local queue ran (`dvc exp pull`)
-            if state not in ("Success", None):
-                out.append(Status(cell, seed, name, "failed", rev, why=f"state {state}: "
-                                  f"`dvc queue logs {name}` says why"))  # fmt: skip
-                continue
-            differs = [
-                f"{k}={row.get(k)!r} (table: {v!r})"
-                for k, v in _leaves(cell_params(table, cell, seed))
-                if not _same(row.get(k), v)
-            ]
-            if differs:
-                out.append(Status(cell, seed, name, "stale", rev, why="; ".join(differs)))
-                continue
+            rev = str(row.get("rev"))
             column = f"{table.metrics_file(cell)}:{table.metric}"
             value = _column(row, table.metrics_file(cell), table.metric)
             if not isinstance(value, int | float) or isinstance(value, bool):
@@ -524,17 +528,12 @@ def teacher_statuses(
         if row is None:
             out.append(Status(group, None, name, "missing"))
             continue
-        rev, state = str(row.get("rev")), row.get("State")
-        if state in ("Queued", "Running"):
-            out.append(Status(group, None, name, state.lower(), rev))
-        elif state not in ("Success", None):
-            out.append(Status(group, None, name, "failed", rev, why=f"state {state}: "
-                              f"`dvc queue logs {name}` says why"))  # fmt: skip
-        elif differs := [f"{k}={row.get(k)!r} (table: {v!r})"
-                         for k, v in _leaves(teacher_params(table, group))
-                         if not _same(row.get(k), v)]:  # fmt: skip
-            out.append(Status(group, None, name, "stale", rev, why="; ".join(differs)))
-        elif not isinstance(_column(row, table.teacher_file(group), "teacher_id"), str):
+        unfinished = _unfinished(group, None, name, row, teacher_params(table, group))
+        if unfinished is not None:
+            out.append(unfinished)
+            continue
+        rev = str(row.get("rev"))
+        if not isinstance(_column(row, table.teacher_file(group), "teacher_id"), str):
             out.append(Status(group, None, name, "failed", rev,
                               why=f"no {table.teacher_file(group)}:teacher_id"))  # fmt: skip
         else:
