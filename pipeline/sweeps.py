@@ -375,8 +375,9 @@ def job_line(command: list[str], remote: str, clone: str | None, rev: str) -> st
     """One experiment (its `dvc exp run ... -n NAME`, from exp_command or teacher_command, with
     `pull` where it runs in a clone) as one shell job for any scheduler (Slurm, Ray Jobs, GNU
     parallel): with `clone`, a fresh clone of that git URL at `rev`; then the experiment (what
-    the DVC remote holds is pulled, not rebuilt), and `dvc exp push` of it to the git remote `remote` (its outputs go to the default
-    DVC remote). `dvc exp pull <remote> <name>` brings it back."""
+    the DVC remote holds is pulled, not rebuilt), and `dvc exp push` of it to the git remote
+    `remote` (its outputs go to the default DVC remote). `dvc exp pull <remote> <name>` brings
+    it back."""
     name = command[command.index("-n") + 1]
     steps = []
     if clone is not None:
