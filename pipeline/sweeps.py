@@ -225,6 +225,11 @@ class Table(BaseModel):
             groups[group] = (*groups.get(group, ()), cell)
         return groups
 
+    def teacher_groups_of(self, cells: Sequence[str] | None) -> list[str]:
+        """The teacher groups that label one of `cells` (every group when None)."""
+        return [group for group, members in self.teacher_groups().items()
+                if cells is None or set(members) & set(cells)]  # fmt: skip
+
     def teacher_experiment(self, group: str) -> str:
         return f"{self.table}-teacher-{group}"
 
@@ -521,9 +526,7 @@ def teacher_statuses(
     experiments `rows`: done once it succeeded with the params the table gives it now and wrote
     its teacher's id."""
     out = []
-    for group, members in table.teacher_groups().items():
-        if cells is not None and not set(members) & set(cells):
-            continue
+    for group in table.teacher_groups_of(cells):
         name = table.teacher_experiment(group)
         row = rows.get(name)
         if row is None:
@@ -954,8 +957,8 @@ def main(argv: list[str] | None = None) -> int:
                         for cell in args.cell or table.cells
                         for seed in args.seed or table.seeds]  # fmt: skip
             if not args.seed:  # a teacher experiment has no seed
-                commands += [teacher_command(table, s.cell, pull=pull)
-                             for s in teacher_statuses(table, {}, args.cell)]  # fmt: skip
+                commands += [teacher_command(table, group, pull=pull)
+                             for group in table.teacher_groups_of(args.cell)]  # fmt: skip
             for command in commands:
                 print(job_line(command, args.push, args.clone, rev) if args.push
                       else shlex.join(command))  # fmt: skip
