@@ -75,12 +75,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import polars as pl
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.curves import METRICS_SUBDIR, median_steps, parse_metric_tsv, steps_to
 from pipeline.errors import PipelineError, print_error
 from pipeline.experiments import SeedSummary, welch_p
+from pipeline.labels.status import LABELLED_STATUSES
 
 # the params sections `teacher_eval@<env>` reads besides its own: the env, its rollouts (whose
 # frames it answers first from the label cache), the labelling teacher, a policy teacher's training
@@ -236,6 +238,10 @@ class Table(BaseModel):
     def teacher_file(self, group: str) -> str:
         """`teacher_eval@<env>`'s output: the teacher's rows and random's."""
         return f"metrics/teacher/{self.cells[group].train['env']}.json"
+
+    def label_file(self, group: str) -> str:
+        """`label@<env>`'s output: the label table the group's cells read."""
+        return f"data/labels/{self.cells[group].train['env']}.parquet"
 
 
 def load_table(path: str | Path) -> Table:
@@ -412,6 +418,7 @@ class Status:
     diagnostics: dict[str, float | None] | None = None  # curve -> second-half mean (report)
     round_calls: int | None = None  # the teacher calls of a rounds cell's rounds (when done)
     teacher: dict[str, Any] | None = None  # a teacher experiment's metrics file (report, done)
+    labels: dict[str, Any] | None = None  # what its label table paid (`label_cost`; report, done)
 
 
 def _same(actual: Any, expected: Any) -> bool:
@@ -710,11 +717,13 @@ def read_curves(table: Table, found: list[Status], repo: Path) -> list[Status]:
 
 def read_teachers(table: Table, found: list[Status], repo: Path) -> list[Status]:
     """`found` with each done teacher experiment's `metrics/teacher/<env>.json` (its rows are a
-    list, which `dvc exp show` leaves out), read at the experiment's revision."""
+    list, which `dvc exp show` leaves out) and what its label table paid (`label_cost`), read
+    through one DVCFileSystem at the experiment's revision (the label table is a cached output:
+    a pulled experiment needs `dvc exp pull` with its cache)."""
     import dataclasses
     import json
 
-    import dvc.api
+    from dvc.api import DVCFileSystem
     from dvc.exceptions import DvcException
 
     out = []
@@ -724,12 +733,30 @@ def read_teachers(table: Table, found: list[Status], repo: Path) -> list[Status]
             continue
         path = table.teacher_file(f.cell)
         try:
-            with dvc.api.open(path, repo=str(repo), rev=f.rev) as handle:
-                teacher = json.load(handle)
-        except (OSError, ValueError, DvcException) as exc:
+            fs = DVCFileSystem(str(repo), rev=f.rev)
+            teacher = json.loads(fs.read_text(path))
+            path = table.label_file(f.cell)
+            with fs.open(path, "rb") as handle:
+                labels = label_cost(pl.read_parquet(handle, columns=["task", "queried",
+                                                                     "parse_status"]))  # fmt: skip
+        except (OSError, ValueError, pl.exceptions.PolarsError, DvcException) as exc:
             raise SweepError(f"{f.name}: cannot read {path} at {f.rev}: {exc}") from exc
-        out.append(dataclasses.replace(f, teacher=teacher))
+        out.append(dataclasses.replace(f, teacher=teacher, labels=labels))
     return out
+
+
+def label_cost(labels: pl.DataFrame) -> dict[str, Any]:
+    """What a label table paid its teacher: its rows, the prompts asked per task (queried frames
+    x tasks, what a fresh build pays a VLM for; the other rows carry a queried answer) and the
+    share of those answers that parsed to a label."""
+    queried = labels.filter(pl.col("queried"))
+    prompts = dict(queried.group_by("task").len().sort("task").iter_rows())
+    parsed = queried.filter(pl.col("parse_status").is_in(LABELLED_STATUSES)).height
+    return {
+        "rows": labels.height,
+        "prompts": {str(k): int(v) for k, v in prompts.items()},
+        "parsed": parsed / queried.height if queried.height else None,
+    }
 
 
 def _mean_std(row: Mapping[str, Any]) -> str:
@@ -764,7 +791,8 @@ def format_diagnostics(table: Table, found: list[Status]) -> list[str]:
 
 
 def format_teachers(table: Table, found: list[Status]) -> list[str]:
-    """The teacher experiments' rows: each teacher acting alone, per k, beside random."""
+    """The teacher experiments' rows: each teacher acting alone, per k, beside random, and what
+    its labels of the cells' dataset paid."""
     read = [f for f in found if f.seed is None and f.teacher is not None]
     if not read:
         return []
@@ -774,10 +802,14 @@ def format_teachers(table: Table, found: list[Status]) -> list[str]:
     lines = [
         "Teachers acting alone (`teacher_eval@<env>`: the labelling teacher as the policy, "
         "asked every k-th agent step and its answer held in between; uniform random actions on "
-        "the same episode seeds; return mean +- std over episodes, ddof 1):",
+        "the same episode seeds; return mean +- std over episodes, ddof 1), and what the "
+        "teacher's labels of the cells' dataset cost (`label@<env>`: prompts by task, i.e. "
+        "queried frames x tasks, what a fresh build pays; the share of answers that parsed):",
         "",
-        "| teacher of | teacher | episodes | " + "".join(f"{k} | " for k in ks) + "random |",
-        "|---|---|---|" + "---|" * len(ks) + "---|",
+        "| teacher of | teacher | episodes | "
+        + "".join(f"{k} | " for k in ks)
+        + "random | label prompts | parsed |",
+        "|---|---|---|" + "---|" * len(ks) + "---|---|---|",
     ]
     for f in read:
         rows = {r["policy"]: r for r in f.teacher["teacher_rows"]}
@@ -785,9 +817,18 @@ def format_teachers(table: Table, found: list[Status]) -> list[str]:
             f"| {', '.join(groups[f.cell])} | `{f.teacher['teacher_id']}` | "
             f"{f.teacher['episodes']} | "
             + "".join(f"{_mean_std(rows[k]) if k in rows else ''} | " for k in ks)
-            + f"{_mean_std(f.teacher['random'])} |"
+            + f"{_mean_std(f.teacher['random'])} | {_label_cells(f.labels)} |"
         )
     return ["", *lines]
+
+
+def _label_cells(labels: Mapping[str, Any] | None) -> str:
+    """`label_cost` as two table cells: prompts by task, parsed share."""
+    if labels is None:
+        return " | "
+    prompts = ", ".join(f"{task} {n:,}" for task, n in labels["prompts"].items()) or "none"
+    parsed = labels["parsed"]
+    return f"{prompts} | {'' if parsed is None else f'{parsed:.1%}'}"
 
 
 def _steps_cell(found: list[Status], cell: str, threshold: str) -> str:

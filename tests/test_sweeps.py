@@ -5,6 +5,7 @@ import shlex
 import shutil
 
 import numpy as np
+import polars as pl
 import pytest
 import yaml
 from scipy import stats
@@ -18,6 +19,7 @@ from pipeline.sweeps import (
     exp_command,
     format_report,
     hydra_value,
+    label_cost,
     load_table,
     main,
     overrides,
@@ -329,13 +331,23 @@ def test_the_report_shows_each_teacher_acting_alone_beside_random():
         ],
         "random": {"return_mean": 136.5, "return_std": 110.7},
     }  # fmt: skip
-    found = [dataclasses.replace(f, teacher=teacher) if f.name == "t-teacher-base" else f
-             for f in found]  # fmt: skip
+    labels = label_cost(pl.DataFrame({
+        "task": ["action", "action", "action", "judge", "judge", "action"],
+        "queried": [True, False, True, True, True, True],
+        "parse_status": ["ok", "ok", "format_collapse", "ok", "regex_fallback", "empty"],
+    }))  # fmt: skip
+    # carried rows (queried False) cost nothing; a regex fallback is a label, the others not
+    assert labels == {"rows": 6, "prompts": {"action": 3, "judge": 2}, "parsed": 0.6}
+    found = [dataclasses.replace(f, teacher=teacher, labels=labels)
+             if f.name == "t-teacher-base" else f for f in found]  # fmt: skip
     text = format_report(table, found)
-    assert "| teacher of | teacher | episodes | teacher:k=1 | teacher:k=10 | random |" in text
+    assert (
+        "| teacher of | teacher | episodes | teacher:k=1 | teacher:k=10 | random | label prompts "
+        "| parsed |" in text
+    )
     assert (
         "| base, same | `scripted:v2:reliability=1.0:seed=0` | 10 | 812.0 +- 3.0 (100% success) "
-        "| 700.2 +- 20.0 | 136.5 +- 110.7 |" in text
+        "| 700.2 +- 20.0 | 136.5 +- 110.7 | action 3, judge 2 | 60.0% |" in text
     )
     assert "t-teacher-more missing" in text  # not read: named with the cells left out
 
@@ -475,6 +487,7 @@ json.dump({"return_mean": float(open(f"models/{run}.txt").read())},
 """
 TOY_TEACHER = """
 import json, os, sys, yaml
+import polars as pl
 env = sys.argv[1]
 p = yaml.safe_load(open("params.yaml"))
 q, n = p["label"]["quality"], p["teacher_eval"]["episodes"]
@@ -483,6 +496,9 @@ row = {"policy": "teacher:k=1", "return_mean": 10.0 * q, "return_std": 0.5}
 json.dump({"env": env, "episodes": n, "teacher_id": f"toy:q={q}", "teacher_rows": [row],
            "random": {"return_mean": 1.0, "return_std": 0.25}},
           open(f"metrics/teacher/{env}.json", "w"))
+os.makedirs("data/labels", exist_ok=True)  # as label@<env> writes it (queried: paid for)
+pl.DataFrame({"task": ["action"] * 3, "queried": [True, False, True],
+              "parse_status": ["ok"] * 3}).write_parquet(f"data/labels/{env}.parquet")
 """
 TOY_DVC = """stages:
   train:
@@ -513,6 +529,8 @@ TOY_DVC = """stages:
       cmd: python teacher.py ${item}
       deps: [teacher.py]
       params: [label, teacher_eval]
+      outs:
+        - data/labels/${item}.parquet
       metrics:
         - metrics/teacher/${item}.json:
             cache: false
@@ -608,7 +626,7 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     assert "| a | 3 | 11.0 +- 1.0 |  | 3 [2/3] | 0: 10.0, 1: 11.0, 2: 12.0 |" in text
     assert f"| b | 3 | 26.0 +- 1.0 | {p:.2g} | 2 [3/3] | 0: 25.0, 1: 26.0, 2: 27.0 |" in text
     assert "Not in the table" not in text
-    assert "| a, b | `toy:q=7` | 3 | 70.0 +- 0.5 | 1.0 +- 0.2 |" in text
+    assert "| a, b | `toy:q=7` | 3 | 70.0 +- 0.5 | 1.0 +- 0.2 | action 2 | 100.0% |" in text
     # each run's curve (0, v/2, v) at steps 1-3 of 1: all of it is past half its training
     assert "| return | vpg/gate_open |" in text
     assert "| a | 5.5 +- 0.5 [3] | |\n" in text and "| b | 13 +- 0.5 [3] | |\n" in text
