@@ -63,6 +63,7 @@ in seconds.
 from __future__ import annotations
 
 import argparse
+import ast
 import io
 import re
 import shlex
@@ -424,7 +425,7 @@ class Status:
 def _same(actual: Any, expected: Any) -> bool:
     """A `dvc exp show` value against the table's: numbers compare as floats (DVC's flat rows
     give 5000 as 5000.0, and 1e-05 as '1e-05'; a nested bool can come as 'True'), a missing
-    key reads 'None'."""
+    key reads 'None', a list comes as its Python repr ("['env', 'kinematic']")."""
     if expected is None:
         return actual in (None, "None")
     if isinstance(expected, bool) and isinstance(actual, str):
@@ -435,6 +436,11 @@ def _same(actual: Any, expected: Any) -> bool:
         try:  # DVC writes 1e-05, which YAML 1.1 (and so `dvc exp show`) reads as a string
             return float(actual) == float(expected)
         except ValueError:
+            return False
+    if isinstance(expected, list | tuple) and isinstance(actual, str):
+        try:
+            actual = ast.literal_eval(actual)
+        except (ValueError, SyntaxError):
             return False
     if isinstance(expected, list | tuple) and isinstance(actual, list | tuple):
         return len(actual) == len(expected) and all(map(_same, actual, expected))

@@ -202,6 +202,24 @@ def _row(table, cell, seed, value, state="Success", **changed):
     return row
 
 
+def test_a_list_param_that_dvc_shows_as_its_repr_is_the_tables_value():
+    """`dvc exp show` gives a list param as its Python repr (hybrid_vs_ppo's reward_terms): the
+    same list is done, another list or a string that is no list is stale."""
+    train = {"env": "E-v0", "method": "hybrid_ppo", "steps": 100,
+             "reward_terms": ["env", "kinematic"]}  # fmt: skip
+    spec = {**TABLE, "control": None, "cells": {"eq1": {"train": train}}}
+    table = Table.model_validate(spec)
+    key = "train.t-eq1.reward_terms"
+    rows = [
+        _row(table, "eq1", 0, 1.0, **{key: "['env', 'kinematic']"}),
+        _row(table, "eq1", 1, 1.0, **{key: "['env']"}),
+        _row(table, "eq1", 2, 1.0, **{key: "env, kinematic"}),
+    ]
+    found = statuses(table, {r["Experiment"]: r for r in rows})
+    assert [f.state for f in found] == ["done", "stale", "stale"]
+    assert "reward_terms=\"['env']\" (table: ['env', 'kinematic'])" in found[1].why
+
+
 def test_each_experiment_is_done_stale_failed_queued_or_missing():
     table = Table.model_validate(TABLE)
     rows = [
