@@ -617,20 +617,28 @@ def queue(
     return queued
 
 
+POLL_SHARE = 0.2  # wait: at most this share of one core goes to asking `dvc exp show`
+
+
 def wait(table: Table, repo: Path, every_s: float = 10.0) -> list[Status]:
     """Until no experiment of the table is queued or running: one line each time the counts
     change. Driven by the queue's own progress (no time limit): a stuck worker shows as a count
-    that stops moving, and `dvc queue status` / `dvc queue logs NAME` say why."""
+    that stops moving, and `dvc queue status` / `dvc queue logs NAME` say why. `dvc exp show`
+    takes longer the more experiments a commit holds (about 10 s for a hundred), so the pause
+    between two asks is at least every_s and at least (1 / POLL_SHARE - 1) times the last ask:
+    the workers keep the cores."""
     last = None
     while True:
+        started = time.monotonic()
         found = all_statuses(table, settled_rows(repo, every_s=every_s))
+        asked_s = time.monotonic() - started
         line = count_line(found)
         if line != last:
             print(f"{time.strftime('%H:%M:%S')} {table.table}: {line}", flush=True)
             last = line
         if not any(f.state in ("queued", "running") for f in found):
             return found
-        time.sleep(every_s)
+        time.sleep(max(every_s, asked_s * (1 / POLL_SHARE - 1)))
 
 
 def check_table(table: Table, params_path: str | Path) -> list[str]:

@@ -220,6 +220,36 @@ def test_a_list_param_that_dvc_shows_as_its_repr_is_the_tables_value():
     assert "reward_terms=\"['env']\" (table: ['env', 'kinematic'])" in found[1].why
 
 
+def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
+    monkeypatch, capsys
+):
+    """Each ask of `dvc exp show` is followed by a pause of at least every_s and at least four
+    times the ask (POLL_SHARE 0.2): asks of 1 s pause 10 s, asks of 30 s pause 120 s."""
+    import pipeline.sweeps as sweeps
+
+    table = Table.model_validate(TABLE)
+    cells = [(c, s) for c in table.cells for s in table.seeds]
+    queued = {r["Experiment"]: r for r in (_row(table, c, s, None, state="Queued")
+                                             for c, s in cells)}  # fmt: skip
+    done = {r["Experiment"]: r for r in (_row(table, c, s, 1.0) for c, s in cells)}
+    for ask_s in (1.0, 30.0):
+        clock, slept = [0.0], []
+        answers = iter([queued, queued, done])
+
+        def ask(repo, rev=None, every_s=10.0, ask_s=ask_s, clock=clock, answers=answers):
+            clock[0] += ask_s
+            return next(answers)
+
+        monkeypatch.setattr(sweeps, "settled_rows", ask)
+        monkeypatch.setattr(sweeps.time, "monotonic", lambda clock=clock: clock[0])
+        monkeypatch.setattr(sweeps.time, "sleep", slept.append)
+        found = sweeps.wait(table, REPO, every_s=10.0)
+        assert {f.state for f in found} == {"done"}
+        assert slept == [max(10.0, 4 * ask_s)] * 2
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 4 and out[0].endswith(f"{len(cells)} queued")  # a line per change
+
+
 def test_each_experiment_is_done_stale_failed_queued_or_missing():
     table = Table.model_validate(TABLE)
     rows = [
