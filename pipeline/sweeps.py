@@ -620,14 +620,29 @@ def queue(
 POLL_SHARE = 0.2  # wait: at most this share of one core goes to asking `dvc exp show`
 
 
-def wait(table: Table, repo: Path, every_s: float = 10.0) -> list[Status]:
+def start_workers(repo: Path, jobs: int) -> None:
+    """`dvc queue start -j jobs`: starts the workers 1..jobs of `repo`'s queue that are not
+    running (DVC skips the live ones)."""
+    # not captured: the workers it starts keep its stdout open until they stop
+    start = ["dvc", "queue", "start", "-j", str(jobs)]
+    if subprocess.run(start, cwd=repo, stdin=subprocess.DEVNULL).returncode:
+        raise SweepError(f"{shlex.join(start)} (in {repo}) failed: see above")
+
+
+def wait(table: Table, repo: Path, every_s: float = 10.0, jobs: int = 0) -> list[Status]:
     """Until no experiment of the table is queued or running: one line each time the counts
     change. Driven by the queue's own progress (no time limit): a stuck worker shows as a count
-    that stops moving, and `dvc queue status` / `dvc queue logs NAME` say why. `dvc exp show`
-    takes longer the more experiments a commit holds (about 10 s for a hundred), so the pause
-    between two asks is at least every_s and at least (1 / POLL_SHARE - 1) times the last ask:
-    the workers keep the cores."""
+    that stops moving, and `dvc queue status` / `dvc queue logs NAME` say why.
+
+    - `dvc exp show` takes longer the more experiments a commit holds (about 10 s for a
+      hundred), so the pause between two asks is at least every_s and at least
+      (1 / POLL_SHARE - 1) times the last ask: the workers keep the cores.
+    - With `jobs`, a worker that died is started again: a queue worker can die on a half-written
+      message of DVC's file broker (celery's "Unrecoverable error: JSONDecodeError", treeverse/dvc
+      #7903): it finishes the experiment it holds, stops, and leaves the rest to the others. When two asks in a row find experiments queued
+      and fewer than `jobs` running, `start_workers` tops the workers up."""
     last = None
+    short = 0  # asks in a row with experiments queued and fewer than `jobs` running
     while True:
         started = time.monotonic()
         found = all_statuses(table, settled_rows(repo, every_s=every_s))
@@ -636,8 +651,15 @@ def wait(table: Table, repo: Path, every_s: float = 10.0) -> list[Status]:
         if line != last:
             print(f"{time.strftime('%H:%M:%S')} {table.table}: {line}", flush=True)
             last = line
-        if not any(f.state in ("queued", "running") for f in found):
+        states = [f.state for f in found]
+        if "queued" not in states and "running" not in states:
             return found
+        short = short + 1 if jobs and "queued" in states and states.count("running") < jobs else 0
+        if short >= 2:
+            print(f"{time.strftime('%H:%M:%S')} {table.table}: fewer than {jobs} running with "
+                  "experiments queued: starting the missing workers", flush=True)  # fmt: skip
+            start_workers(repo, jobs)
+            short = 0
         time.sleep(max(every_s, asked_s * (1 / POLL_SHARE - 1)))
 
 
@@ -1023,12 +1045,9 @@ def main(argv: list[str] | None = None) -> int:
             names = ", ".join(s.name for s in queued) or "every one is done or queued"
             print(f"queued {len(queued)} experiment(s): {names}")
             if args.jobs:
-                # not captured: the workers it starts keep its stdout open until they stop
-                start = ["dvc", "queue", "start", "-j", str(args.jobs)]
-                if subprocess.run(start, cwd=args.repo, stdin=subprocess.DEVNULL).returncode:
-                    raise SweepError(f"{shlex.join(start)} (in {args.repo}) failed: see above")
+                start_workers(args.repo, args.jobs)
             if args.wait:
-                wait(table, args.repo)
+                wait(table, args.repo, jobs=args.jobs)
             elif queued and not args.jobs:
                 print("run them: dvc queue start -j N (then `vlmrl-sweep status`)")
             return 0

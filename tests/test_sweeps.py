@@ -250,6 +250,37 @@ def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
     assert len(out) == 4 and out[0].endswith(f"{len(cells)} queued")  # a line per change
 
 
+def test_wait_starts_the_workers_again_when_fewer_than_jobs_run_with_work_queued(
+    monkeypatch, capsys
+):
+    """A queue worker that died (DVC's file broker, treeverse/dvc#7903) leaves one of two
+    running: after two such asks in a row, wait runs `dvc queue start -j 2`, which starts only
+    the missing one. One ask short (a worker between two experiments) starts nothing."""
+    import pipeline.sweeps as sweeps
+
+    table = Table.model_validate(TABLE)
+    cells = [(c, s) for c in table.cells for s in table.seeds]
+
+    def rows(running, queued):
+        states = ["Running"] * running + ["Queued"] * queued
+        states += ["Success"] * (len(cells) - len(states))
+        return {r["Experiment"]: r for r in (
+            _row(table, c, s, None if state != "Success" else 1.0, state=state)
+            for (c, s), state in zip(cells, states, strict=True)
+        )}  # fmt: skip
+
+    answers = iter([rows(2, 3), rows(1, 3), rows(2, 2), rows(1, 2), rows(1, 1), rows(2, 0),
+                    rows(0, 0)])  # fmt: skip
+    started = []
+    monkeypatch.setattr(sweeps, "settled_rows", lambda repo, rev=None, every_s=10.0: next(answers))
+    monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
+    monkeypatch.setattr(sweeps, "start_workers", lambda repo, jobs: started.append(jobs))
+    found = sweeps.wait(table, REPO, jobs=2)
+    assert {f.state for f in found} == {"done"}
+    assert started == [2]  # after the 4th and 5th asks, not after the 2nd alone
+    assert "fewer than 2 running with experiments queued" in capsys.readouterr().out
+
+
 def test_each_experiment_is_done_stale_failed_queued_or_missing():
     table = Table.model_validate(TABLE)
     rows = [
