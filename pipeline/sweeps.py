@@ -282,18 +282,18 @@ def cell_params(table: Table, cell: str, seed: int) -> dict[str, Any]:
     name = table.run(cell)
     run: dict[str, Any] = {"train": {name: {**spec.train, "seed": seed}}}
     if spec.rounds is not None:
+        from pipeline.config import round_inputs
+
         names = table.round_names(cell)
-        run["rounds"] = {
-            r: {
+        run["rounds"] = {}
+        for k, r in enumerate(names, start=1):
+            agent, data = round_inputs(name, spec.train["env"], names[k - 2] if k > 1 else None)
+            run["rounds"][r] = {
                 "run": name, "env": spec.train["env"], "method": spec.train["method"], "round": k,
-                "previous_agent": f"models/rounds/{names[k - 2]}" if k > 1 else f"models/{name}",
-                "previous_data": (f"data/rounds/{names[k - 2]}" if k > 1
-                                  else f"data/datasets/{spec.train['env']}"),
+                "previous_agent": agent, "previous_data": data,
                 "episodes": spec.rounds.episodes, "steps": spec.rounds.steps,
                 "seed": 1000 * seed + k, "explore": spec.rounds.explore,
-            }
-            for k, r in enumerate(names, start=1)
-        }  # fmt: skip
+            }  # fmt: skip
     return _merge(_merge(table.params, spec.params), run)
 
 

@@ -75,7 +75,7 @@ __all__ = [
     "OpenAITeacherConfig", "Params", "PolicyTeacherConfig", "PolicyTeacherRun",
     "RayExecutorConfig", "RewardTerm", "RoundConfig", "Section",
     "TeacherConfig", "TeacherEvalConfig", "TrainRun", "load_params", "merge_settings",
-    "parse_params", "register_brought_envs", "threads_field", "validate_section",
+    "parse_params", "register_brought_envs", "round_inputs", "threads_field", "validate_section",
 ]  # fmt: skip
 
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -338,19 +338,28 @@ class Params(Section):
                 problems.append(f"{where}: rounds {sorted(by_run[(r.run, r.round)])} are all "
                                 f"round {r.round} of {r.run}; one chain per run")  # fmt: skip
             if r.round == 1:
-                agent, data = f"models/{r.run}", f"data/datasets/{run.env}"
+                agent, data = round_inputs(r.run, run.env, None)
             else:
                 before = by_run.get((r.run, r.round - 1), [])
                 if len(before) != 1:
                     problems.append(f"{where}: round {r.round} of {r.run} needs one round "
                                     f"{r.round - 1} of it before (found {before})")  # fmt: skip
                     continue
-                agent, data = f"models/rounds/{before[0]}", f"data/rounds/{before[0]}"
+                agent, data = round_inputs(r.run, run.env, before[0])
             for key, want in (("previous_agent", agent), ("previous_data", data)):
                 if getattr(r, key) != want:
                     problems.append(f"{where}.{key}: {getattr(r, key)!r}; round {r.round} of "
                                     f"{r.run} follows {want!r}: write that")  # fmt: skip
         return problems
+
+
+def round_inputs(run: str, env_id: str, previous_round: str | None) -> tuple[str, str]:
+    """(previous_agent, previous_data) of a labelling round of train run `run` on `env_id`:
+    round 1 follows the run's agent and the env's dataset, round k the agent and data of round
+    k - 1 (`previous_round`, its name)."""
+    if previous_round is None:
+        return f"models/{run}", f"data/datasets/{env_id}"
+    return f"models/rounds/{previous_round}", f"data/rounds/{previous_round}"
 
 
 def _env_entry_problems(env_id: str, cfg: EnvConfig) -> list[str]:
