@@ -634,13 +634,15 @@ def wait(table: Table, repo: Path, every_s: float = 10.0, jobs: int = 0) -> list
     change. Driven by the queue's own progress (no time limit): a stuck worker shows as a count
     that stops moving, and `dvc queue status` / `dvc queue logs NAME` say why.
 
-    - `dvc exp show` takes longer the more experiments a commit holds (about 10 s for a
-      hundred), so the pause between two asks is at least every_s and at least
-      (1 / POLL_SHARE - 1) times the last ask: the workers keep the cores.
+    - `dvc exp show` takes longer the more experiments a commit holds (3 s for 162 on an idle
+      2-core machine, more while the workers hold the cores), so the pause between two asks is
+      at least every_s and at least (1 / POLL_SHARE - 1) times the last ask: the workers keep
+      the cores.
     - With `jobs`, a worker that died is started again: a queue worker can die on a half-written
-      message of DVC's file broker (celery's "Unrecoverable error: JSONDecodeError", treeverse/dvc
-      #7903): it finishes the experiment it holds, stops, and leaves the rest to the others. When two asks in a row find experiments queued
-      and fewer than `jobs` running, `start_workers` tops the workers up."""
+      message of DVC's file broker (celery's "Unrecoverable error: JSONDecodeError",
+      treeverse/dvc#7903): it finishes the experiment it holds, stops, and leaves the rest to
+      the others. When two asks in a row find experiments queued and fewer than `jobs` running,
+      `start_workers` tops the workers up."""
     last = None
     short = 0  # asks in a row with experiments queued and fewer than `jobs` running
     while True:

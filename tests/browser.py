@@ -34,8 +34,8 @@ def dump_dom(page: Path, *, budget_ms: int = 5000) -> str:
     Chromium prints the DOM and then exits, but now and then it does not exit: once in CI it was
     still running after 180 s with the dump under way. So the dump is read as it comes, and once
     its closing `</html>` line is in, the browser is stopped: the test waits on the page's own
-    output, not on the browser's exit. A watchdog kills a browser that prints nothing for 180 s
-    (the test then fails, naming the missing dump)."""
+    output, not on the browser's exit. A watchdog kills a browser that has not printed the whole
+    DOM within 180 s (the bound the test always had), and the test then fails naming it."""
     import tempfile
     import threading
 
@@ -52,24 +52,20 @@ def dump_dom(page: Path, *, budget_ms: int = 5000) -> str:
         try:
             assert process.stdout is not None
             for line in process.stdout:
-                watchdog.cancel()
-                watchdog = threading.Timer(180, process.kill)
-                watchdog.start()
                 lines.append(line)
                 if line.rstrip().endswith("</html>"):
                     complete = True
                     break
         finally:
             watchdog.cancel()
-            if complete and process.poll() is None:
+            if process.poll() is None:
                 process.terminate()
             process.wait()
         errors.seek(0)
         stderr = errors.read()
-    assert complete or process.returncode == 0, (
-        f"chromium failed on {page} (exit {process.returncode}):\n{stderr[-3000:]}"
+    assert complete, (
+        f"chromium printed no whole DOM for {page} (exit {process.returncode}):\n{stderr[-3000:]}"
     )
-    assert complete, f"chromium printed no whole DOM for {page}:\n{stderr[-3000:]}"
     return "".join(lines) + "\n<!-- console -->\n" + _console(stderr)
 
 
