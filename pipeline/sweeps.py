@@ -785,16 +785,22 @@ def read_teachers(table: Table, found: list[Status], repo: Path) -> list[Status]
 
 def label_cost(labels: pl.DataFrame) -> dict[str, Any]:
     """What a label table paid its teacher: its rows, the prompts asked per task (queried frames
-    x tasks, what a fresh build pays a VLM for; the other rows carry a queried answer) and the
-    share of those answers that parsed to a label."""
+    x tasks, what a fresh build pays a VLM for; the other rows carry a queried answer), the
+    share of those answers that parsed to a label and, where the table has `judge` rows (Semore's
+    selective replay), the share of them judged reasonable: the pool the judge lets through."""
     queried = labels.filter(pl.col("queried"))
+    labelled = pl.col("parse_status").is_in(LABELLED_STATUSES)
     prompts = dict(queried.group_by("task").len().sort("task").iter_rows())
-    parsed = queried.filter(pl.col("parse_status").is_in(LABELLED_STATUSES)).height
-    return {
+    parsed = queried.filter(labelled).height
+    cost = {
         "rows": labels.height,
         "prompts": {str(k): int(v) for k, v in prompts.items()},
         "parsed": parsed / queried.height if queried.height else None,
     }
+    judged = labels.filter(pl.col("task") == "judge")
+    if judged.height:
+        cost["reasonable"] = judged.filter(labelled & pl.col("judge")).height / judged.height
+    return cost
 
 
 def _mean_std(row: Mapping[str, Any]) -> str:
@@ -837,17 +843,21 @@ def format_teachers(table: Table, found: list[Status]) -> list[str]:
     ks = sorted({r["policy"] for f in read for r in f.teacher["teacher_rows"]},
                 key=lambda p: int(p.rpartition("=")[2]))  # fmt: skip
     groups = table.teacher_groups()
+    judge = any(f.labels is not None and "reasonable" in f.labels for f in read)
     lines = [
         "Teachers acting alone (`teacher_eval@<env>`: the labelling teacher as the policy, "
         "asked every k-th agent step and its answer held in between; uniform random actions on "
         "the same episode seeds; return mean +- std over episodes, ddof 1), and what the "
         "teacher's labels of the cells' dataset cost (`label@<env>`: prompts by task, i.e. "
-        "queried frames x tasks, what a fresh build pays; the share of answers that parsed):",
+        "queried frames x tasks, what a fresh build pays; the share of answers that parsed"
+        + ("; the share of judge rows judged reasonable, the selective replay's pool" if judge else "")
+        + "):",
         "",
         "| teacher of | teacher | episodes | "
         + "".join(f"{k} | " for k in ks)
-        + "random | label prompts | parsed |",
-        "|---|---|---|" + "---|" * len(ks) + "---|---|---|",
+        + "random | label prompts | parsed |"
+        + (" judged reasonable |" if judge else ""),
+        "|---|---|---|" + "---|" * len(ks) + "---|---|---|" + ("---|" if judge else ""),
     ]
     for f in read:
         rows = {r["policy"]: r for r in f.teacher["teacher_rows"]}
@@ -856,6 +866,7 @@ def format_teachers(table: Table, found: list[Status]) -> list[str]:
             f"{f.teacher['episodes']} | "
             + "".join(f"{_mean_std(rows[k]) if k in rows else ''} | " for k in ks)
             + f"{_mean_std(f.teacher['random'])} | {_label_cells(f.labels)} |"
+            + (f" {_share((f.labels or {}).get('reasonable'))} |" if judge else "")
         )
     return ["", *lines]
 
@@ -865,8 +876,11 @@ def _label_cells(labels: Mapping[str, Any] | None) -> str:
     if labels is None:
         return " | "
     prompts = ", ".join(f"{task} {n:,}" for task, n in labels["prompts"].items()) or "none"
-    parsed = labels["parsed"]
-    return f"{prompts} | {'' if parsed is None else f'{parsed:.1%}'}"
+    return f"{prompts} | {_share(labels['parsed'])}"
+
+
+def _share(value: float | None) -> str:
+    return "" if value is None else f"{value:.1%}"
 
 
 def _steps_cell(found: list[Status], cell: str, threshold: str) -> str:

@@ -414,20 +414,29 @@ def test_the_report_shows_each_teacher_acting_alone_beside_random():
         "task": ["action", "action", "action", "judge", "judge", "action"],
         "queried": [True, False, True, True, True, True],
         "parse_status": ["ok", "ok", "format_collapse", "ok", "regex_fallback", "empty"],
+        "judge": [None, None, None, True, False, None],
     }))  # fmt: skip
-    # carried rows (queried False) cost nothing; a regex fallback is a label, the others not
-    assert labels == {"rows": 6, "prompts": {"action": 3, "judge": 2}, "parsed": 0.6}
+    # carried rows (queried False) cost nothing; a regex fallback is a label, the others not;
+    # one judge row of two says reasonable: the selective replay's pool
+    assert labels == {
+        "rows": 6, "prompts": {"action": 3, "judge": 2}, "parsed": 0.6, "reasonable": 0.5
+    }  # fmt: skip
     found = [dataclasses.replace(f, teacher=teacher, labels=labels)
              if f.name == "t-teacher-base" else f for f in found]  # fmt: skip
     text = format_report(table, found)
     assert (
         "| teacher of | teacher | episodes | teacher:k=1 | teacher:k=10 | random | label prompts "
-        "| parsed |" in text
+        "| parsed | judged reasonable |" in text
     )
     assert (
         "| base, same | `scripted:v2:reliability=1.0:seed=0` | 10 | 812.0 +- 3.0 (100% success) "
-        "| 700.2 +- 20.0 | 136.5 +- 110.7 | action 3, judge 2 | 60.0% |" in text
+        "| 700.2 +- 20.0 | 136.5 +- 110.7 | action 3, judge 2 | 60.0% | 50.0% |" in text
     )
+    # without judge rows the column is left out
+    no_judge = {k: v for k, v in labels.items() if k != "reasonable"}
+    found = [dataclasses.replace(f, labels=no_judge) if f.labels else f for f in found]
+    text = format_report(table, found)
+    assert "| random | label prompts | parsed |\n" in text and "judged reasonable" not in text
     assert "t-teacher-more missing" in text  # not read: named with the cells left out
 
 
