@@ -850,7 +850,7 @@ def format_teachers(table: Table, found: list[Status]) -> list[str]:
         "the same episode seeds; return mean +- std over episodes, ddof 1), and what the "
         "teacher's labels of the cells' dataset cost (`label@<env>`: prompts by task, i.e. "
         "queried frames x tasks, what a fresh build pays; the share of answers that parsed"
-        + ("; the share of judge rows judged reasonable, the selective replay's pool" if judge else "")
+        + ("; the share of judge rows judged reasonable: the selective pool" if judge else "")
         + "):",
         "",
         "| teacher of | teacher | episodes | "
