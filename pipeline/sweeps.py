@@ -775,12 +775,17 @@ def read_teachers(table: Table, found: list[Status], repo: Path) -> list[Status]
             teacher = json.loads(fs.read_text(path))
             path = table.label_file(f.cell)
             with fs.open(path, "rb") as handle:
-                labels = label_cost(pl.read_parquet(handle, columns=["task", "queried",
-                                                                     "parse_status"]))  # fmt: skip
+                names = pl.read_parquet_schema(handle)
+                handle.seek(0)
+                columns = [c for c in LABEL_COST_COLUMNS if c in names]
+                labels = label_cost(pl.read_parquet(handle, columns=columns))
         except (OSError, ValueError, pl.exceptions.PolarsError, DvcException) as exc:
             raise SweepError(f"{f.name}: cannot read {path} at {f.rev}: {exc}") from exc
         out.append(dataclasses.replace(f, teacher=teacher, labels=labels))
     return out
+
+
+LABEL_COST_COLUMNS = ("task", "queried", "parse_status", "judge")  # `judge`: where judged
 
 
 def label_cost(labels: pl.DataFrame) -> dict[str, Any]:
