@@ -585,8 +585,9 @@ json.dump({"env": env, "episodes": n, "teacher_id": f"toy:q={q}", "teacher_rows"
            "random": {"return_mean": 1.0, "return_std": 0.25}},
           open(f"metrics/teacher/{env}.json", "w"))
 os.makedirs("data/labels", exist_ok=True)  # as label@<env> writes it (queried: paid for)
-pl.DataFrame({"task": ["action"] * 3, "queried": [True, False, True],
-              "parse_status": ["ok"] * 3}).write_parquet(f"data/labels/{env}.parquet")
+pl.DataFrame({"task": ["action"] * 3 + ["judge"], "queried": [True, False, True, True],
+              "parse_status": ["ok"] * 4, "judge": [None, None, None, q > 5]}
+             ).write_parquet(f"data/labels/{env}.parquet")
 """
 TOY_DVC = """stages:
   train:
@@ -714,7 +715,10 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     assert "| a | 3 | 11.0 +- 1.0 |  | 3 [2/3] | 0: 10.0, 1: 11.0, 2: 12.0 |" in text
     assert f"| b | 3 | 26.0 +- 1.0 | {p:.2g} | 2 [3/3] | 0: 25.0, 1: 26.0, 2: 27.0 |" in text
     assert "Not in the table" not in text
-    assert "| a, b | `toy:q=7` | 3 | 70.0 +- 0.5 | 1.0 +- 0.2 | action 2 | 100.0% |" in text
+    assert (
+        "| a, b | `toy:q=7` | 3 | 70.0 +- 0.5 | 1.0 +- 0.2 | action 2, judge 1 | 100.0% | 100.0% |"
+        in text
+    )
     # each run's curve (0, v/2, v) at steps 1-3 of 1: all of it is past half its training
     assert "| return | vpg/gate_open |" in text
     assert "| a | 5.5 +- 0.5 [3] | |\n" in text and "| b | 13 +- 0.5 [3] | |\n" in text
