@@ -270,6 +270,32 @@ def test_selective_pool_feeds_the_replay_buffer_the_scheduled_rows():
     assert selective_pool(hp, unjudged) is None  # nothing judged reasonable
 
 
+def test_reversed_verdicts_draw_from_what_the_judge_rejected_in_both_placements():
+    """`selective_verdicts: reversed` (the known-bad judge control): the pool is the rows judged
+    unreasonable, unknown rows stay out, and the same data, labels and masks are read."""
+    from pipeline.methods.semore import inserted_rows, read_verdicts, selective_pool
+
+    judge = np.array([1] * 200 + [0] * 300 + [-1] * 500, np.int8)
+    assert (read_verdicts(judge, "as_judged") == judge).all()
+    flipped = read_verdicts(judge, "reversed")
+    assert flipped.dtype == judge.dtype
+    assert (flipped == np.array([0] * 200 + [1] * 300 + [-1] * 500)).all()
+    data = _judged(judge, np.zeros(len(judge), np.int64))
+    hp = semore_params(batch_size=64, selective_steps=100, selective_verdicts="reversed")
+    pool = selective_pool(hp, data)
+    assert pool is not None
+    rows = np.concatenate([pool(0, np.random.default_rng(s)) for s in range(50)])  # p(0) = 1
+    assert (judge[rows] == 0).all() and len(set(rows.tolist())) > 250  # all 300 rejected rows
+    # at insertion with p = 1 only the rows the judge rejected enter
+    hp = semore_params(
+        selective_steps=100, selective_replay="insert", selective_verdicts="reversed"
+    )
+    kept = inserted_rows(hp, data, [(0, 7)])
+    assert (kept == np.arange(200, 500)).all()
+    # the default is left out of a saved agent's params, so older agents load as before
+    assert "selective_verdicts" not in semore_params().model_dump()
+
+
 def _judged(judge: np.ndarray, part: np.ndarray):
     from pipeline.dataset.transitions import JUDGE_SPEC, OfflineTransitions
 

@@ -80,6 +80,8 @@ rounds give the judge the agent's own pairs: each dataset part enters the replay
 (the static dataset at 0, round k's part, the pairs the previous agent collected, at round k's
 first update), and each of its pairs that is not judged reasonable is left out with probability
 `selective_probability(update)`, once, for the rest of training. `selective_insert` decides.
+`selective_verdicts: reversed` swaps the verdicts in both placements (`read_verdicts`): a control
+beyond the paper, the pool being what the judge rejected.
 """
 
 from __future__ import annotations
@@ -231,6 +233,14 @@ class SemoreParams(SACParams):
         "reasonable is left out with the schedule's probability at that update, for the rest "
         "of training.",
         exclude_if=lambda v: v == "sample",  # agents saved before it existed load as before
+    )
+    selective_verdicts: Literal["as_judged", "reversed"] = Field(
+        default="as_judged",
+        description="The judge's verdicts as the selective replay reads them. `reversed`, a "
+        "control beyond the paper: reasonable and unreasonable swapped (unknown stays unknown), "
+        "so the pool is what the judge rejected, on the same data, labels and masks: it tells "
+        "the judge's knowledge from the act of selecting.",
+        exclude_if=lambda v: v == "as_judged",  # agents saved before it existed load as before
     )
 
     @model_validator(mode="after")
@@ -393,6 +403,15 @@ def selective_insert(
 def reasonable_indices(judge: np.ndarray) -> np.ndarray:
     """Indices of the transitions judged reasonable (judge == 1; -1 unknown, 0 unreasonable)."""
     return np.flatnonzero(np.asarray(judge) == 1)
+
+
+def read_verdicts(judge: np.ndarray, verdicts: Literal["as_judged", "reversed"]) -> np.ndarray:
+    """The judge column as the selective replay reads it: as judged, or with reasonable (1) and
+    unreasonable (0) swapped and unknown (-1) kept (`selective_verdicts: reversed`)."""
+    judge = np.asarray(judge)
+    if verdicts == "as_judged":
+        return judge
+    return np.where(judge == -1, -1, 1 - judge).astype(judge.dtype)
 
 
 # --- the agent ---------------------------------------------------------------------------------
@@ -696,7 +715,7 @@ def selective_pool(hp: SemoreParams, offline: OfflineTransitions) -> OfflinePool
     (1 -> `selective_end` over `selective_steps` updates, then all transitions). The paper
     filters what enters its buffer online; here the judgements exist for dataset rows only."""
     everything = np.arange(len(offline))
-    reasonable = reasonable_indices(offline["judge"])
+    reasonable = reasonable_indices(read_verdicts(offline["judge"], hp.selective_verdicts))
     if hp.selective_steps == 0 or len(reasonable) == 0:
         return None
 
@@ -720,7 +739,7 @@ def inserted_rows(
             "parts: one (update, seed) per part, the static dataset first"
         )
     kept = selective_insert(
-        offline["judge"], offline.part, entries,
+        read_verdicts(offline["judge"], hp.selective_verdicts), offline.part, entries,
         hp.selective_start, hp.selective_end, hp.selective_steps,
     )  # fmt: skip
     if len(kept) == 0:
