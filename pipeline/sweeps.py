@@ -55,7 +55,8 @@ Each leaf of a cell's params is one `-S ++key=value` of `dvc exp run` (DVC's Hyd
 dicts are merged key by key, a list is replaced whole). An experiment is `done` when it succeeded
 and its params hold every leaf the table gives it now; a successful one whose params differ is
 `stale` (the table changed after it ran): `queue` runs it again and `report` leaves it out, saying
-so. Experiments are those of the commit checked out (`dvc exp show`; `--rev` reads another's):
+so. Experiments are those of the commit checked out (`dvc exp show`; `--rev` reads another's, and
+repeated, several):
 after a commit that changes no stage's code or data, requeued cells restore from the run cache
 in seconds.
 """
@@ -456,9 +457,10 @@ def _column(row: Mapping[str, Any], path: str, key: str) -> Any:
     return row.get(f"{path}:{key}", row.get(key))
 
 
-def exp_rows(repo: Path, rev: str | None = None) -> dict[str, dict[str, Any]]:
-    """The experiments of the commit checked out (or of `rev`), by name (dvc.api.exp_show's flat
-    rows)."""
+def exp_rows(repo: Path, rev: str | Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    """The experiments of the commit checked out (or of `rev`: one commit or several, as when a
+    cell added later ran on a later commit), by name (dvc.api.exp_show's flat rows). A name held
+    by two of the commits raises: which one the table means is not known."""
     import dvc.api
     from dvc.exceptions import DvcException
 
@@ -466,11 +468,22 @@ def exp_rows(repo: Path, rev: str | None = None) -> dict[str, dict[str, Any]]:
         rows = dvc.api.exp_show(repo=str(repo), revs=rev)
     except DvcException as exc:
         raise SweepError(f"{repo}: dvc exp show: {exc}") from exc
-    return {str(r["Experiment"]): r for r in rows if r.get("Experiment")}
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        name = row.get("Experiment")
+        if not name:
+            continue
+        if str(name) in out:
+            raise SweepError(
+                f"{repo}: experiment {name} exists on more than one of the commits {rev}: "
+                "remove one (dvc exp remove) or read one commit"
+            )
+        out[str(name)] = row
+    return out
 
 
 def settled_rows(
-    repo: Path, rev: str | None = None, tries: int = 5, every_s: float = 10.0
+    repo: Path, rev: str | Sequence[str] | None = None, tries: int = 5, every_s: float = 10.0
 ) -> dict[str, dict[str, Any]]:
     """exp_rows, asked again (up to `tries` times, `every_s` apart) when `dvc exp show` meets a
     queue worker's temporary workspace half made or half gone, as it can while workers run."""
@@ -1021,8 +1034,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="report: directory of the table and figure")
     parser.add_argument(
         "--rev",
+        action="append",
         help="status / report: the experiments of this commit (default: the one checked out), "
-        "e.g. the commit they ran on when a later one changed only docs",
+        "e.g. the commit they ran on when a later one changed only docs; repeatable, for a "
+        "cell added on a later commit",
     )
     parser.add_argument("--push", metavar="REMOTE", help="commands: push each experiment there")
     parser.add_argument(

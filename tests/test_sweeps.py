@@ -464,6 +464,31 @@ def test_a_half_made_worker_workspace_is_asked_again_and_a_lasting_failure_raise
     assert not answers
 
 
+def test_experiments_of_several_commits_are_read_together_and_a_shared_name_raises(monkeypatch):
+    """`--rev` repeated: a cell added on a later commit reports beside the earlier ones; a name
+    on two of the commits is ambiguous and raises, naming it."""
+    import dvc.api
+
+    import pipeline.sweeps as sweeps
+
+    asked = []
+
+    def exp_show(repo, revs=None):
+        asked.append(revs)
+        return [{"Experiment": None, "rev": "a"}, {"Experiment": "x-s0", "rev": "1"},
+                {"Experiment": None, "rev": "b"}, {"Experiment": "y-s0", "rev": "2"}]  # fmt: skip
+
+    monkeypatch.setattr(dvc.api, "exp_show", exp_show)
+    assert set(sweeps.exp_rows(REPO, ["a", "b"])) == {"x-s0", "y-s0"} and asked == [["a", "b"]]
+    monkeypatch.setattr(
+        dvc.api,
+        "exp_show",
+        lambda repo, revs=None: [{"Experiment": "x-s0"}, {"Experiment": "x-s0"}],
+    )
+    with pytest.raises(SweepError, match="x-s0 exists on more than one"):
+        sweeps.exp_rows(REPO, ["a", "b"])
+
+
 def test_the_report_is_mean_std_ddof1_and_welchs_p_against_the_control():
     table = Table.model_validate(TABLE)
     base, more = [1.0, 2.5, 4.0], [10.0, 12.0, 11.0]
