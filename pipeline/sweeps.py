@@ -816,7 +816,7 @@ def label_cost(labels: pl.DataFrame) -> dict[str, Any]:
         "parsed": parsed / queried.height if queried.height else None,
     }
     judged = labels.filter(pl.col("task") == "judge")
-    if judged.height:
+    if judged.height and "judge" in labels.columns:  # a table without the column judged none
         cost["reasonable"] = judged.filter(labelled & pl.col("judge")).height / judged.height
     return cost
 
