@@ -34,11 +34,11 @@ def gate_probe(agent_dir: Path, critics: Path, dataset: Path, env_id: str, seed:
     import torch
 
     from pipeline.dataset.transitions import load_offline_transitions
-    from pipeline.methods.erpv import VLMCritic, vpg_gate
+    from pipeline.methods.erpv import VLMCritic, critic_dir, vpg_gate
     from pipeline.methods.table import load_agent
 
     agent = load_agent(agent_dir)
-    critic = VLMCritic.load(critics / env_id)
+    critic = VLMCritic.load(critic_dir(critics / env_id))
     offline = load_offline_transitions(dataset, "state", ("action",))
     labelled = np.flatnonzero(np.asarray(offline["has_label"]))
     rng = np.random.default_rng(seed)

@@ -25,9 +25,12 @@ from pipeline.dataset.layout import dataset_action_space, dataset_hashes
 from pipeline.dataset.transitions import OfflineTransitions, load_offline_transitions
 from pipeline.io import atomic_write_json
 from pipeline.methods.base import TrainError, resume_for
-from pipeline.methods.erpv import NO_CRITIC, VLMCritic, critic_params
+from pipeline.methods.erpv import NO_CRITIC, VLMCritic, critic_dir, critic_params
+from pipeline.methods.table import METHOD_MODULES
 
 log = logging.getLogger(__name__)
+
+READS_NO_CRITIC = "reads_no_critic.json"  # models/critic/<env>/<method>/ of a method without C_V
 
 
 def pretrain_vlm_critic(
@@ -132,14 +135,31 @@ def pretrain_vlm_critic(
 
 
 def write_no_critic(out_dir: str | Path, env_id: str) -> None:
-    """The pretrain_critic output of an env that `critic.envs` does not list: a marker (and no
-    earlier critic left behind), so that the runs on that env depend on something stable."""
+    """The pretrain_critic output of an env that `critic.envs` does not list: a marker where C_V
+    would be (and no earlier critic left behind) and the other methods' markers, so that the runs
+    on that env depend on something stable."""
     out_dir = Path(out_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)
+    write_critic_markers(out_dir, env_id)
     atomic_write_json(
-        out_dir / NO_CRITIC, {"env": env_id, "critic": None, "why": "not listed in critic.envs"}
+        critic_dir(out_dir) / NO_CRITIC,
+        {"env": env_id, "critic": None, "why": "not listed in critic.envs"},
     )
+
+
+def write_critic_markers(out_dir: str | Path, env_id: str) -> None:
+    """One folder per method of the table beside C_V's (`critic_dir`), each holding a marker
+    whose bytes do not depend on C_V: train@<run> depends on models/critic/<env>/<its method>,
+    so a retrained C_V leaves the runs of the methods that do not read it up to date."""
+    erpv = critic_dir(Path(out_dir)).name
+    for method in METHOD_MODULES:
+        if method != erpv:
+            atomic_write_json(
+                Path(out_dir) / method / READS_NO_CRITIC,
+                {"env": env_id, "method": method, "critic": None,
+                 "why": f"{method} reads no C_V (ERPv's is in ../{erpv}/)"},
+            )  # fmt: skip
 
 
 def pretrain_critic(

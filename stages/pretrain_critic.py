@@ -1,6 +1,8 @@
 """DVC stage `pretrain_critic@<env>`: ERPv's VLM critic C_V, trained offline by TD on the env's
 labelled RAE dataset (next-state actions from the cached labels), then frozen. Writes the
-checkpoint (safetensors + JSON with its config and data hashes) and the TD-loss curve.
+checkpoint (safetensors + JSON with its config and data hashes) in <out>/erpv/, a marker in
+<out>/<method>/ for every other method (train@<run> depends on its own method's folder), and the
+TD-loss curve.
 
     python -m stages.pretrain_critic --params params.yaml --env cartpole-swingup \\
         --dataset data/datasets/cartpole-swingup --out models/critic/cartpole-swingup \\
@@ -16,7 +18,7 @@ import sys
 from pathlib import Path
 
 from pipeline.config import load_params
-from pipeline.critic import pretrain_critic, write_no_critic
+from pipeline.critic import pretrain_critic, write_critic_markers, write_no_critic
 from pipeline.curves import write_training_log
 from pipeline.errors import PipelineError, print_error
 from pipeline.kernels import training_torch
@@ -52,15 +54,16 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         # the same bytes from run to run on one machine: see `threads` and pipeline/kernels.py
         training_torch(critic_params(params, args.env).threads)
-        logs = pretrain_critic(args.env, params, args.dataset, args.out, resume_dir=args.resume_dir)
+        out = critic_dir(args.out)
+        logs = pretrain_critic(args.env, params, args.dataset, out, resume_dir=args.resume_dir)
         write_training_log(args.live, args.summary, rows=logs)
         last = logs[-1] if logs else {}
-        print(f"{args.out}: C_V pre-trained; last log row {last}")
+        print(f"{out}: C_V pre-trained; last log row {last}")
         # the env's further C_V (critic.variants.<env>), each beside its own curves
         for name in params.critic.variants.get(args.env, {}):
             training_torch(critic_params(params, args.env, name).threads)
             out = critic_dir(args.out, name)
-            resume_dir = None if args.resume_dir is None else critic_dir(args.resume_dir, name)
+            resume_dir = None if args.resume_dir is None else args.resume_dir / VARIANTS / name
             logs = pretrain_critic(
                 args.env, params, args.dataset, out, variant=name, resume_dir=resume_dir
             )
@@ -68,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                 Path(args.live) / VARIANTS / name, out / "curves_summary.json", rows=logs
             )
             print(f"{out}: C_V {name!r} pre-trained; last log row {logs[-1] if logs else {}}")
+        write_critic_markers(args.out, args.env)  # what the other methods' runs depend on
     except (PipelineError, FileNotFoundError) as exc:
         print_error(exc)
         return 2

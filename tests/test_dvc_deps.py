@@ -105,12 +105,32 @@ PER_RUN = ("train", "evaluate")  # a stage per run: its method's module is its o
 @pytest.mark.parametrize(("stage", "entry", "deps"), _stages(), ids=[s[0] for s in _stages()])
 def test_stage_deps_cover_its_import_closure(stage, entry, deps):
     closure = _stage_closure(entry)
-    if TABLE in closure and stage not in PER_RUN:
+    if TABLE in closure and stage not in PER_RUN and _looks_up_methods(closure):
         # it loads agents of any method (a policy teacher, collect's checkpoint behaviour): the
         # table imports the checkpoint's method by name, which the closure cannot see
         closure = _stage_closure(entry, *map(_method_file, METHOD_MODULES))
     missing = _missing(closure, deps)
     assert not missing, f"dvc.yaml stage {stage} imports but does not depend on: {missing}"
+
+
+def _looks_up_methods(closure: set[Path]) -> bool:
+    """Whether code of `closure` imports from the table more than its names (METHOD_MODULES, as
+    pretrain_critic does for its markers): `load_agent`, `get_method` and the rest import methods
+    by name."""
+    table = "pipeline.methods.table"
+    for path in closure:
+        if path.suffix != ".py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import) and any(a.name == table for a in node.names):
+                return True
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module == table
+                and {a.name for a in node.names} - {"METHOD_MODULES"}
+            ):
+                return True
+    return False
 
 
 def _method_file(method: str) -> Path:
@@ -194,9 +214,10 @@ def _dvc(repo: Path, *args: str) -> str:
     return result.stdout
 
 
-def test_dvc_finds_a_ppo_run_up_to_date_after_a_semore_only_edit(tmp_path):
-    """The same, as DVC itself resolves the foreach: with both runs' outputs committed (stand-ins:
-    nothing trains), editing methods/semore.py leaves the PPO run up to date."""
+def test_dvc_stales_only_the_runs_an_edit_touches(tmp_path):
+    """The same, as DVC itself resolves the foreach: with the runs' outputs committed (stand-ins:
+    nothing trains), editing methods/semore.py stales the Semore run alone, and a new C_V (a
+    changed file in models/critic/<env>/erpv/) the erpv run alone."""
     repo = tmp_path / "repo"
     repo.mkdir()
     for name in ("pipeline", "stages"):
@@ -204,38 +225,71 @@ def test_dvc_finds_a_ppo_run_up_to_date_after_a_semore_only_edit(tmp_path):
     shutil.copy(REPO / "dvc.yaml", repo / "dvc.yaml")
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     env = params["envs"][0]
-    params["train"] = {
-        m: {"env": env, "method": m, "steps": 1, "seed": 0} for m in ("ppo", "semore")
-    }
+    runs = ("ppo", "semore", "erpv")
+    params["train"] = {m: {"env": env, "method": m, "steps": 1, "seed": 0} for m in runs}
     write_params(repo / "params.yaml", params)
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     _dvc(repo, "init", "-q")
     train = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["train"]["do"]
-    for run in params["train"]:
+    for run in runs:
         outs = [*train["outs"], *(next(iter(x)) for x in (*train["plots"], *train["metrics"]))]
         data = [d for d in train["deps"] if d.startswith(("data/", "models/"))]
         for path in [*data, *outs]:
             path = path.replace("${key}", run).replace("${item.env}", env)
+            path = path.replace("${item.method}", run)
             target = repo / path / "stand-in" if "." not in Path(path).name else repo / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(path)
-    stages = [f"train@{run}" for run in params["train"]]
+    stages = [f"train@{run}" for run in runs]
     _dvc(repo, "commit", "-f", *stages)
     assert "up to date" in _dvc(repo, "status", *stages)
+
+    def stale() -> list[str]:
+        return re.findall(r"^(train@\S+):$", _dvc(repo, "status", *stages), re.MULTILINE)
+
     with (repo / "pipeline" / "methods" / "semore.py").open("a") as f:
         f.write("# a Semore-only edit\n")
-    stale = re.findall(r"^(train@\S+):$", _dvc(repo, "status", *stages), re.MULTILINE)
-    assert stale == ["train@semore"], stale
+    assert stale() == ["train@semore"]
+    _dvc(repo, "commit", "-f", "train@semore")
+    (repo / "models" / "critic" / env / "erpv" / "stand-in").write_text("a retrained C_V")
+    assert stale() == ["train@erpv"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dvc.yaml's foreach can vary a run's deps only by substituting the item's fields into "
-    "a path: models/critic/<env> (C_V, or the marker of an env without one) stays a dep of every "
-    "run on that env, so a retrained C_V whose bytes change reruns the env's PPO runs too",
-)
-def test_a_ppo_run_does_not_depend_on_the_critic():
-    assert not _run_depends_on("ppo", "models/critic/CarRacing-v3", env="CarRacing-v3")
+@pytest.mark.parametrize("method", list(METHOD_MODULES))
+def test_a_run_depends_on_the_critic_only_if_its_method_reads_it(method):
+    """pretrain_critic@<env> writes C_V in models/critic/<env>/erpv/ and a constant marker in a
+    folder per other method: a run depends on its own method's folder, so a retrained C_V reruns
+    the env's erpv runs alone."""
+    env = "CarRacing-v3"
+    reads = _run_depends_on(method, f"models/critic/{env}/erpv/agent.json", env=env)
+    assert reads == (method == "erpv")
+    assert not _run_depends_on(method, f"models/critic/{env}", env=env)  # not the whole folder
+    assert _run_depends_on(method, f"models/critic/{env}/{method}", env=env)
+
+
+def test_the_critic_stage_writes_a_folder_for_every_method(tmp_path):
+    """What a run depends on exists for every method of the table, the marker's bytes do not
+    depend on C_V, and erpv's folder is where ERPv reads C_V (`critic_dir`)."""
+    from pipeline.critic import READS_NO_CRITIC, write_critic_markers, write_no_critic
+    from pipeline.methods.erpv import NO_CRITIC, critic_dir
+
+    write_no_critic(tmp_path / "a", "CarRacing-v3")
+    write_critic_markers(tmp_path / "b", "CarRacing-v3")
+    assert critic_dir(tmp_path / "a") == tmp_path / "a" / "erpv"
+    assert (critic_dir(tmp_path / "a") / NO_CRITIC).is_file()
+    for method in METHOD_MODULES:
+        if method != "erpv":
+            marker = (tmp_path / "a" / method / READS_NO_CRITIC).read_bytes()
+            assert marker == (tmp_path / "b" / method / READS_NO_CRITIC).read_bytes()
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(METHOD_MODULES)
+
+
+def test_the_critic_stage_reads_the_method_names_alone():
+    """pretrain_critic imports the table for its names (a marker per method) and loads no method
+    through it: its deps need no method module besides erpv's."""
+    closure = _stage_closure("stages.pretrain_critic")
+    assert TABLE in closure and not _looks_up_methods(closure)
+    assert _looks_up_methods(_stage_closure("stages.policy_teacher"))  # the check can see a use
 
 
 def test_the_closure_follows_imports():

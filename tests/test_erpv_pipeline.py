@@ -66,8 +66,12 @@ def test_pretrain_train_evaluate_end_to_end(pipeline_dir):
     assert pretrain_critic.main(["--params", f"{d}/params.yaml", "--env", ENV, "--dataset",
                                  f"{d}/dataset", "--out", f"{d}/critics/{ENV}", "--live",
                                  f"{d}/critic_live", "--summary", f"{d}/critic.json"]) == 0  # fmt: skip
-    critic_meta = json.loads((d / "critics" / ENV / "agent.json").read_text())
+    critic_meta = json.loads((d / "critics" / ENV / "erpv" / "agent.json").read_text())
     assert list(critic_meta["data_hashes"]) == ["dataset/data/train-00000-of-00001.parquet"]
+    # every other method's folder holds a marker that does not depend on C_V
+    ppo = json.loads((d / "critics" / ENV / "ppo" / "reads_no_critic.json").read_text())
+    assert ppo == {"env": ENV, "method": "ppo", "critic": None,
+                   "why": "ppo reads no C_V (ERPv's is in ../erpv/)"}  # fmt: skip
 
     # erpv in a fresh interpreter: it must learn from the cached labels without any teacher
     code = (
@@ -232,7 +236,7 @@ def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp
     critic, _ = pretrain_vlm_critic(
         offline, dataset_action_space(d / "dataset"), hp, 50, 0, progress=False
     )
-    critic.save(tmp_path / "critics" / ENV)
+    critic.save(tmp_path / "critics" / ENV / "erpv")
     inputs = TrainInputs(
         d / "rollouts", d / "labels.parquet", dataset=d / "dataset", critics=tmp_path / "critics"
     )
@@ -276,8 +280,8 @@ def test_a_state_and_a_pixel_erpv_run_share_an_env(pipeline_dir, tmp_path):
     assert pretrain_critic.main(["--params", str(p), "--env", ENV, "--dataset", f"{d}/dataset",
                                  "--out", f"{critics}/{ENV}", "--live", f"{tmp_path}/live",
                                  "--summary", f"{tmp_path}/critic.json"]) == 0  # fmt: skip
-    state = json.loads((critics / ENV / "agent.json").read_text())
-    pix = json.loads((critics / ENV / "variants" / "pix" / "agent.json").read_text())
+    state = json.loads((critics / ENV / "erpv" / "agent.json").read_text())
+    pix = json.loads((critics / ENV / "erpv" / "variants" / "pix" / "agent.json").read_text())
     assert (state["network"]["obs"], pix["network"]["obs"]) == ("state", "pixels")
     assert (tmp_path / "live" / "variants" / "pix" / "plots" / "metrics").is_dir()
 

@@ -333,7 +333,7 @@ class CriticConfig(Section):
         description="Per env, more C_V by name, each with the erpv keys it sets for itself, "
         "merged over `erpv` and the env's `overrides` (e.g. `cartpole-swingup: {pixels: "
         "{network: {obs: pixels}}}`); a run reads one with `critic_variant` in its erpv settings, "
-        "so a state and a pixel erpv run share an env. Written to models/critic/<env>/variants/.",
+        "so a state and a pixel erpv run share an env. Written to models/critic/<env>/erpv/variants/.",
     )
 
 

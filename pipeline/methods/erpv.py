@@ -429,7 +429,7 @@ class ERPv(OffPolicyMethod):
         if inputs.critics is None:
             raise TrainError("erpv needs the directory of pre-trained critics (--critics)")
         path = critic_dir(inputs.critics / run.env, hp.critic_variant)
-        if (inputs.critics / run.env / NO_CRITIC).exists():
+        if (critic_dir(inputs.critics / run.env) / NO_CRITIC).exists():
             raise TrainError(
                 f"erpv needs the pre-trained C_V of {run.env}; add {run.env} to critic.envs in "
                 f"params.yaml"
@@ -457,12 +457,18 @@ CRITIC_KEYS = (
 )  # fmt: skip
 
 
-VARIANTS = "variants"  # models/critic/<env>/variants/<name>/: the env's further C_V
+VARIANTS = "variants"  # models/critic/<env>/erpv/variants/<name>/: the env's further C_V
 
 
-def critic_dir(env_dir: Path, variant: str | None) -> Path:
-    """Where the C_V `variant` of an env lies (None: the env's own, `env_dir` itself)."""
-    return env_dir if variant is None else env_dir / VARIANTS / variant
+def critic_dir(env_dir: Path, variant: str | None = None) -> Path:
+    """Where the C_V `variant` of an env lies in pretrain_critic's output for it, `env_dir`
+    (models/critic/<env>): erpv/ for the env's own (None), erpv/variants/<name>/ for a variant.
+    Every other method of the table has a folder beside erpv/ holding a marker
+    (`pipeline.critic.write_critic_markers`), so that train@<run> depends on
+    models/critic/<env>/<its method> alone: a retrained C_V reruns the env's erpv runs, not its
+    PPO or Semore ones."""
+    own = env_dir / METHOD.name
+    return own if variant is None else own / VARIANTS / variant
 
 
 def critic_params(params: Params, env_id: str, variant: str | None = None) -> ERPvParams:
