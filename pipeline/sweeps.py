@@ -865,13 +865,14 @@ def format_teachers(table: Table, found: list[Status]) -> list[str]:
     lines = [
         "Teachers acting alone (`teacher_eval@<env>`: the labelling teacher as the policy, "
         "asked every k-th agent step and its answer held in between; uniform random actions on "
-        "the same episode seeds; return mean +- std over episodes, ddof 1), and what the "
+        "the same episode seeds; return mean +- std over episodes, ddof 1; beside it the cells "
+        "whose data it labels, including those whose method reads no labels), and what the "
         "teacher's labels of the cells' dataset cost (`label@<env>`: prompts by task, i.e. "
         "queried frames x tasks, what a fresh build pays; the share of answers that parsed"
         + ("; the share of judge rows judged reasonable: the selective pool" if judge else "")
         + "):",
         "",
-        "| teacher of | teacher | episodes | "
+        "| cells on its data | teacher | episodes | "
         + "".join(f"{k} | " for k in ks)
         + "random | label prompts | parsed |"
         + (" judged reasonable |" if judge else ""),

@@ -425,7 +425,7 @@ def test_the_report_shows_each_teacher_acting_alone_beside_random():
              if f.name == "t-teacher-base" else f for f in found]  # fmt: skip
     text = format_report(table, found)
     assert (
-        "| teacher of | teacher | episodes | teacher:k=1 | teacher:k=10 | random | label prompts "
+        "| cells on its data | teacher | episodes | teacher:k=1 | teacher:k=10 | random | label prompts "
         "| parsed | judged reasonable |" in text
     )
     assert (
