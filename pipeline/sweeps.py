@@ -474,9 +474,11 @@ def exp_rows(repo: Path, rev: str | Sequence[str] | None = None) -> dict[str, di
         if not name:
             continue
         if str(name) in out:
+            where = f"on more than one of the commits {rev}" if rev else "twice on one commit"
             raise SweepError(
-                f"{repo}: experiment {name} exists on more than one of the commits {rev}: "
-                "remove one (dvc exp remove) or read one commit"
+                f"{repo}: dvc exp show lists experiment {name} {where} (a queue worker taking it "
+                "up lists it for a moment as queued and running): if it stays, remove one "
+                "(dvc exp remove) or read one commit"
             )
         out[str(name)] = row
     return out

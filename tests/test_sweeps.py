@@ -485,8 +485,10 @@ def test_experiments_of_several_commits_are_read_together_and_a_shared_name_rais
         "exp_show",
         lambda repo, revs=None: [{"Experiment": "x-s0"}, {"Experiment": "x-s0"}],
     )
-    with pytest.raises(SweepError, match="x-s0 exists on more than one"):
+    with pytest.raises(SweepError, match="x-s0 on more than one of the commits"):
         sweeps.exp_rows(REPO, ["a", "b"])
+    with pytest.raises(SweepError, match="x-s0 twice on one commit"):  # not "the commits None"
+        sweeps.exp_rows(REPO)
 
 
 def test_the_report_is_mean_std_ddof1_and_welchs_p_against_the_control():
