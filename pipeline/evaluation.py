@@ -81,7 +81,7 @@ def deployed(
 class EvalResult:
     episodes: int
     return_mean: float
-    return_std: float
+    return_std: float  # the sample std over episodes (ddof 1, as teacher_eval's); 0.0 for one
     length_mean: float
     success_rate: float | None  # None where the env defines no success
     returns: list[float]
@@ -156,7 +156,7 @@ def play_episodes(
     return EvalResult(
         episodes=episodes,
         return_mean=float(np.mean(returns)),
-        return_std=float(np.std(returns)),
+        return_std=float(np.std(returns, ddof=1)) if len(returns) > 1 else 0.0,
         length_mean=float(np.mean(lengths)),
         success_rate=float(np.mean(successes)) if success_defined else None,
         returns=returns,
@@ -241,7 +241,9 @@ def encode_gif(frames: Sequence[np.ndarray], fps: float, scale: int = 1) -> byte
 
 
 def eval_metrics(result: EvalResult, meta: dict[str, Any]) -> dict[str, Any]:
-    """The metrics JSON of one run (`dvc metrics show` reads the numbers)."""
+    """The metrics JSON of one run (`dvc metrics show` reads the numbers); `std_ddof` names the
+    std's convention, as `metrics/teacher/<env>.json` does."""
     out = {k: v for k, v in asdict(result).items() if k not in ("returns", "lengths")}
     out = {k: v for k, v in out.items() if v is not None}
-    return {**out, "env": meta["env"], "method": meta["method"], "train_steps": meta["steps"]}
+    meta_keys = {"env": meta["env"], "method": meta["method"], "train_steps": meta["steps"]}
+    return {**out, "std_ddof": 1, **meta_keys}

@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_json(args.out, metrics)
     success = f", success {result.success_rate:.0%}" if result.success_rate is not None else ""
     print(
-        f"{args.agent}: return {result.return_mean:.1f} +- {result.return_std:.1f} over "
-        f"{result.episodes} episodes, length {result.length_mean:.1f}{success}"
+        f"{args.agent}: return {result.return_mean:.1f} +- {result.return_std:.1f} (std ddof=1) "
+        f"over {result.episodes} episodes, length {result.length_mean:.1f}{success}"
     )
     if record is not None:
         paths = write_clips(args.videos, record.clips, cfg.record_fps, cfg.record_scale)

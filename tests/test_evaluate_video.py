@@ -18,7 +18,7 @@ from pipeline.agents.off_policy import NetworkParams, SACParams
 from pipeline.agents.sac import SACAgent
 from pipeline.config import ConfigError, parse_params
 from pipeline.envs import make_env
-from pipeline.evaluation import Policy, Recorder, encode_gif, evaluate_policy
+from pipeline.evaluation import Policy, Recorder, encode_gif, eval_metrics, evaluate_policy
 from tests.conftest import env_cfg, tiny_params_dict, write_params
 
 CARTPOLE = "cartpole-swingup"
@@ -60,6 +60,21 @@ def test_recording_changes_no_number(env_id):
     # the first two episodes, each from its first observation on: length + 1 frames
     assert [len(clip) for clip in record.clips] == [n + 1 for n in off.lengths[:2]]
     assert record.clips[0][0].shape == (cfg.image_size, cfg.image_size, 3)
+
+
+def test_the_evaluation_std_is_the_sample_std_and_its_metrics_say_so():
+    """`return_std` is ddof 1 over the episodes, as teacher_eval's (the two sit side by side in
+    the reports); one episode has no spread to estimate: 0.0, as there."""
+    cfg = env_cfg(max_episode_steps=15)
+    with make_env(CARTPOLE, cfg, pixels=False) as env:
+        policy = Policy(_swinging(env.action_space).act, "state", {"env": CARTPOLE})
+    result = evaluate_policy(policy, CARTPOLE, cfg, 3, seed=7)
+    assert len(set(result.returns)) > 1  # the episodes differ, so the ddof shows
+    assert result.return_std == pytest.approx(np.std(result.returns, ddof=1))
+    assert result.return_std != pytest.approx(np.std(result.returns))
+    assert evaluate_policy(policy, CARTPOLE, cfg, 1, seed=7).return_std == 0.0
+    metrics = eval_metrics(result, {"env": CARTPOLE, "method": "sac", "steps": 10})
+    assert metrics["std_ddof"] == 1 and metrics["return_std"] == result.return_std
 
 
 def test_a_pixel_agent_is_recorded_from_what_it_saw():

@@ -433,7 +433,7 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
 {% for label, n in d.milestone %}<tr><td class="l">{{ label }}</td><td>{{ n }}</td><td class="l"><span class="bar" style="width: {{ 300 * n // m }}px"></span></td></tr>{% endfor %}</table>{% endif %}
 {% if d.action %}<h3>action</h3><table>{% set m = d.action|map(attribute=1)|max %}
 {% for label, n in d.action %}<tr><td class="l">{{ label }}</td><td>{{ n }}</td><td class="l"><span class="bar" style="width: {{ 300 * n // m }}px"></span></td></tr>{% endfor %}</table>{% endif %}
-{% if d.action_stats %}<h3>action</h3><table><tr><th class="l">field</th><th>mean</th><th>std</th><th>min</th><th>max</th><th class="l">histogram over the action range</th></tr>
+{% if d.action_stats %}<h3>action</h3><table><tr><th class="l">field</th><th>mean</th><th>std (ddof 0: every answer)</th><th>min</th><th>max</th><th class="l">histogram over the action range</th></tr>
 {% for s in d.action_stats %}{% set m = s.hist|max %}<tr><td class="l">{{ s.name }}</td><td>{{ '%.2f' % s.mean }}</td><td>{{ '%.2f' % s.std }}</td><td>{{ '%.2f' % s.min }}</td><td>{{ '%.2f' % s.max }}</td>
 <td class="l hist">{% for h in s.hist %}<span style="height: {{ 2 + 30 * h // (m or 1) }}px" title="{{ h }}"></span>{% endfor %}</td></tr>{% endfor %}</table>{% endif %}
 {% if d.objects %}<h3>objects (top phrases)</h3><table>{% for phrase, n in d.objects %}<tr><td class="l">{{ phrase }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
