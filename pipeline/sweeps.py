@@ -84,7 +84,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pipeline.curves import METRICS_SUBDIR, median_steps, parse_metric_tsv, steps_to
 from pipeline.errors import PipelineError, print_error
 from pipeline.experiments import SeedSummary, welch_p
-from pipeline.labels.status import LABELLED_STATUSES
+from pipeline.labels.cost import read_label_cost
 
 # the params sections `teacher_eval@<env>` reads besides its own: the env, its rollouts (whose
 # frames it answers first from the label cache), the labelling teacher, a policy teacher's training
@@ -790,37 +790,11 @@ def read_teachers(table: Table, found: list[Status], repo: Path) -> list[Status]
             teacher = json.loads(fs.read_text(path))
             path = table.label_file(f.cell)
             with fs.open(path, "rb") as handle:
-                names = pl.read_parquet_schema(handle)
-                handle.seek(0)
-                columns = [c for c in LABEL_COST_COLUMNS if c in names]
-                labels = label_cost(pl.read_parquet(handle, columns=columns))
+                labels = read_label_cost(handle)
         except (OSError, ValueError, pl.exceptions.PolarsError, DvcException) as exc:
             raise SweepError(f"{f.name}: cannot read {path} at {f.rev}: {exc}") from exc
         out.append(dataclasses.replace(f, teacher=teacher, labels=labels))
     return out
-
-
-LABEL_COST_COLUMNS = ("task", "queried", "parse_status", "judge")  # `judge`: where judged
-
-
-def label_cost(labels: pl.DataFrame) -> dict[str, Any]:
-    """What a label table paid its teacher: its rows, the prompts asked per task (queried frames
-    x tasks, what a fresh build pays a VLM for; the other rows carry a queried answer), the
-    share of those answers that parsed to a label and, where the table has `judge` rows (Semore's
-    selective replay), the share of them judged reasonable: the pool the judge lets through."""
-    queried = labels.filter(pl.col("queried"))
-    labelled = pl.col("parse_status").is_in(LABELLED_STATUSES)
-    prompts = dict(queried.group_by("task").len().sort("task").iter_rows())
-    parsed = queried.filter(labelled).height
-    cost = {
-        "rows": labels.height,
-        "prompts": {str(k): int(v) for k, v in prompts.items()},
-        "parsed": parsed / queried.height if queried.height else None,
-    }
-    judged = labels.filter(pl.col("task") == "judge")
-    if judged.height and "judge" in labels.columns:  # a table without the column judged none
-        cost["reasonable"] = judged.filter(labelled & pl.col("judge")).height / judged.height
-    return cost
 
 
 def _mean_std(row: Mapping[str, Any]) -> str:

@@ -136,7 +136,7 @@ def test_dvc_repro_reruns_only_what_changed(built_a, tmp_path):
     params = _params()
     repo, first = _copy(built_a, tmp_path)
     stages = STAGES
-    stage_two = ["compare", *TRAINED]
+    stage_two = ["compare", "knowledge", *TRAINED]
     assert _ran(first) == sorted(
         ["check_params", *(f"{s}@{e}" for s in (*stages, "policy_teacher") for e in ENVS),
          *stage_two]
@@ -164,6 +164,7 @@ def test_dvc_repro_reruns_only_what_changed(built_a, tmp_path):
     expected = {
         "check_params",
         "compare",
+        "knowledge",
         *(f"{s}@MountainCarContinuous-v0" for s in stages),
         "train@mcc-erpv",
         "evaluate@mcc-erpv",
@@ -173,7 +174,7 @@ def test_dvc_repro_reruns_only_what_changed(built_a, tmp_path):
     params["train"]["mc-ppo"]["seed"] = 1  # one run's params: that run alone retrains
     write_params(repo / "params.yaml", params)
     assert _ran(_run(["dvc", "repro"], repo)) == [
-        "check_params", "compare", "evaluate@mc-ppo", "train@mc-ppo",
+        "check_params", "compare", "evaluate@mc-ppo", "knowledge", "train@mc-ppo",
     ]  # fmt: skip
 
     # relabel the same frames with another teacher: label reruns, never collect (the acting

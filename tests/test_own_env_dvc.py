@@ -119,12 +119,14 @@ def test_brought_envs_run_to_evaluate_and_adding_one_leaves_the_other_alone(tmp_
     assert set(masks["status"]) == {"no_backend"}
     assert "No reference for this env" in (repo / "reports/audit/Pendulum-v1.html").read_text()
 
-    # add finger-spin: `dvc status` lists its stages alone
+    # add finger-spin: `dvc status` lists its stages alone, and the knowledge page (one section
+    # per env of `envs`)
     finger = _bring(pendulum, "finger-spin", FINGER, server)
     write_params(repo / "params.yaml", finger)
     status = json.loads(_run(["dvc", "status", "--json"], repo).splitlines()[-1])
+    assert "knowledge" in status
     # check_params reads the whole file; its output is constant, so it reruns nothing
-    stale = sorted(stage for stage in status if stage != "check_params")
+    stale = sorted(stage for stage in status if stage not in ("check_params", "knowledge"))
     assert stale and all(stage.endswith("@finger-spin") for stage in stale), stale
     print("dvc status after adding finger-spin:", ", ".join(sorted(status)))
 
@@ -134,7 +136,8 @@ def test_brought_envs_run_to_evaluate_and_adding_one_leaves_the_other_alone(tmp_
     write_params(repo / "params.yaml", finger)
     second = _ran(_run(["dvc", "repro"], repo))
     assert {"label@finger-spin", "train@finger-sac", "evaluate@finger-sac"} <= set(second)
-    others = [s for s in second if "finger" not in s and s not in ("check_params", "compare")]
+    others = [s for s in second if "finger" not in s and s not in ("check_params", "compare",
+                                                                   "knowledge")]  # fmt: skip
     assert not others, others
     assert np.isfinite(
         json.loads((repo / "metrics/eval/finger-sac.json").read_text())["return_mean"]

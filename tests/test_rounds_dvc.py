@@ -93,13 +93,15 @@ def test_rounds_pay_once_and_rerun_only_from_the_changed_round(built, tmp_path):
     params["rounds"][f"{RUN}-r2"]["steps"] = 120
     write_params(repo / "params.yaml", params)
     stale = json.loads(_run(["dvc", "status", "--json"], repo))
-    assert sorted(stale) == ["check_params", f"round@{RUN}-r2"], stale  # r3 follows its output
+    # r3 follows its output; the knowledge page lists the rounds (params `rounds`)
+    assert sorted(stale) == ["check_params", "knowledge", f"round@{RUN}-r2"], stale
     before = (repo / "metrics/rounds" / f"{RUN}-r2.json").read_text()
     output = _run(["dvc", "repro"], repo)
     ran = _ran(output)
     assert ran == sorted(
         [
             "check_params",
+            "knowledge",
             *(f"{stage}@{RUN}-r{k}" for stage in ("round", "evaluate_round") for k in (2, 3)),
         ]
     ), ran

@@ -11,6 +11,7 @@ import yaml
 from scipy import stats
 
 from pipeline.curves import median_steps, steps_to
+from pipeline.labels.cost import label_cost
 from pipeline.sweeps import (
     SweepError,
     Table,
@@ -19,7 +20,6 @@ from pipeline.sweeps import (
     exp_command,
     format_report,
     hydra_value,
-    label_cost,
     load_table,
     main,
     overrides,

@@ -116,6 +116,9 @@ class Method(ABC):
     run_options: ClassVar[frozenset[str]] = frozenset()
     # whether a run keeps a replay that a labelling round (pipeline.rounds) extends: the SAC family
     extends_replay: ClassVar[bool] = False
+    # the label tasks whose answers a run can read: the teacher's knowledge reaches it through
+    # these alone (the `knowledge` report's "reads" column); none for a method that reads no label
+    teacher_tasks: ClassVar[tuple[str, ...]] = ()
 
     def params(self, params: Params, run: TrainRun | None = None) -> Any:
         """The method's section of params.yaml, typed (its params class; paper defaults); with

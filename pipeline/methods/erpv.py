@@ -373,6 +373,7 @@ class ERPv(OffPolicyMethod):
     name = "erpv"
     params_class = ERPvParams
     labels = ("action",)
+    teacher_tasks = ("action",)  # a_v, and C_V's training data
     deployed_agent = SACAgent
 
     def check_critic(self, params: Params) -> list[str]:

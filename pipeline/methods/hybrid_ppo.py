@@ -98,6 +98,7 @@ class HybridPPO(PPO):
     name = "hybrid_ppo"
     params_class = HybridPPOParams
     run_options = frozenset({"reward_terms"})
+    teacher_tasks = ("milestone",)  # the prototype cache of the milestone labels
 
     def env_factory(
         self, run: TrainRun, hp: HybridPPOParams, params: Params, inputs: TrainInputs

@@ -755,6 +755,7 @@ class Semore(OffPolicyMethod):
     name = "semore"
     params_class = SemoreParams
     labels = ("mask", "judge")
+    teacher_tasks = ("objects", "judge")  # the masks of the `objects` phrases, the judge's verdicts
     deployed_agent = SemoreAgent
 
     def build_agent(
