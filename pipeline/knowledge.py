@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from pipeline.config import Params
 from pipeline.errors import PipelineError
 from pipeline.labels.cost import read_label_cost
@@ -89,7 +91,13 @@ def env_section(
     labels = labels_dir / f"{env_id}.parquet"
     if not labels.is_file():
         raise PipelineError(f"{labels}: missing (label@{env_id}'s table); run `dvc repro`")
-    lines += [_cost_line(read_label_cost(labels)), ""]
+    try:
+        cost = read_label_cost(labels)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise PipelineError(
+            f"{labels}: unreadable ({exc}); `dvc repro --force label@{env_id}` rebuilds it"
+        ) from exc
+    lines += [_cost_line(cost), ""]
     runs = {name: run for name, run in (params.train or {}).items() if run.env == env_id}
     rounds = {name: r for name, r in params.rounds.items() if r.env == env_id}
     if not runs:
@@ -140,8 +148,9 @@ def knowledge_report(
         "(`collect.<env>.behaviour`).",
         "- Each agent is one training seed. A return beside the teacher's does not show that "
         "the labels caused it: that needs the same data without labels (`sac` with "
-        "`offline_fraction`), a known-bad teacher's labels (the `constant` backend, ERPv's Worst Model, or `random`) "
-        "and several seeds, which a benchmark table runs (`docs/benchmarks.md`).",
+        "`offline_fraction`), a known-bad teacher's labels (the `constant` backend, ERPv's "
+        "Worst Model, or `random`) and several seeds, which a benchmark table runs "
+        "(`docs/benchmarks.md`).",
         "- The prompts are what a fresh build pays; a rebuild answers from the label caches.",
     ]
     return "\n".join(lines) + "\n"

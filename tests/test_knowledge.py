@@ -106,6 +106,9 @@ def test_a_missing_metric_names_its_stage_and_the_stage_exits_2(tmp_path, capsys
     (tmp_path / "metrics/eval/mc-ppo.json").write_text("{not json")
     with pytest.raises(PipelineError, match="not JSON"):
         _page(tmp_path, params)
+    (tmp_path / f"data/labels/{ENV}.parquet").write_bytes(b"PAR1 torn")
+    with pytest.raises(PipelineError, match=rf"unreadable .*dvc repro --force label@{ENV}"):
+        _page(tmp_path, params)
 
 
 def test_a_methods_teacher_tasks_are_the_tasks_behind_the_labels_it_reads():
