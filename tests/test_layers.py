@@ -25,8 +25,9 @@ LAYERS: list[set[str]] = [
     {"agents"},  # PPO and the SAC family on one base, replay, checkpoints, resume state
     {"curves", "evaluation"},  # curve TSVs (dvclive layout), figures; deployed policies, evaluation
     {"methods"},  # one unit per method (params, train, load) and the method table
-    # train logic; C_V's pre-training; vlmrl-verify; vlmrl-seeds; vlmrl-lockcheck
-    {"training", "critic", "integrity", "experiments", "reproducibility"},
+    # train logic; C_V's pre-training; vlmrl-verify; vlmrl-seeds; vlmrl-lockcheck; the page of
+    # teachers and agents (reads the method table)
+    {"training", "critic", "integrity", "experiments", "reproducibility", "knowledge"},
     {"sweeps"},  # vlmrl-sweep: a benchmark table as DVC experiments (on vlmrl-seeds statistics)
     {"rounds"},  # labelling rounds: collect, label, masks, dataset and train, per round
 ]
