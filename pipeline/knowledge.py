@@ -34,10 +34,22 @@ def _read(path: Path, what: str) -> dict[str, Any]:
         raise PipelineError(f"{path}: not JSON ({exc}); `dvc repro --force` rebuilds it") from exc
 
 
-def _mean_std(row: Mapping[str, Any]) -> str:
-    text = f"{row['return_mean']:.1f} +- {row['return_std']:.1f}"
+def return_text(row: Mapping[str, Any]) -> str:
+    """A metrics row's return as `mean +- std (rate success)` (the std and the rate where the row
+    has them): the cell of this page and of the sweep report's teacher table."""
+    std = row.get("return_std")
+    text = f"{row['return_mean']:.1f}" + ("" if std is None else f" +- {std:.1f}")
     rate = row.get("success_rate")
     return text + ("" if rate is None else f" ({rate:.0%} success)")
+
+
+def prompts_text(cost: Mapping[str, Any]) -> str:
+    """`label_cost`'s prompts by task, `action 207, judge 198` (`none` for none)."""
+    return ", ".join(f"{task} {n:,}" for task, n in cost["prompts"].items()) or "none"
+
+
+def share_text(value: float | None) -> str:
+    return "" if value is None else f"{value:.1%}"
 
 
 def _teacher_lines(teacher: Mapping[str, Any]) -> list[str]:
@@ -53,21 +65,24 @@ def _teacher_lines(teacher: Mapping[str, Any]) -> list[str]:
     for row in teacher["teacher_rows"]:
         p = row.get("welch_p_vs_random")
         lines.append(
-            f"| {row['policy']} | {_mean_std(row)} | {'' if p is None else f'{p:.2g}'} | "
+            f"| {row['policy']} | {return_text(row)} | {'' if p is None else f'{p:.2g}'} | "
             f"{row.get('prompts_paid_on_a_fresh_build', '')} |"
         )
-    lines.append(f"| uniform random actions | {_mean_std(teacher['random'])} | | 0 |")
+    lines.append(f"| uniform random actions | {return_text(teacher['random'])} | | 0 |")
     return lines
 
 
 def _cost_line(cost: Mapping[str, Any]) -> str:
-    prompts = ", ".join(f"{task} {n:,}" for task, n in cost["prompts"].items()) or "none"
-    parsed = "" if cost["parsed"] is None else f"; {cost['parsed']:.1%} of the answers parsed"
+    parsed = (
+        "" if cost["parsed"] is None else f"; {share_text(cost['parsed'])} of the answers parsed"
+    )
     judged = cost.get("reasonable")
-    judged = "" if judged is None else f"; {judged:.1%} of the judged pairs judged reasonable"
+    judged = (
+        "" if judged is None else f"; {share_text(judged)} of the judged pairs judged reasonable"
+    )
     return (
         f"Its labels of the dataset (`label`): prompts by task (what a fresh build pays a VLM "
-        f"for) {prompts}{parsed}{judged}."
+        f"for) {prompts_text(cost)}{parsed}{judged}."
     )
 
 
@@ -111,7 +126,7 @@ def env_section(
         ev = _read(eval_dir / f"{name}.json", f"evaluate@{name}'s metrics")
         lines.append(
             f"| {name} | {run.method} | {_reads(run.method)} | {ev['train_steps']:,} | "
-            f"{_mean_std(ev)} | {ev['episodes']} |"
+            f"{return_text(ev)} | {ev['episodes']} |"
         )
     for name, spec in sorted(rounds.items(), key=lambda item: (item[1].run, item[1].round)):
         ev = _read(eval_dir / "rounds" / f"{name}.json", f"evaluate_round@{name}'s metrics")
@@ -119,7 +134,7 @@ def env_section(
         lines.append(
             f"| {name} (round {spec.round} of {spec.run}: +{cost['teacher_calls']:,} teacher "
             f"calls) | {spec.method} | {_reads(spec.method)} | +{ev['train_steps']:,} | "
-            f"{_mean_std(ev)} | {ev['episodes']} |"
+            f"{return_text(ev)} | {ev['episodes']} |"
         )
     return lines
 

@@ -84,6 +84,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pipeline.curves import METRICS_SUBDIR, median_steps, parse_metric_tsv, steps_to
 from pipeline.errors import PipelineError, print_error
 from pipeline.experiments import SeedSummary, welch_p
+from pipeline.knowledge import prompts_text, return_text, share_text
 from pipeline.labels.cost import read_label_cost
 
 # the params sections `teacher_eval@<env>` reads besides its own: the env, its rollouts (whose
@@ -797,13 +798,6 @@ def read_teachers(table: Table, found: list[Status], repo: Path) -> list[Status]
     return out
 
 
-def _mean_std(row: Mapping[str, Any]) -> str:
-    std = row.get("return_std")
-    text = f"{row['return_mean']:.1f}" + ("" if std is None else f" +- {std:.1f}")
-    rate = row.get("success_rate")
-    return text + ("" if rate is None else f" ({rate:.0%} success)")
-
-
 def format_diagnostics(table: Table, found: list[Status]) -> list[str]:
     """The table's diagnostics per cell: mean +- std over seeds (ddof 1) of each run's mean over
     the second half of its training."""
@@ -859,9 +853,9 @@ def format_teachers(table: Table, found: list[Status]) -> list[str]:
         lines.append(
             f"| {', '.join(groups[f.cell])} | `{f.teacher['teacher_id']}` | "
             f"{f.teacher['episodes']} | "
-            + "".join(f"{_mean_std(rows[k]) if k in rows else ''} | " for k in ks)
-            + f"{_mean_std(f.teacher['random'])} | {_label_cells(f.labels)} |"
-            + (f" {_share((f.labels or {}).get('reasonable'))} |" if judge else "")
+            + "".join(f"{return_text(rows[k]) if k in rows else ''} | " for k in ks)
+            + f"{return_text(f.teacher['random'])} | {_label_cells(f.labels)} |"
+            + (f" {share_text((f.labels or {}).get('reasonable'))} |" if judge else "")
         )
     return ["", *lines]
 
@@ -870,12 +864,7 @@ def _label_cells(labels: Mapping[str, Any] | None) -> str:
     """`label_cost` as two table cells: prompts by task, parsed share."""
     if labels is None:
         return " | "
-    prompts = ", ".join(f"{task} {n:,}" for task, n in labels["prompts"].items()) or "none"
-    return f"{prompts} | {_share(labels['parsed'])}"
-
-
-def _share(value: float | None) -> str:
-    return "" if value is None else f"{value:.1%}"
+    return f"{prompts_text(labels)} | {share_text(labels['parsed'])}"
 
 
 def _steps_cell(found: list[Status], cell: str, threshold: str) -> str:
