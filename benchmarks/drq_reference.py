@@ -12,6 +12,10 @@ optimisers) and its replay (obs and next_obs stored stacked, uint8, converted to
 and Q loss averaged over K augmentations) is a parameter: the paper's table 1 uses 2, our `drq`
 and DrQ-v2 1.
 
+`RefDrQv2Agent` is DrQ-v2's update written after facebookresearch/drqv2 (`drqv2.py`, MIT): one
+conv pass of obs with gradient and one of next_obs without, no target encoder, the actor on the
+detached features.
+
 Its training run (the authors' loop on the pixel preset, the control that told our `drq` apart
 from the preset's setting) answered its question and was retired: the answer, the figures and
 the command at the commit that ran it are in docs/results/2026-11-27-drq-actor-head.md and
@@ -241,6 +245,114 @@ class RefDrQAgent:
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])
         self.step = state["step"]
+
+
+# ---- DrQ-v2 (facebookresearch/drqv2, drqv2.py; MIT, Copyright (c) Facebook, Inc.) -----------
+
+
+class RefV2Encoder(nn.Module):
+    """drqv2.py: Encoder, the conv stack alone (frames / 255 - 0.5, flattened); the trunks
+    (Linear + LayerNorm + tanh) are the actor's and the critic's own."""
+
+    def __init__(self, shape: tuple[int, int, int], stride: int) -> None:
+        super().__init__()
+        self.convnet = nn.Sequential(
+            nn.Conv2d(shape[0], 32, 3, stride=2), nn.ReLU(),
+            *[m for _ in range(3) for m in (nn.Conv2d(32, 32, 3, stride=stride), nn.ReLU())],
+        )  # fmt: skip
+        side = (shape[1] - 3) // 2 + 1
+        for _ in range(3):
+            side = (side - 3) // stride + 1
+        self.repr_dim = 32 * side * side
+        self.apply(_weight_init)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.convnet(obs / 255.0 - 0.5).flatten(1)
+
+
+def _trunk(repr_dim: int, feature_dim: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(repr_dim, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
+
+
+class RefV2Actor(nn.Module):
+    """drqv2.py: Actor (trunk, then a deterministic tanh mean; exploration noise of a fixed std,
+    clipped, stands for its TruncatedNormal)."""
+
+    def __init__(self, repr_dim: int, action_dim: int, feature_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.trunk = _trunk(repr_dim, feature_dim)
+        self.policy = _mlp(feature_dim, hidden, action_dim)
+        self.apply(_weight_init)
+
+    def forward(self, h: torch.Tensor, std: float, clip: float) -> torch.Tensor:
+        mu = torch.tanh(self.policy(self.trunk(h)))
+        noise = (torch.randn_like(mu) * std).clamp(-clip, clip)
+        return (mu + noise).clamp(-1.0, 1.0)
+
+
+class RefV2Critic(nn.Module):
+    """drqv2.py: Critic (trunk, then two Q MLPs on [features, action])."""
+
+    def __init__(self, repr_dim: int, action_dim: int, feature_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.trunk = _trunk(repr_dim, feature_dim)
+        self.Q1 = _mlp(feature_dim + action_dim, hidden, 1)
+        self.Q2 = _mlp(feature_dim + action_dim, hidden, 1)
+        self.apply(_weight_init)
+
+    def forward(self, h: torch.Tensor, action: torch.Tensor):
+        ha = torch.cat([self.trunk(h), action], dim=-1)
+        return self.Q1(ha), self.Q2(ha)
+
+
+class RefDrQv2Agent:
+    """drqv2.py: DrQV2Agent's update (DDPG; no target encoder: the target critic reads the online
+    encoder's features of next_obs; obs encoded once, the actor reads it detached; target
+    critic every update with tau 0.01; std 0.2, clipped at 0.3). Every update trains the actor
+    (drqv2's `update_every_steps: 2` counts env steps, not updates)."""
+
+    def __init__(self, shape: tuple[int, int, int], action_dim: int, *, stride: int,
+                 hidden: int, pad: int = 4, lr: float = 1e-4,
+                 device: torch.device | str = "cpu") -> None:  # fmt: skip
+        self.device = torch.device(device)
+        self.encoder = RefV2Encoder(shape, stride).to(self.device)
+        repr_dim = self.encoder.repr_dim
+        self.actor = RefV2Actor(repr_dim, action_dim, 50, hidden).to(self.device)
+        self.critic = RefV2Critic(repr_dim, action_dim, 50, hidden).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic)
+        self.encoder_opt = torch.optim.Adam(self.encoder.parameters(), lr=lr)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=lr)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=lr)
+        self.aug = RandomShiftsAug(pad)
+
+    def update(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
+               next_obs: torch.Tensor, not_done: torch.Tensor) -> dict[str, float]:  # fmt: skip
+        obs = self.encoder(self.aug(obs.float()))
+        with torch.no_grad():
+            next_h = self.encoder(self.aug(next_obs.float()))
+            next_action = self.actor(next_h, 0.2, 0.3)
+            target_q = reward + not_done * 0.99 * torch.min(
+                *self.critic_target(next_h, next_action)
+            )
+        q1, q2 = self.critic(obs, action)
+        critic_loss = F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q)
+        self.encoder_opt.zero_grad(set_to_none=True)
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+        self.encoder_opt.step()
+        h = obs.detach()
+        actor_loss = -torch.min(*self.critic(h, self.actor(h, 0.2, 0.3))).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+        with torch.no_grad():  # utils.soft_update_params(critic, critic_target, 0.01)
+            for p, t in zip(self.critic.parameters(), self.critic_target.parameters(), strict=True):
+                t.data.lerp_(p.data, 0.01)
+        return {
+            "critic_loss": float(critic_loss.detach()),
+            "actor_loss": float(actor_loss.detach()),
+        }
 
 
 class RefReplay:

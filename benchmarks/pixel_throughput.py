@@ -8,6 +8,8 @@ over K augmentations; the paper's table 1 uses 2, our `drq` and DrQ-v2 1).
 
 Rows, per size (`--configs`):
 - `reference DrQ (K=M=k)`: the above;
+- `reference DrQ-v2`: DrQ-v2's update (drqv2.py: no target encoder, obs encoded once for critic
+  and actor; every update trains the actor) on the same replay;
 - `ours: drq`: pipeline.methods.drq's agent and pipeline.agents.replay.ReplayBuffer (frames once
   as uint8, stacked by a gather, shift on uint8), aux_weight 0 as the paper's agent, with DrQ's
   actor (its own head over the critic's convs); `..., actor on the critic's features` the same
@@ -19,8 +21,8 @@ Rows, per size (`--configs`):
 
 Each row fills its replay with the same random frames (episodes of 125 steps) and is timed on
 `--updates` updates, the rows interleaved `--repeats` times (best pass kept), so a busy
-machine slows them alike. Ratios are against the reference with K = M = 1 (equal work per
-augmentation).
+machine slows them alike. Ratios are against the reference with the first `--k` (K = M = 1 by
+default: equal work per augmentation), then against DrQ-v2's (`x v2`).
 
     python -m benchmarks.pixel_throughput --threads 2
     python -m benchmarks.pixel_throughput --configs 84:1:1024 --k 1 2
@@ -46,7 +48,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from benchmarks.drq_reference import RefDrQAgent, RefReplay
+from benchmarks.drq_reference import RefDrQAgent, RefDrQv2Agent, RefReplay
 from pipeline.agents.off_policy import NetworkParams, SACParams
 from pipeline.agents.replay import ReplayBuffer
 from pipeline.dataset.stacking import stack_window
@@ -96,6 +98,16 @@ class RefDrQ:
         # replay_buffer.py samples on the host and moves the batch to the training device
         device = self.agent.device
         self.agent.update(*(t.to(device) for t in self.replay.sample(self.batch, self.rng)))
+
+
+class RefDrQv2(RefDrQ):
+    """DrQ-v2's update (benchmarks.drq_reference.RefDrQv2Agent) on the same stacked replay (its
+    own replay stacks frames in DataLoader workers, off the training thread: not timed)."""
+
+    def __init__(self, frames: np.ndarray, starts: np.ndarray, size: int, stride: int,
+                 hidden: int, batch: int, device: str = "cpu") -> None:  # fmt: skip
+        super().__init__(frames, starts, size, stride, hidden, batch, 1, device)
+        self.agent = RefDrQv2Agent((9, size, size), 1, stride=stride, hidden=hidden, device=device)
 
 
 # ---- ours ----------------------------------------------------------------------------------------
@@ -214,6 +226,7 @@ def rows_for(config: tuple[int, int, int], batch: int, ks: list[int], n_frames: 
     for k in ks:
         ref = RefDrQ(frames, starts, size, stride, hidden, batch, k, device)
         rows[f"reference DrQ (K=M={k})"] = ref.update
+    rows["reference DrQ-v2"] = RefDrQv2(frames, starts, size, stride, hidden, batch, device).update
     for name, label in OURS.items():
         for mode in ["off", *(compile_modes if name in compiled else [])]:
             agent, reads_offline = our_agent(name, config, batch, device, mode)
@@ -322,10 +335,12 @@ def main(argv: list[str] | None = None) -> None:
             f"{where}; best of {args.repeats} x {args.updates} updates"
         )
         base = best.get(f"reference DrQ (K=M={args.k[0]})")
+        v2 = best.get("reference DrQ-v2")
         peaks = next((v for k, v in PEAKS.items() if k in where), None)
         for name, rate in best.items():
             line = f"  {name:<40} {rate:8.2f} updates/s"
             line += f"  {rate / base:5.2f}x" if base else ""
+            line += f"  {rate / v2:5.2f}x v2" if v2 else ""
             if name in flops:
                 tflops = flops[name] * rate / 1e12
                 line += f"  {flops[name] / 1e9:7.1f} GFLOP/update  {tflops:7.3f} TFLOP/s"

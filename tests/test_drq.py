@@ -243,10 +243,11 @@ def test_drqs_actor_has_its_own_head_on_the_critics_convs():
     b = _batch()
     convs = [p.detach().clone() for p in drq.encoder.convs.parameters()]
     heads = [p.detach().clone() for p in drq.actor_head.parameters()]
-    _, h, next_h = drq.update_critic(b)
+    step = drq.update_critic(b)
     assert not _unchanged(convs, drq.encoder.convs) and _unchanged(heads, drq.actor_head)
+    assert step.obs_map is not None and not step.obs_map.requires_grad
     convs = [p.detach().clone() for p in drq.encoder.convs.parameters()]
-    drq.update_actor_and_alpha(h, next_h, b)
+    drq.update_actor_and_alpha(step.h, step.next_h, b, step.obs_map)
     assert _unchanged(convs, drq.encoder.convs) and not _unchanged(heads, drq.actor_head)
     # the actor acts on its own head: unlike the critic's features, the head's output
     x = b["obs"][:1]
@@ -254,6 +255,43 @@ def test_drqs_actor_has_its_own_head_on_the_critics_convs():
         fmap = drq.encoder.feature_map(drq.encoder.scale(x))
         torch.testing.assert_close(drq.actor_features(x), drq.actor_head(fmap))
         assert not torch.equal(drq.actor_features(x), drq.features(x))
+
+
+def _conv_passes(agent, run) -> int:
+    """How many times `run()` runs the first conv of the agent's online and target encoders."""
+    calls = []
+    hooks = [
+        encoder.convs[0].register_forward_hook(lambda *_: calls.append(1))
+        for encoder in (agent.encoder, agent.encoder_target)
+    ]
+    try:
+        run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return len(calls)
+
+
+def test_drqs_actor_step_reuses_the_critic_steps_conv_map():
+    """DrQ-v2 encodes o_t once for the critic and the actor: with its own actor head drq makes
+    as many conv passes per two updates as SAC (6: o_t, o_t+1 online and target, twice), and
+    the actor's head reads the map the critic step computed, before the critic's optimiser step,
+    as the shared actor reads the critic's features."""
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    cfg = _params()["drq"]
+    drq = DrQAgent((24, 24, 3), space, DrQParams.model_validate(cfg), seed=1)
+    sac = SACAgent((24, 24, 3), space, SACParams.model_validate(cfg), seed=1)
+    assert drq.cfg.actor_update_freq == 2
+    for agent in (drq, sac):
+        assert _conv_passes(agent, lambda a=agent: [a.update(_batch(i)) for i in range(2)]) == 6
+    b = _batch(5)
+    with torch.no_grad():
+        before = drq.encoder.feature_map(drq.encoder.scale(b["obs"]))
+    step = drq.update_critic(b)
+    torch.testing.assert_close(step.obs_map, before)  # the map before the critic's step
+    with torch.no_grad():
+        after = drq.encoder.feature_map(drq.encoder.scale(b["obs"]))
+    assert not torch.equal(after, before)  # the step moved the convs
 
 
 def test_an_agent_saved_without_actor_encoder_loads_with_the_shared_head(tmp_path):

@@ -421,6 +421,38 @@ def test_gate_diagnostics_are_logged_for_the_controls():
     assert metrics["vpg/dist_pi_a_v"] == pytest.approx((0.25 + 0.25 + 0.81) / 3)
 
 
+def test_c_v_runs_once_an_actor_step_and_the_gate_controls_at_the_metrics_interval_only():
+    """The gate's controls (an all-zero a_v, the agent's own action) cost two C_V passes; they
+    are computed at the first actor step after each metrics row (the loop re-arms
+    `diagnostics_due`), every other actor step runs C_V once, for Q_v. The loss is the same
+    either way."""
+    agent = ERPvAgent((1,), SPACE, small_cfg(lambda_1=1.0), vlm_critic())
+    calls = []
+    forward = agent.vlm_critic.forward
+    agent.vlm_critic.forward = lambda obs, a: calls.append(1) or forward(obs, a)
+    rng = np.random.default_rng(0)
+
+    def batch():
+        return {
+            "obs": torch.as_tensor(rng.normal(size=(8, 1)), dtype=torch.float32),
+            "next_obs": torch.as_tensor(rng.normal(size=(8, 1)), dtype=torch.float32),
+            "action": torch.as_tensor(rng.uniform(-1, 1, (8, 1)), dtype=torch.float32),
+            "reward": torch.ones(8), "done": torch.zeros(8),
+            "a_v": torch.as_tensor(rng.uniform(-1, 1, (8, 1)), dtype=torch.float32),
+            "has_label": torch.ones(8, dtype=torch.bool),
+        }  # fmt: skip
+
+    rows = [agent.update(batch()) for _ in range(6)]  # actor steps at updates 2, 4, 6
+    assert len(calls) == 3 + 1 + 1  # the first actor step with its controls, then Q_v alone
+    assert "vpg/zeros/gate_open" in rows[1] and "vpg/own/q_f" in rows[1]
+    assert "vpg/zeros/gate_open" not in rows[3] and "vpg/gate_open" in rows[3]
+    agent.diagnostics_due = True  # what train_off_policy does after each metrics row
+    calls.clear()
+    row = agent.update(batch()) | agent.update(batch())
+    assert len(calls) == 3 and "vpg/own/gate_open" in row
+    assert agent.training_state()["diagnostics_due"] is False
+
+
 def test_q_scaled_vpg_weight_follows_the_critics_scale():
     """`vpg_weight: q_scaled` multiplies lambda_1 by mean |Q_r| over the labelled rows, so the same
     lambda_1 weighs L_V against L_pi = -Q alike on any reward scale; `fixed` is eq. 4 as printed."""

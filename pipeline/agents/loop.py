@@ -53,7 +53,8 @@ def train_off_policy(
       labelling round) the agent acts from the first step, and updates begin as soon as the
       ring holds `batch_size` online steps (at once when its replay was restored).
     - Every `log_every` steps, and at the last step, a row of metrics (means over the updates
-      since the last row, plus `eval_fn(agent)` when given) is appended, keyed also by `step`:
+      since the last row, plus `eval_fn(agent)` when given) is appended, keyed also by `step`;
+      the guidance's costly diagnostics come from the row's first actor step alone:
       a run's last row describes the agent it returns, whatever the budget. `eval_fn` must play in an
       env of its own: resetting `env` would cut the training episode short.
     - With `resume`, the whole loop state (agent and optimisers, the buffer's online part, every
@@ -125,6 +126,7 @@ def train_off_policy(
             if eval_fn is not None:
                 row |= eval_fn(agent)
             logs.append(row)
+            agent.diagnostics_due = True  # the next row's diagnostics: one actor step's
         if (
             resume is not None
             and (terminated or truncated)

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, NamedTuple, Self
 
 import gymnasium as gym
 import numpy as np
@@ -308,6 +308,18 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
 Tensors = dict[str, torch.Tensor]
 
 
+class CriticStep(NamedTuple):
+    """What one critic step hands the actor step: its metrics, the features of obs (detached:
+    SAC-AE, no actor gradient into the encoder), the features of next_obs (no gradient), and,
+    where the actor has a head of its own, the critic's conv map of obs (detached), which that
+    head reads: DrQ-v2 encodes obs once for both steps."""
+
+    metrics: Tensors
+    h: torch.Tensor
+    next_h: torch.Tensor
+    obs_map: torch.Tensor | None = None
+
+
 class OffPolicyAgent(ABC):
     """A SAC-family agent. `obs_shape` is one observation as the env gives it ((H, W, 3) frames or
     (D,) states); `act` takes the stacked input (`FrameStacker`), `update` a `ReplayBuffer` batch.
@@ -319,8 +331,9 @@ class OffPolicyAgent(ABC):
     - `_heads()`: the auxiliary modules trained by the model optimiser (may be empty);
     - `features(obs)`: the latent the critic reads, (B, F), and the actor unless
       `actor_features` says otherwise;
-    - `update_critic(batch)`: one critic (+ encoder, + heads) step; returns its metrics, the
-      batch's features for the actor step (detached) and the next observation's features.
+    - `update_critic(batch)`: one critic (+ encoder, + heads) step; returns a `CriticStep`: its
+      metrics, the batch's features for the actor step (detached), the next observation's
+      features and, for an actor head of its own, the conv map it reads.
     """
 
     algorithm: ClassVar[str]
@@ -371,6 +384,10 @@ class OffPolicyAgent(ABC):
         self.actor_optimizer = adam(actor, cfg.actor_lr, betas)
         self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr, betas)
         self.update_step = 0
+        # the guidance's diagnostics (controls that cost forward passes: ERPv's gate for other
+        # actions) are computed at the next actor step only; the training loop asks for them
+        # again after each metrics row, so they cost one actor step per `log_every`
+        self.diagnostics_due = True
 
     @classmethod
     def for_env(cls, env: gym.Env, cfg: SACParams | None = None, **kwargs: Any) -> Self:
@@ -392,16 +409,20 @@ class OffPolicyAgent(ABC):
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """Stacked observations (B, *input_shape) -> the critic's latent, (B, F)."""
 
-    def actor_features(self, obs: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
-        """The latent the actor reads for `obs`, (B, F); `h`: the critic's features of `obs`
-        where already computed. Here they are the critic's (SAC-AE); an agent whose actor has a
-        head of its own (`actor_head`) overrides this."""
+    def actor_features(
+        self,
+        obs: torch.Tensor,
+        h: torch.Tensor | None = None,
+        obs_map: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The latent the actor reads for `obs`, (B, F); `h` (and `obs_map`): the critic's
+        features (and conv map) of `obs` where already computed. Here they are the critic's
+        (SAC-AE); an agent whose actor has a head of its own (`actor_head`) overrides this."""
         return self.features(obs) if h is None else h
 
     @abstractmethod
-    def update_critic(self, batch: Tensors) -> tuple[Tensors, torch.Tensor, torch.Tensor]:
-        """One critic step on a batch on the device: (metrics, features of obs for the actor,
-        detached, features of next_obs without gradient)."""
+    def update_critic(self, batch: Tensors) -> CriticStep:
+        """One critic step on a batch on the device (see `CriticStep`)."""
 
     # --- shared --------------------------------------------------------------------------------
 
@@ -459,11 +480,12 @@ class OffPolicyAgent(ABC):
         b = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
         if self.cfg.image_pad:
             b = self.augment(b)
-        metrics, h, next_h = self.update_critic(b)
+        step = self.update_critic(b)
+        metrics = step.metrics
         if self.update_step % self.cfg.actor_update_freq == 0:
-            # DrQ-v2: the actor reuses this step's features, detached (SAC-AE: no actor gradient
-            # into the encoder)
-            metrics |= self.update_actor_and_alpha(h, next_h, b)
+            # DrQ-v2: the actor reuses this step's features (and conv map), detached (SAC-AE: no
+            # actor gradient into the encoder)
+            metrics |= self.update_actor_and_alpha(step.h, step.next_h, b, step.obs_map)
         if self.update_step % self.cfg.target_update_freq == 0:
             soft_update(self.critic_target, self.critic, self.cfg.critic_tau)
             soft_update(self.encoder_target, self.encoder, self.cfg.encoder_tau)
@@ -493,13 +515,18 @@ class OffPolicyAgent(ABC):
         return out
 
     def update_actor_and_alpha(
-        self, h: torch.Tensor, next_h: torch.Tensor, batch: Tensors
+        self,
+        h: torch.Tensor,
+        next_h: torch.Tensor,
+        batch: Tensors,
+        obs_map: torch.Tensor | None = None,
     ) -> Tensors:
-        pi, log_pi, _ = self.actor(self.actor_features(batch["obs"], h))  # a_r ~ pi(.|s)
+        pi, log_pi, _ = self.actor(self.actor_features(batch["obs"], h, obs_map))  # a_r ~ pi(.|s)
         with frozen(self.critic):
             q_pi = self.critic.q_min(h, pi)  # (B,)
             actor_loss = (self.alpha.detach() * log_pi - q_pi).mean()  # eq. 10: L_pi
-            guidance, metrics = self.policy_guidance(h, pi, q_pi, batch)
+            diagnose, self.diagnostics_due = self.diagnostics_due, False
+            guidance, metrics = self.policy_guidance(h, pi, q_pi, batch, diagnose=diagnose)
             self.actor_optimizer.zero_grad(set_to_none=True)
             (actor_loss if guidance is None else actor_loss + guidance).backward()  # eq. 4
         self.actor_optimizer.step()
@@ -523,9 +550,16 @@ class OffPolicyAgent(ABC):
         }
 
     def policy_guidance(
-        self, h: torch.Tensor, pi: torch.Tensor, q_pi: torch.Tensor, batch: Tensors
+        self,
+        h: torch.Tensor,
+        pi: torch.Tensor,
+        q_pi: torch.Tensor,
+        batch: Tensors,
+        *,
+        diagnose: bool = True,
     ) -> tuple[torch.Tensor | None, Tensors]:
-        """Extra actor loss (ERPv: lambda_1 L_V, eq. 4). Plain SAC: none."""
+        """Extra actor loss (ERPv: lambda_1 L_V, eq. 4). Plain SAC: none. `diagnose`: also
+        compute the diagnostics that cost extra forward passes (no effect on the loss)."""
         return None, {}
 
     def entropy_regulariser(
@@ -544,6 +578,7 @@ class OffPolicyAgent(ABC):
             "optimizers": {name: o.state_dict() for name, o in self._optimizers().items()},
             "log_alpha": self.log_alpha.detach().clone(),
             "update_step": self.update_step,
+            "diagnostics_due": self.diagnostics_due,
         }
 
     def load_training_state(self, state: dict[str, Any]) -> None:
@@ -554,6 +589,7 @@ class OffPolicyAgent(ABC):
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])  # in place: the optimiser holds this tensor
         self.update_step = int(state["update_step"])
+        self.diagnostics_due = bool(state.get("diagnostics_due", True))
 
     # --- checkpoints (pipeline.agents.checkpoint's layout) -------------------------------------
 

@@ -6,8 +6,9 @@ Files, read without unpickling anything (pipeline.agents.state_io's encoding):
 
 - `state.<sha256[:16]>.safetensors`: every tensor and array, named by its content, so a new save
   never overwrites the tensors the current `state.json` points at;
-- `state.json`: the fingerprint, the tensors file's name and sha256, and the nesting and plain
-  values of the state (steps, curve, logs, RNG states). Written last, atomically: the marker of a
+- `state.json`: the fingerprint, the tensors file's name and sha256, what the state is of
+  (`about`: run, seed and steps, where known; `vlmrl-sweep status` reads it), and the nesting
+  and plain values of the state (steps, curve, logs, RNG states). Written last, atomically: the marker of a
   complete state. The fingerprint is checked here, before any tensor is read; `peek` reads this
   file alone.
 
@@ -95,10 +96,17 @@ class Resume:
     STATE = "state.json"  # the marker of a complete state
     OLD_STATE = "state.pt"  # format 1: a pickle, never read
 
-    def __init__(self, directory: str | Path, fingerprint: str, every: int) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        fingerprint: str,
+        every: int,
+        about: dict[str, Any] | None = None,
+    ) -> None:
         if every < 1:
             raise ValueError(f"resume state every {every} steps: must be >= 1")
         self.directory, self.fingerprint, self.every = Path(directory), fingerprint, every
+        self.about = dict(about or {})  # what it is a state of (run, seed, steps): for status
 
     def load(self) -> dict[str, Any] | None:
         """The saved state, or None: none, or one this run cannot go on from (a warning says
@@ -161,6 +169,7 @@ class Resume:
             "fingerprint": self.fingerprint,
             "tensors": name,
             "tensors_sha256": digest,
+            "about": self.about,
             "state": skeleton,
         }
         atomic_write_json(self.directory / self.STATE, header)

@@ -29,13 +29,14 @@ from torch import nn
 from pipeline.agents.networks import (
     Actor,
     Critic,
+    PixelEncoder,
     ProjectionHead,
     RewardModel,
     TransitionModel,
     make_encoder,
     transition_nll,
 )
-from pipeline.agents.off_policy import OffPolicyAgent, SACParams, Tensors
+from pipeline.agents.off_policy import CriticStep, OffPolicyAgent, SACParams, Tensors
 
 
 class SACAgent(OffPolicyAgent):
@@ -69,28 +70,43 @@ class SACAgent(OffPolicyAgent):
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         return self.encoder(obs)
 
-    def actor_features(self, obs: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+    def actor_features(
+        self,
+        obs: torch.Tensor,
+        h: torch.Tensor | None = None,
+        obs_map: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """DrQ's actor (`actor_encoder: own`): its own head over the critic's conv map, detached
-        (the convs tied, trained by the critic alone); else the critic's features."""
+        (the convs tied, trained by the critic alone; `obs_map`: the critic step's map, as
+        DrQ-v2 reuses it); else the critic's features."""
         if self.actor_head is None:
             return super().actor_features(obs, h)
-        with torch.no_grad():
-            fmap = self.encoder.feature_map(self.encoder.scale(obs))
-        return self.actor_head(fmap)
+        if obs_map is None:
+            with torch.no_grad():
+                obs_map = self.encoder.feature_map(self.encoder.scale(obs))
+        return self.actor_head(obs_map)
 
-    def update_critic(self, batch: Tensors) -> tuple[Tensors, torch.Tensor, torch.Tensor]:
+    def update_critic(self, batch: Tensors) -> CriticStep:
         action = self.scale.normalise(batch["action"])  # (B, A)
         reward, done = batch["reward"], batch["done"]
-        h = self.encoder(batch["obs"])  # (B, F)
+        pixels = isinstance(self.encoder, PixelEncoder)
+        obs_map = None
+        if self.actor_head is None:
+            h = self.encoder(batch["obs"])  # (B, F)
+        else:  # one conv pass of o_t for the critic and the actor's head (DrQ-v2)
+            obs_map = self.encoder.feature_map(self.encoder.scale(batch["obs"]))
+            h = self.encoder.project(obs_map)  # (B, F)
         with torch.no_grad():
+            # frames scaled to float once for the online and the target encoder
+            next_x = self.encoder.scale(batch["next_obs"]) if pixels else batch["next_obs"]
             # o_{t+1} through the online encoder: the actor's next action and DeepMDP's target
             if self.actor_head is None:
-                next_h = self.encoder(batch["next_obs"])  # (B, F)
+                next_h = self._encode(self.encoder, next_x, pixels)  # (B, F)
                 next_actor_h = next_h
             else:  # one conv pass for both heads
-                next_map = self.encoder.feature_map(self.encoder.scale(batch["next_obs"]))
+                next_map = self.encoder.feature_map(next_x)
                 next_h, next_actor_h = self.encoder.project(next_map), self.actor_head(next_map)
-            next_h_target = self.encoder_target(batch["next_obs"])  # (B, F)
+            next_h_target = self._encode(self.encoder_target, next_x, pixels)  # (B, F)
             next_action, next_log_pi, _ = self.actor(next_actor_h)
             # ERPv eq. 9: V(s') = E[Q~(s', a') - alpha log pi(a'|s')], Q~ the target critic's min
             next_v = self.critic_target.q_min(next_h_target, next_action) - self.alpha * next_log_pi
@@ -111,4 +127,11 @@ class SACAgent(OffPolicyAgent):
         self.critic_optimizer.step()
         if self.cfg.aux_weight > 0:
             self.model_optimizer.step()
-        return metrics, h.detach(), next_h
+        return CriticStep(
+            metrics, h.detach(), next_h, None if obs_map is None else obs_map.detach()
+        )
+
+    @staticmethod
+    def _encode(encoder: nn.Module, x: torch.Tensor, pixels: bool) -> torch.Tensor:
+        """`encoder`'s features of input already scaled (frames) or as stored (states)."""
+        return encoder.project(encoder.feature_map(x)) if pixels else encoder(x)

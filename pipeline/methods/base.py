@@ -8,6 +8,7 @@ and how a saved agent comes back. After LeRobot's `configuration_<policy>.py` + 
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,16 +154,40 @@ class Method(ABC):
         """The agent a `train` of this method saved in `directory`, for acting."""
 
 
+RESUME_ROOT_ENV = "VLMRL_RESUME_ROOT"
+
+
 def resume_for(
     resume_dir: str | Path | None, every: int, material: dict[str, Any]
 ) -> Resume | None:
     """The run's resume state when it has a directory and saves one every `every` steps/updates;
-    `material`: what the run depends on (settings and data), fingerprinted."""
+    `material`: what the run depends on (settings and data), fingerprinted.
+
+    With `VLMRL_RESUME_ROOT` set (an absolute directory: what `vlmrl-sweep queue` gives its
+    workers), the state lives in `<root>/<name of resume_dir>/<fingerprint[:16]>/` instead: DVC's
+    queue runs each experiment in a workspace of its own that is deleted after it (or lost with
+    the machine), and the seeds of one table cell share a run name, so states are found by what
+    they are a state of, from any workspace (see docs/benchmarks.md, "Tables that take days")."""
     from pipeline.agents.resume import Resume, fingerprint
 
     if resume_dir is None or not every:
         return None
-    return Resume(resume_dir, fingerprint(material), every)
+    digest = fingerprint(material)
+    train = material.get("train")
+    about = (
+        {"run": material.get("run"), "seed": train.get("seed"), "steps": train.get("steps")}
+        if isinstance(train, dict)
+        else {}
+    )
+    root = os.environ.get(RESUME_ROOT_ENV)
+    if root:
+        if not Path(root).is_absolute():
+            raise TrainError(
+                f"{RESUME_ROOT_ENV}={root!r}: give an absolute directory (a DVC queue runs each "
+                "stage in a workspace of its own, where a relative one would be lost with it)"
+            )
+        resume_dir = Path(root) / Path(resume_dir).name / digest[:16]
+    return Resume(resume_dir, digest, every, about)
 
 
 def run_material(name: str, run: TrainRun, hp: Section, env_cfg: Section, data: dict) -> dict:

@@ -25,8 +25,10 @@ Paper ambiguities, resolved here:
   is a gate (no gradient flows through it), as "constraint factor" says.
 - min-max scaling: the text does not say over what. Default (`gate_scaling: per_critic`): Q_v and
   Q_r separately, each over the labelled rows of the batch; `joint` (one min and max over both)
-  and `none` (no gate: table 3's M2) are the alternatives. Every update logs the gate's open rate
-  and mean Q_f for a_v and, on the same rows, for an all-zero a_v and the agent's own action.
+  and `none` (no gate: table 3's M2) are the alternatives. Every actor step logs the gate's open
+  rate and mean Q_f for a_v; the first actor step of each metrics row (`log_every`) also logs them,
+  on the same rows, for an all-zero a_v and the agent's own action (two more C_V passes, which
+  every step would pay: 3 C_V passes an actor step instead of 1).
 - eq. 14: G = 1 / L_T with eq. 12's L_T per row (mean over latent features). With a learned sigma
   L_T can be <= 0 (log sigma < 0); the denominator is floored at `confidence_eps`, so G saturates
   at 1 / eps and alpha_bar at 1. With figure 11's deterministic T (the default) L_T is the mean
@@ -303,6 +305,8 @@ class ERPvAgent(SACAgent):
         pi: torch.Tensor,
         q_pi: torch.Tensor,
         batch: dict[str, torch.Tensor],
+        *,
+        diagnose: bool = True,
     ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         labelled = self._labelled_a_v(batch)
         if labelled is None:
@@ -316,11 +320,9 @@ class ERPvAgent(SACAgent):
             q_v = self.vlm_critic(obs, a_v)  # Q_v = C_V(o, a_v), (N,)
             # the same gate for two controls on the same rows: an all-zero a_v (the Worst
             # Model) and the agent's own action; a gate that tells a_v from these carries the
-            # teacher's knowledge, one that opens as often for them does not
-            controls = {
-                "zeros": torch.zeros_like(a_v),
-                "own": a_r.detach(),
-            }
+            # teacher's knowledge, one that opens as often for them does not (diagnostics only:
+            # at the metrics interval)
+            controls = {"zeros": torch.zeros_like(a_v), "own": a_r.detach()} if diagnose else {}
             gates = {
                 name: vpg_gate(self.vlm_critic(obs, a), q_r, scaling)
                 for name, a in controls.items()

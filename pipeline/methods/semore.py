@@ -106,7 +106,13 @@ from pipeline.agents.networks import (
     transition_nll,
     weight_init,
 )
-from pipeline.agents.off_policy import NetworkParams, OffPolicyAgent, SACParams, Tensors
+from pipeline.agents.off_policy import (
+    CriticStep,
+    NetworkParams,
+    OffPolicyAgent,
+    SACParams,
+    Tensors,
+)
 from pipeline.agents.replay import OfflinePool
 from pipeline.config import TrainRun
 from pipeline.dataset.transitions import OfflineTransitions
@@ -654,7 +660,7 @@ class SemoreAgent(OffPolicyAgent):
             frame = self.encoder_target.semantic_frames(obs) * m  # (B, 3, H, W)
             return self.encoder_target.semantic.feature_map(frame)
 
-    def update_critic(self, batch: Tensors) -> tuple[Tensors, torch.Tensor, torch.Tensor]:
+    def update_critic(self, batch: Tensors) -> CriticStep:
         """One gradient step of eq. 12: critic + encoder + heads."""
         b = batch
         action = self.scale.normalise(b["action"].float())  # (B, A)
@@ -703,7 +709,7 @@ class SemoreAgent(OffPolicyAgent):
         loss.backward()
         self.critic_optimizer.step()
         self.model_optimizer.step()
-        return metrics, z.detach(), next_feats["z"]
+        return CriticStep(metrics, z.detach(), next_feats["z"])
 
 
 # --- the method -------------------------------------------------------------------------------
