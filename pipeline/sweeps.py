@@ -65,7 +65,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import io
+import os
 import re
 import shlex
 import subprocess
@@ -92,7 +94,10 @@ from pipeline.labels.cost import read_label_cost
 TEACHER_SECTIONS = ("env", "collect", "label", "policy_teachers")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # a git ref and a Hydra key segment
 KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")  # a segment of a params path
-STATES = ("done", "queued", "running", "failed", "stale", "missing")
+STATES = ("done", "queued", "running", "partial", "failed", "stale", "missing")
+# where `queue` tells its workers to keep the runs' resume states (VLMRL_RESUME_ROOT), outside
+# the work tree and DVC's per-experiment workspaces: a run killed with its machine goes on there
+DEFAULT_RESUME_ROOT = Path("~/.cache/vlmrl/resume")
 
 
 class SweepError(PipelineError, ValueError):
@@ -422,6 +427,7 @@ class Status:
     round_calls: int | None = None  # the teacher calls of a rounds cell's rounds (when done)
     teacher: dict[str, Any] | None = None  # a teacher experiment's metrics file (report, done)
     labels: dict[str, Any] | None = None  # what its label table paid (`label_cost`; report, done)
+    kept: bool = False  # done by the table's committed results (`--results`), not by DVC
 
 
 def _same(actual: Any, expected: Any) -> bool:
@@ -584,6 +590,99 @@ def all_statuses(
     return statuses(table, rows, cells, seeds) + teacher_statuses(table, rows, cells)
 
 
+# ---- what outlives a machine: committed results and resume states ---------------------------------
+
+
+def resume_root(path: str | Path | None = None) -> Path:
+    """The resume states' directory: `path`, else $VLMRL_RESUME_ROOT, else DEFAULT_RESUME_ROOT;
+    absolute (the workers run in other directories)."""
+    from pipeline.methods.base import RESUME_ROOT_ENV
+
+    chosen = path or os.environ.get(RESUME_ROOT_ENV) or DEFAULT_RESUME_ROOT
+    return Path(chosen).expanduser().resolve()
+
+
+def resume_progress(table: Table, root: Path) -> dict[tuple[str, int], tuple[int, int | None]]:
+    """(run, seed) -> (step reached, steps) of each resume state under `root` of the table's
+    runs (`<root>/<run>/<fingerprint>/state.json`, pipeline.methods.base.resume_for); a damaged
+    one is skipped (the run starts over from it anyway)."""
+    from pipeline.agents.resume import ResumeStateError, read_header, read_plain
+
+    out: dict[tuple[str, int], tuple[int, int | None]] = {}
+    for cell in table.cells:
+        for state in sorted((root / table.run(cell)).glob("*/state.json")):
+            try:
+                about = (read_header(state.parent) or {}).get("about") or {}
+                plain = read_plain(state.parent) or {}
+            except ResumeStateError:
+                continue
+            seed, step = about.get("seed"), plain.get("step")
+            if isinstance(seed, int) and isinstance(step, int):
+                key = (table.run(cell), seed)
+                if step > out.get(key, (-1, None))[0]:
+                    out[key] = (step, about.get("steps"))
+    return out
+
+
+def with_progress(
+    table: Table, found: list[Status], progress: Mapping[tuple[str, int], tuple[int, int | None]]
+) -> list[Status]:
+    """`found` with each unfinished experiment's resume state: a running one says its step; one
+    that no worker holds (missing, failed: its machine or worker stopped) is `partial`, and the
+    next `queue` goes on from there."""
+    out = []
+    for f in found:
+        at = progress.get((table.run(f.cell), f.seed)) if f.seed is not None else None
+        if at is None or f.state in ("done", "stale", "queued"):
+            out.append(f)
+            continue
+        where = f"at step {at[0]:,}" + (f" of {at[1]:,}" if at[1] else "") + " (resume state)"
+        state = "running" if f.state == "running" else "partial"
+        out.append(dataclasses.replace(f, state=state, why=where))
+    return out
+
+
+def committed(table: Table, results: Path) -> dict[str, Status]:
+    """The experiments that `results/results.json` (a report committed to git) holds as done
+    and that the table still gives the same params: by name. What a machine that stopped had
+    finished is kept there and never run again."""
+    import json
+
+    path = results / "results.json"
+    if not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+        old = Table.model_validate(raw["spec"])
+        experiments = [Status(**e) for e in raw["experiments"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SweepError(f"{path}: not a `vlmrl-sweep report` results file ({exc})") from exc
+    groups = table.teacher_groups()
+    out = {}
+    for e in experiments:
+        if e.state != "done" or e.cell not in table.cells or e.cell not in old.cells:
+            continue
+        if e.seed is None:
+            same = (
+                e.cell in groups
+                and e.cell in old.teacher_groups()
+                and (teacher_params(old, e.cell) == teacher_params(table, e.cell))
+            )
+        else:
+            same = e.seed in table.seeds and (
+                cell_params(old, e.cell, e.seed) == cell_params(table, e.cell, e.seed)
+            )
+        if same and (e.seed is None or old.metric == table.metric):
+            out[e.name] = dataclasses.replace(e, kept=True)
+    return out
+
+
+def with_committed(found: list[Status], kept: Mapping[str, Status]) -> list[Status]:
+    """`found` with each experiment that DVC does not hold as done replaced by its committed
+    result, where there is one."""
+    return [kept.get(f.name, f) if f.state != "done" else f for f in found]
+
+
 def count_line(found: Iterable[Status]) -> str:
     """How many experiments are in each state, e.g. `3 done, 2 queued`."""
     states = [f.state for f in found]
@@ -593,6 +692,7 @@ def count_line(found: Iterable[Status]) -> str:
 def format_status(table: Table, found: list[Status]) -> str:
     lines = [f"{f.name:48s} {f.state:8s} "
              + (f"{table.metric} {f.value:.4g}" if f.value is not None else f.why)
+             + (" (committed)" if f.kept else "")
              for f in found]  # fmt: skip
     lines.append(count_line(found))
     return "\n".join(lines)
@@ -615,14 +715,18 @@ def queue(
     cells: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
     force: bool = False,
+    kept: Mapping[str, Status] | None = None,
 ) -> list[Status]:
     """Queue every (cell, seed) that is not done (`force`: done ones too), queued or running;
-    a failed or stale experiment of that name is replaced; the teachers' experiments too. Returns
-    what was queued."""
+    a failed or stale experiment of that name is replaced; the teachers' experiments too. One
+    that `kept` (the committed results) holds is done. Returns what was queued."""
     queued = []
-    for status in all_statuses(table, settled_rows(repo), cells, seeds):
+    found = with_committed(all_statuses(table, settled_rows(repo), cells, seeds), kept or {})
+    for status in found:
         if status.state in ("queued", "running") or (status.state == "done" and not force):
             continue
+        if status.kept:  # --force: DVC has no experiment of that name to replace
+            status = dataclasses.replace(status, state="missing")
         if status.state != "missing":
             _run(["dvc", "exp", "remove", status.name], repo)
         if status.seed is None:
@@ -636,20 +740,91 @@ def queue(
 POLL_SHARE = 0.2  # wait: at most this share of one core goes to asking `dvc exp show`
 
 
-def start_workers(repo: Path, jobs: int) -> None:
+@dataclass(frozen=True)
+class Workers:
+    """How `queue` starts DVC's queue workers: background work that leaves the machine usable.
+    Each worker runs one experiment at a time at `nice` (low priority), with `threads` threads
+    for numpy / torch's thread pools (a table's cells set their own `threads` param as well), and
+    keeps its runs' resume states under `resume_root` (VLMRL_RESUME_ROOT), where a run killed
+    with its worker or its machine goes on from."""
+
+    resume_root: Path
+    nice: int = 10
+    threads: int = 1
+
+    def env(self) -> dict[str, str]:
+        from pipeline.methods.base import RESUME_ROOT_ENV
+
+        threads = str(self.threads)
+        return {
+            **os.environ, RESUME_ROOT_ENV: str(self.resume_root),
+            "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+        }  # fmt: skip
+
+
+def start_workers(repo: Path, jobs: int, workers: Workers | None = None) -> None:
     """`dvc queue start -j jobs`: starts the workers 1..jobs of `repo`'s queue that are not
-    running (DVC skips the live ones)."""
+    running (DVC skips the live ones), with `workers`' priority, threads and resume root."""
+    workers = workers or Workers(resume_root())
+    workers.resume_root.mkdir(parents=True, exist_ok=True)
     # not captured: the workers it starts keep its stdout open until they stop
     start = ["dvc", "queue", "start", "-j", str(jobs)]
-    if subprocess.run(start, cwd=repo, stdin=subprocess.DEVNULL).returncode:
+    done = subprocess.run(
+        start, cwd=repo, stdin=subprocess.DEVNULL, env=workers.env(),
+        preexec_fn=(lambda: os.nice(workers.nice)) if workers.nice else None,
+    )  # fmt: skip
+    if done.returncode:
         raise SweepError(f"{shlex.join(start)} (in {repo}) failed: see above")
 
 
-def wait(table: Table, repo: Path, every_s: float = 10.0, jobs: int = 0) -> list[Status]:
+@dataclass(frozen=True)
+class Keep:
+    """Where `wait` keeps the table's results as experiments land: `report --out results`'s
+    files, rewritten each time one more is done, and with `commit`, committed (those files
+    alone): a new machine keeps only what is committed."""
+
+    results: Path
+    commit: bool = False
+
+
+def keep_results(table: Table, table_path: Path, found: list[Status], repo: Path,
+                 keep: Keep) -> None:  # fmt: skip
+    """Write (and commit) the report of `found` to `keep.results`. A failed commit (another
+    git command holding the index) is said, not raised: the next experiment commits both."""
+    found = read_teachers(table, read_curves(table, found, repo), repo)
+    write_report(table, table_path, found, keep.results)
+    if not keep.commit:
+        return
+    done = sum(f.state == "done" for f in found)
+    message = f"Table {table.table}: {done} of {len(found)} experiments done (raw results)"
+    for args in (["git", "add", "--", str(keep.results)],
+                 ["git", "commit", "-q", "-m", message, "--", str(keep.results)]):  # fmt: skip
+        run = subprocess.run(args, cwd=repo, capture_output=True, text=True)
+        if run.returncode and "nothing to commit" not in run.stdout + run.stderr:
+            print(f"{time.strftime('%H:%M:%S')} {shlex.join(args)}: "
+                  f"{(run.stderr or run.stdout).strip()[:300]}", flush=True)  # fmt: skip
+            return
+
+
+def wait(
+    table: Table,
+    repo: Path,
+    every_s: float = 10.0,
+    jobs: int = 0,
+    *,
+    rev: str | None = None,
+    workers: Workers | None = None,
+    kept: Mapping[str, Status] | None = None,
+    keep: Keep | None = None,
+    table_path: Path | None = None,
+) -> list[Status]:
     """Until no experiment of the table is queued or running: one line each time the counts
     change. Driven by the queue's own progress (no time limit): a stuck worker shows as a count
     that stops moving, and `dvc queue status` / `dvc queue logs NAME` say why.
 
+    - `rev`: the commit the experiments were queued on (default: the one checked out), so that
+      commits made while they run (`keep`) do not hide them.
     - `dvc exp show` takes longer the more experiments a commit holds (3 s for 162 on an idle
       2-core machine, more while the workers hold the cores), so the pause between two asks is
       at least every_s and at least (1 / POLL_SHARE - 1) times the last ask: the workers keep
@@ -658,25 +833,34 @@ def wait(table: Table, repo: Path, every_s: float = 10.0, jobs: int = 0) -> list
       message of DVC's file broker (celery's "Unrecoverable error: JSONDecodeError",
       treeverse/dvc#7903): it finishes the experiment it holds, stops, and leaves the rest to
       the others. When two asks in a row find experiments queued and fewer than `jobs` running,
-      `start_workers` tops the workers up."""
+      `start_workers` tops the workers up.
+    - With `keep`, each time one more experiment is done, the report is written there (and
+      committed): each finished cell's raw results as it lands."""
     last = None
     short = 0  # asks in a row with experiments queued and fewer than `jobs` running
+    done_before = None
     while True:
         started = time.monotonic()
-        found = all_statuses(table, settled_rows(repo, every_s=every_s))
+        found = with_committed(
+            all_statuses(table, settled_rows(repo, rev, every_s=every_s)), kept or {}
+        )
         asked_s = time.monotonic() - started
         line = count_line(found)
         if line != last:
             print(f"{time.strftime('%H:%M:%S')} {table.table}: {line}", flush=True)
             last = line
         states = [f.state for f in found]
+        if keep is not None and table_path is not None:
+            if done_before is not None and states.count("done") > done_before:
+                keep_results(table, table_path, found, repo, keep)
+            done_before = states.count("done")
         if "queued" not in states and "running" not in states:
             return found
         short = short + 1 if jobs and "queued" in states and states.count("running") < jobs else 0
         if short >= 2:
             print(f"{time.strftime('%H:%M:%S')} {table.table}: fewer than {jobs} running with "
                   "experiments queued: starting the missing workers", flush=True)  # fmt: skip
-            start_workers(repo, jobs)
+            start_workers(repo, jobs, workers)
             short = 0
         time.sleep(max(every_s, asked_s * (1 / POLL_SHARE - 1)))
 
@@ -740,8 +924,11 @@ def read_curves(table: Table, found: list[Status], repo: Path) -> list[Status]:
         return found
     out = []
     for f in found:
-        if f.state != "done" or f.seed is None or table.cells[f.cell].rounds is not None:
-            out.append(f)  # a rounds cell's curve goes on in plots/rounds: no thresholds
+        if (f.state != "done" or f.seed is None or f.kept
+                or table.cells[f.cell].rounds is not None):  # fmt: skip
+            # a rounds cell's curve goes on in plots/rounds: no thresholds; a committed
+            # result holds what its report read
+            out.append(f)
             continue
         path = ""
         try:
@@ -782,7 +969,7 @@ def read_teachers(table: Table, found: list[Status], repo: Path) -> list[Status]
 
     out = []
     for f in found:
-        if f.state != "done" or f.seed is not None:
+        if f.state != "done" or f.seed is not None or f.kept:
             out.append(f)
             continue
         path = table.teacher_file(f.cell)
@@ -1005,6 +1192,28 @@ def main(argv: list[str] | None = None) -> int:
         "e.g. the commit they ran on when a later one changed only docs; repeatable, for a "
         "cell added on a later commit",
     )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="status / queue / report: the table's committed results directory (a report's "
+        "results.json): experiments done there count as done, and are never queued again; "
+        "queue --wait rewrites it each time one more lands (default for report: --out)",
+    )
+    parser.add_argument(
+        "--commit", action="store_true", help="queue --wait: git-commit --results as it changes"
+    )
+    parser.add_argument(
+        "--resume-root",
+        type=Path,
+        help="status / queue: the runs' resume states (default: $VLMRL_RESUME_ROOT, else "
+        f"{DEFAULT_RESUME_ROOT}); the workers keep them there",
+    )
+    parser.add_argument(
+        "--nice", type=int, default=10, help="queue: the workers' niceness (default 10)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="queue: each worker's BLAS/OpenMP threads (1)"
+    )
     parser.add_argument("--push", metavar="REMOTE", help="commands: push each experiment there")
     parser.add_argument(
         "--clone", metavar="URL", help="commands: each job clones URL at this commit first"
@@ -1042,19 +1251,30 @@ def main(argv: list[str] | None = None) -> int:
                 print(job_line(command, args.push, args.clone, rev) if args.push
                       else shlex.join(command))  # fmt: skip
             return 0
+        results = args.results or (args.out if args.command == "report" else None)
+        kept = committed(table, results) if results is not None else {}
+        root = resume_root(args.resume_root)
         if args.command == "queue":
-            queued = queue(table, args.repo, args.cell, args.seed, args.force)
+            if args.commit and args.results is None:
+                raise SweepError("--commit commits the --results directory: give --results DIR")
+            workers = Workers(root, args.nice, args.threads)
+            rev = _run(["git", "rev-parse", "HEAD"], args.repo).stdout.strip()
+            queued = queue(table, args.repo, args.cell, args.seed, args.force, kept)
             names = ", ".join(s.name for s in queued) or "every one is done or queued"
             print(f"queued {len(queued)} experiment(s): {names}")
             if args.jobs:
-                start_workers(args.repo, args.jobs)
+                start_workers(args.repo, args.jobs, workers)
             if args.wait:
-                wait(table, args.repo, jobs=args.jobs)
+                keep = Keep(args.results, args.commit) if args.results is not None else None
+                wait(table, args.repo, jobs=args.jobs, rev=rev, workers=workers, kept=kept,
+                     keep=keep, table_path=args.table)  # fmt: skip
             elif queued and not args.jobs:
                 print("run them: dvc queue start -j N (then `vlmrl-sweep status`)")
             return 0
         found = all_statuses(table, settled_rows(args.repo, args.rev), args.cell, args.seed)
+        found = with_committed(found, kept)
         if args.command == "status":
+            found = with_progress(table, found, resume_progress(table, root))
             print(format_status(table, found))
             return 0
         found = read_teachers(table, read_curves(table, found, args.repo), args.repo)

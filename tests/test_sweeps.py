@@ -274,7 +274,7 @@ def test_wait_starts_the_workers_again_when_fewer_than_jobs_run_with_work_queued
     started = []
     monkeypatch.setattr(sweeps, "settled_rows", lambda repo, rev=None, every_s=10.0: next(answers))
     monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
-    monkeypatch.setattr(sweeps, "start_workers", lambda repo, jobs: started.append(jobs))
+    monkeypatch.setattr(sweeps, "start_workers", lambda repo, jobs, *_: started.append(jobs))
     found = sweeps.wait(table, REPO, jobs=2)
     assert {f.state for f in found} == {"done"}
     assert started == [2]  # after the 4th and 5th asks, not after the 2nd alone
@@ -301,6 +301,94 @@ def test_each_experiment_is_done_stale_failed_queued_or_missing():
     assert [found[f"t-more-s{s}"].state for s in (0, 1, 2)] == ["queued", "running", "failed"]
     assert "no metrics/eval/t-more.json:return_mean" in found["t-more-s2"].why
     assert statuses(table, {}, ["more"], [7])[0].state == "missing"
+
+
+def test_a_run_killed_with_its_worker_is_partial_at_the_step_of_its_resume_state(
+    tmp_path, monkeypatch
+):
+    """With VLMRL_RESUME_ROOT (what `queue` gives its workers) a run's resume state lives under
+    `<root>/<run>/<fingerprint>/`, found from any workspace; two seeds of one cell never share
+    one; `status` reads the step each reached: an experiment that no worker holds any more is
+    `partial` there, a running one says how far it is."""
+    from pipeline.methods.base import RESUME_ROOT_ENV, TrainError, resume_for
+    from pipeline.sweeps import resume_progress, with_progress
+
+    table = Table.model_validate(TABLE)
+    root = tmp_path / "root"
+    monkeypatch.setenv(RESUME_ROOT_ENV, str(root))
+    saved = {}
+    for seed, step in ((0, 40), (1, 70)):
+        material = {"run": table.run("base"), "train": {"seed": seed, "steps": 100}}
+        resume = resume_for(".resume/" + table.run("base"), 10, material)
+        assert resume.directory.parent == root / table.run("base")
+        resume.save({"step": step, "curve": []})
+        saved[seed] = resume.directory
+    assert saved[0] != saved[1]
+    progress = resume_progress(table, root)
+    assert progress == {("t-base", 0): (40, 100), ("t-base", 1): (70, 100)}
+    rows = [_row(table, "base", 0, None, state="Failed"), _row(table, "base", 1, None,
+                                                                state="Running")]  # fmt: skip
+    found = with_progress(table, statuses(table, {r["Experiment"]: r for r in rows}), progress)
+    by_name = {f.name: f for f in found}
+    assert (
+        by_name["t-base-s0"].state == "partial" and "at step 40 of 100" in by_name["t-base-s0"].why
+    )
+    assert by_name["t-base-s1"].state == "running" and "at step 70" in by_name["t-base-s1"].why
+    assert by_name["t-base-s2"].state == "missing"  # no state: nothing to go on from
+    monkeypatch.setenv(RESUME_ROOT_ENV, "relative/dir")
+    with pytest.raises(TrainError, match="absolute"):
+        resume_for(".resume/x", 10, {"run": "x"})
+
+
+def test_committed_results_are_done_and_never_queued_again_unless_the_table_changed(
+    tmp_path, monkeypatch
+):
+    """A machine keeps only what is committed: the experiments a committed report holds as done
+    count as done in status, queue and report while the table gives them the same params."""
+    import pipeline.sweeps as sweeps
+    from pipeline.sweeps import committed, queue, with_committed, write_report
+
+    table = Table.model_validate(TABLE)
+    done = [dataclasses.replace(f, state="done", value=float(f.seed), rev="abc")
+            for f in statuses(table, {}) if f.cell == "base"]  # fmt: skip
+    results = tmp_path / "results"
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(TABLE))
+    write_report(table, tmp_path / "t.yaml", done, results)
+    kept = committed(table, results)
+    assert sorted(kept) == ["t-base-s0", "t-base-s1", "t-base-s2"]
+    assert all(k.kept and k.state == "done" for k in kept.values())
+    found = with_committed(statuses(table, {}), kept)
+    assert [f.state for f in found] == ["done"] * 3 + ["missing"] * 3
+    monkeypatch.setattr(sweeps, "settled_rows", lambda repo, rev=None: {})
+    ran = []
+    monkeypatch.setattr(sweeps, "_run", lambda args, repo: ran.append(args))
+    queued = queue(table, REPO, kept=kept)
+    assert [q.name for q in queued] == ["t-more-s0", "t-more-s1", "t-more-s2"]
+    # a cell whose params changed since is not kept: it runs again
+    changed = {**TABLE, "cells": {**TABLE["cells"], "base": {
+        "train": {"env": "E-v0", "method": "sac", "steps": 200}}}}  # fmt: skip
+    assert committed(Table.model_validate(changed), results) == {}
+    (results / "results.json").write_text("{}")
+    with pytest.raises(SweepError, match=r"results\.json"):
+        committed(table, results)
+
+
+def test_queue_workers_run_at_low_priority_one_thread_with_the_resume_root(tmp_path, monkeypatch):
+    import pipeline.sweeps as sweeps
+    from pipeline.methods.base import RESUME_ROOT_ENV
+
+    calls = []
+    monkeypatch.setattr(
+        sweeps.subprocess, "run",
+        lambda args, **kw: calls.append((args, kw)) or dataclasses.make_dataclass(
+            "Done", [("returncode", int)])(0),
+    )  # fmt: skip
+    sweeps.start_workers(REPO, 2, sweeps.Workers(tmp_path / "states", nice=7, threads=1))
+    ((args, kw),) = calls
+    assert args == ["dvc", "queue", "start", "-j", "2"]
+    assert kw["env"][RESUME_ROOT_ENV] == str(tmp_path / "states")
+    assert kw["env"]["OMP_NUM_THREADS"] == "1" and kw["preexec_fn"] is not None
+    assert (tmp_path / "states").is_dir()
 
 
 TEACHERS = {
