@@ -163,6 +163,39 @@ def welch_p(a: SeedSummary, b: SeedSummary) -> float | None:
     return None if np.isnan(p) else p
 
 
+def fisher_p(
+    successes: tuple[int, int], others: tuple[int, int], alternative: str = "greater"
+) -> float:
+    """Fisher's exact test on two (successes, n) counts, e.g. seeds at the flag: the p-value of
+    the first having the greater success rate (`greater`) or a different one (`two-sided`)."""
+    from scipy import stats
+
+    (k1, n1), (k2, n2) = successes, others
+    return float(stats.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]], alternative).pvalue)
+
+
+def mann_whitney_p(x: list[float], y: list[float], alternative: str = "greater") -> float | None:
+    """The Mann-Whitney U test's p-value (exact where scipy can, i.e. without ties at small n),
+    x against y; None where either has fewer than two values."""
+    from scipy import stats
+
+    if len(x) < 2 or len(y) < 2:
+        return None
+    return float(stats.mannwhitneyu(x, y, alternative=alternative).pvalue)
+
+
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of a family of p-values (None: not tested, left out of the
+    family): adjusted p_(i) = max over j <= i of min(1, (m - j + 1) p_(j)), sorted ascending."""
+    tested = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    out: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p))
+        out[i] = running
+    return out
+
+
 def format_table(summaries: list[SeedSummary], metric: str, baseline: str | None = None) -> str:
     """One line per (configuration, run); with `baseline`, each other run's Welch p-value against
     the baseline run of its configuration."""

@@ -145,6 +145,40 @@ class Cell(BaseModel):
         return train
 
 
+class Preregistration(BaseModel):
+    """What a table tests, written before any seed runs (its commit is the date): the report
+    computes exactly these comparisons, Holm-adjusted over the family."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hypothesis: str = Field(description="the claim the table can refute, in words")
+    primary: str = Field(description="the primary metric, in words")
+    test: Literal["fisher", "mannwhitney"] = Field(
+        description="`fisher`: Fisher's exact test on the seeds whose metric reaches `success`; "
+        "`mannwhitney`: the Mann-Whitney U test on the per-seed metric"
+    )
+    success: float | None = Field(
+        default=None, description="fisher: a seed succeeds when its metric is >= this"
+    )
+    alternative: Literal["greater", "two-sided"] = Field(
+        default="greater", description="one-sided (the cell above the other) or two-sided"
+    )
+    alpha: float = Field(default=0.05, gt=0, lt=1, description="family-wise error rate (Holm)")
+    comparisons: list[tuple[str, str]] = Field(
+        min_length=1, description="(cell, against): the pre-registered family"
+    )
+    secondary: list[str] = Field(
+        default_factory=list,
+        description="secondary outcomes, in words (the report adds Mann-Whitney on the metric)",
+    )
+
+    @model_validator(mode="after")
+    def _success_for_fisher(self) -> Preregistration:
+        if self.test == "fisher" and self.success is None:
+            raise ValueError("test fisher counts seeds that reach `success`: give success")
+        return self
+
+
 class Table(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -178,6 +212,9 @@ class Table(BaseModel):
         description="params' `teacher_eval` section of the table's teacher experiments (one per "
         "labelling teacher the cells use, reproducing `teacher_eval@<env>`); none without it",
     )
+    preregistered: Preregistration | None = Field(
+        default=None, description="the hypothesis, primary metric, test and alpha (report)"
+    )
 
     @model_validator(mode="after")
     def _names(self) -> Table:
@@ -193,6 +230,11 @@ class Table(BaseModel):
             raise ValueError(f"control {self.control!r} is not a cell: {sorted(self.cells)}")
         for cell in self.cells:
             _leaves(cell_params(self, cell, self.seeds[0]))  # every key a params path
+        if self.preregistered is not None:
+            for pair in self.preregistered.comparisons:
+                unknown = [c for c in pair if c not in self.cells]
+                if unknown:
+                    raise ValueError(f"preregistered comparison {list(pair)}: {unknown} not cells")
         return self
 
     def run(self, cell: str) -> str:
@@ -1065,6 +1107,60 @@ def _steps_cell(found: list[Status], cell: str, threshold: str) -> str:
     return f"{'never' if median is None else f'{median:,}'} [{reached}/{len(values)}]"
 
 
+def format_preregistered(table: Table, cells: Mapping[str, SeedSummary]) -> list[str]:
+    """The pre-registered family: each comparison's test, raw and Holm-adjusted p, and the
+    decision at alpha; then Mann-Whitney on the metric for each pair (secondary, Holm too)."""
+    from pipeline.experiments import fisher_p, holm, mann_whitney_p
+
+    pre = table.preregistered
+    if pre is None:
+        return []
+    rows, primary, secondary = [], [], []
+    for cell, against in pre.comparisons:
+        a, b = cells.get(cell), cells.get(against)
+        x = list(a.per_seed().values()) if a else []
+        y = list(b.per_seed().values()) if b else []
+        if pre.test == "fisher" and x and y:
+            k = (sum(v >= pre.success for v in x), len(x))
+            m = (sum(v >= pre.success for v in y), len(y))
+            primary.append(fisher_p(k, m, pre.alternative))
+            shown = f"{k[0]}/{k[1]} vs {m[0]}/{m[1]}"
+        else:
+            primary.append(mann_whitney_p(x, y, pre.alternative) if x and y else None)
+            shown = f"n {len(x)} vs {len(y)}"
+        secondary.append(mann_whitney_p(x, y, pre.alternative) if x and y else None)
+        rows.append((cell, against, shown, min(len(x), len(y))))
+    adjusted, adjusted_mw = holm(primary), holm(secondary)
+    what = (f"seeds with {table.metric} >= {pre.success:g}, Fisher's exact test"
+            if pre.test == "fisher" else f"{table.metric}, Mann-Whitney U")  # fmt: skip
+    lines = [
+        "",
+        f"Pre-registered ({pre.alternative}, alpha {pre.alpha:g}, Holm over "
+        f"{len(pre.comparisons)}): {pre.hypothesis}",
+        f"Primary: {pre.primary} ({what}).",
+        "",
+        "| cell | against | primary | p | Holm p | at alpha | Mann-Whitney p (Holm) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (cell, against, shown, n), p, q, mw, mwq in zip(
+        rows, primary, adjusted, secondary, adjusted_mw, strict=True
+    ):
+        decision = (
+            "" if q is None else ("detected" if q <= pre.alpha else f"not detected at n = {n}")
+        )
+        lines.append(
+            f"| {cell} | {against} | {shown} | {_p(p)} | {_p(q)} | {decision} | "
+            f"{_p(mw)} ({_p(mwq)}) |"
+        )
+    if pre.secondary:
+        lines.append("Secondary: " + "; ".join(pre.secondary) + ".")
+    return lines
+
+
+def _p(p: float | None) -> str:
+    return "" if p is None else f"{p:.2g}"
+
+
 def format_report(table: Table, found: list[Status]) -> str:
     """The table as markdown: n, mean +- std (ddof 1), Welch p against the control, steps to
     each threshold (when read), per seed."""
@@ -1093,6 +1189,7 @@ def format_report(table: Table, found: list[Status]) -> str:
             reach += f"{np.mean(calls):.0f} | " if calls else "0 | "
         lines.append(f"| {cell} | {s.n} | {s.mean:.1f} +- {std} | "
                      f"{'' if p is None else f'{p:.2g}'} | {reach}{seeds} |")  # fmt: skip
+    lines += format_preregistered(table, cells)
     lines += format_diagnostics(table, found)
     lines += format_teachers(table, found)
     left = [f for f in found if f.state != "done"]

@@ -902,3 +902,45 @@ def test_a_report_names_its_table_by_its_path_in_its_repository(tmp_path):
     (tmp_path / "lab" / ".git").mkdir(parents=True)
     (tmp_path / "lab" / "t").mkdir()
     assert repo_path(tmp_path / "lab" / "t" / "x.yaml") == "t/x.yaml"
+
+
+def test_holm_adjusts_the_family_step_down_and_leaves_untested_out():
+    from pipeline.experiments import holm
+
+    assert holm([0.01, 0.04, 0.03, None]) == pytest.approx([0.03, 0.06, 0.06, None])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []
+
+
+def test_the_report_runs_the_preregistered_family_with_fisher_and_holm():
+    """5/5 seeds at the flag against 0/5: Fisher's one-sided p = 1/252 (0.004), Holm over the
+    two comparisons doubles the smaller; a pair without a difference is `not detected at n`."""
+    spec = {
+        **TABLE,
+        "seeds": [0, 1, 2, 3, 4],
+        "cells": {**TABLE["cells"], "bad": TABLE["cells"]["base"]},
+        "preregistered": {
+            "hypothesis": "more beats base",
+            "primary": "seeds at the flag",
+            "test": "fisher",
+            "success": 80.0,
+            "comparisons": [["more", "base"], ["bad", "base"]],
+        },
+    }
+    table = Table.model_validate(spec)
+    values = {"more": [93.0, 94.0, 92.0, 95.0, 91.0], "base": [-5.0, 0.0, 10.0, -1.0, 3.0],
+              "bad": [0.0, 2.0, -4.0, 85.0, 1.0]}  # fmt: skip
+    found = [dataclasses.replace(f, state="done", value=values[f.cell][f.seed])
+             for f in statuses(table, {})]  # fmt: skip
+    text = format_report(table, found)
+    p = stats.fisher_exact([[5, 0], [0, 5]], "greater").pvalue
+    q = stats.fisher_exact([[1, 4], [0, 5]], "greater").pvalue
+    assert "Holm over 2): more beats base" in text
+    assert f"| more | base | 5/5 vs 0/5 | {p:.2g} | {2 * p:.2g} | detected |" in text
+    assert f"| bad | base | 1/5 vs 0/5 | {q:.2g} | {q:.2g} | not detected at n = 5 |" in text
+    with pytest.raises(ValueError, match="success"):
+        Table.model_validate({**spec, "preregistered": {**spec["preregistered"], "success": None}})
+    with pytest.raises(ValueError, match="not cells"):
+        Table.model_validate(
+            {**spec, "preregistered": {**spec["preregistered"], "comparisons": [["x", "base"]]}}
+        )
