@@ -529,8 +529,49 @@ def exp_rows(repo: Path, rev: str | Sequence[str] | None = None) -> dict[str, di
                 "up lists it for a moment as queued and running): if it stays, remove one "
                 "(dvc exp remove) or read one commit"
             )
+        if row.get("State") == "Running" and orphaned(repo, str(row.get("rev"))):
+            row = {**row, "State": ORPHANED}
         out[str(name)] = row
     return out
+
+
+ORPHANED = "Orphaned"  # DVC says Running; the process it recorded is gone
+ORPHANED_WHY = "its process died with its worker or machine: `queue` runs it again"
+
+
+def orphaned(repo: Path, rev: str) -> bool:
+    """Whether the experiment task `rev` (a queued stash commit) that DVC lists as running has
+    lost its process: the pid DVC's task runner recorded (`.dvc/tmp/exps/run/<rev>/<rev>.json`)
+    is not alive and no return code was written. A SIGKILLed worker, or a machine that stopped,
+    leaves its task so; DVC keeps showing it as running."""
+    import json
+
+    for info in (repo / ".dvc" / "tmp" / "exps" / "run").glob(f"{rev}*/{rev}*.json"):
+        try:
+            proc = json.loads(info.read_text())
+        except (OSError, ValueError):
+            continue
+        pid = proc.get("pid") if isinstance(proc, dict) else None
+        if not isinstance(pid, int) or proc.get("returncode") is not None:
+            continue
+        return not _alive(pid)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs: it exists and is not a zombie (a killed process whose parent
+    died too waits for a reaper, which a container's init may be slow to be)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: trust the signal
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def settled_rows(
@@ -554,6 +595,8 @@ def _unfinished(
     rev, state = str(row.get("rev")), row.get("State")
     if state in ("Queued", "Running"):
         return Status(cell, seed, name, state.lower(), rev)
+    if state == ORPHANED:
+        return Status(cell, seed, name, "failed", rev, why=ORPHANED_WHY)
     # no state: a committed experiment that no local queue ran (`dvc exp pull`)
     if state not in ("Success", None):
         return Status(cell, seed, name, "failed", rev,
@@ -769,7 +812,10 @@ def queue(
             continue
         if status.kept:  # --force: DVC has no experiment of that name to replace
             status = dataclasses.replace(status, state="missing")
-        if status.state != "missing":
+        if status.why == ORPHANED_WHY:  # DVC's task of a dead process: kill, then remove it
+            _run(["dvc", "queue", "kill", str(status.rev)], repo)
+            _run(["dvc", "queue", "remove", str(status.rev)], repo)
+        elif status.state != "missing":
             _run(["dvc", "exp", "remove", status.name], repo)
         if status.seed is None:
             _run(teacher_command(table, status.cell, queue=True), repo)

@@ -3,6 +3,7 @@
 import dataclasses
 import shlex
 import shutil
+import time
 
 import numpy as np
 import polars as pl
@@ -944,3 +945,132 @@ def test_the_report_runs_the_preregistered_family_with_fisher_and_holm():
         Table.model_validate(
             {**spec, "preregistered": {**spec["preregistered"], "comparisons": [["x", "base"]]}}
         )
+
+
+TOY_RESUMING_TRAIN = """
+import json, os, sys, time
+from pathlib import Path
+import yaml
+from pipeline.methods.base import resume_for
+run = sys.argv[1]
+p = yaml.safe_load(open("params.yaml"))
+cfg = p["train"][run]
+resume = resume_for(f".resume/{run}", 1, {"run": run, "train": cfg})
+state = resume.load() or {"step": 0, "total": 0, "started_at": []}
+state["started_at"] = state["started_at"] + [state["step"]]
+while state["step"] < cfg["steps"]:
+    state["step"] += 1
+    state["total"] += state["step"] * (cfg["seed"] + 1)
+    resume.save(state)
+    # the test's gate: after step 2 the run waits until the test lets it go on
+    while state["step"] == 2 and not os.path.exists(os.environ["TOY_GO"]):
+        time.sleep(0.2)
+resume.clear()
+os.makedirs("models", exist_ok=True)
+Path(f"models/{run}.txt").write_text(json.dumps(state))
+"""
+TOY_RESUMING_EVALUATE = """
+import json, os, sys
+run = sys.argv[1]
+state = json.load(open(f"models/{run}.txt"))
+os.makedirs("metrics/eval", exist_ok=True)
+json.dump({"return_mean": float(state["total"]), "started_at": state["started_at"]},
+          open(f"metrics/eval/{run}.json", "w"))
+"""
+
+
+@pytest.mark.slow  # a DVC project, queue workers killed and started again: about a minute
+def test_a_killed_queue_goes_on_from_each_runs_resume_state(tmp_path, monkeypatch, capsys, request):
+    """The machine stops in the middle of a table: every process of the queue is SIGKILLed once
+    the run has saved its state (driven by its progress, not by a clock). `status` reads the
+    run as partial at its step; `queue` again runs it from there, to the value an uninterrupted
+    run gives, and `--results` keeps it: the next `queue` finds nothing to do."""
+    import contextlib
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from pipeline.agents.resume import read_plain
+
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    (tmp_path / "gitconfig").write_text("[user]\n\temail = t@example.com\n\tname = t\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
+    go = tmp_path / "go"
+    monkeypatch.setenv("TOY_GO", str(go))
+    root = tmp_path / "states"
+
+    def run(cwd, *cmd):
+        return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+    here = tmp_path / "here"
+
+    def kill_all() -> list[int]:
+        """SIGKILL every process whose working directory is in the project (the queue's
+        workers in it, each experiment in its workspace under .dvc/tmp/exps)."""
+        killed = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                continue
+            if cwd.startswith(str(here)) and int(pid) != os.getpid():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed.append(int(pid))
+        return killed
+
+    request.addfinalizer(kill_all)  # no worker outlives the test, whatever it asserts
+    here.mkdir()
+    (here / "train.py").write_text(TOY_RESUMING_TRAIN)
+    (here / "evaluate.py").write_text(TOY_RESUMING_EVALUATE)
+    (here / "dvc.yaml").write_text(TOY_DVC.split("  teacher_eval:")[0].replace(
+        "      plots:\n        - plots/train/${key}\n", ""))  # fmt: skip
+    (here / "params.yaml").write_text("scale: 1\ntrain:\n  base: {env: E-v0, steps: 4, seed: 0}\n")
+    (here / ".gitignore").write_text("models/\n")
+    spec = {"table": "toy", "seeds": [1],
+            "cells": {"a": {"train": {"env": "E-v0", "method": "toy", "steps": 4}}}}  # fmt: skip
+    table = tmp_path / "toy.yaml"
+    table.write_text(yaml.safe_dump(spec))
+    for cmd in (("git", "init", "-q", "-b", "main"), ("dvc", "init", "-q"),
+                ("git", "add", "-A"), ("git", "commit", "-qm", "baseline")):  # fmt: skip
+        run(here, *cmd)
+    common = ["--repo", str(here), "--resume-root", str(root)]
+    assert main(["queue", str(table), *common, "--jobs", "1"]) == 0
+    state_dir = root / "toy-a"
+    while not any(state_dir.glob("*/state.json")):  # the run's own progress: its first state
+        time.sleep(0.2)
+    while read_plain(next(state_dir.glob("*/state.json")).parent)["step"] != 2:
+        time.sleep(0.2)
+    # the machine stops: every process working in the project dies at once
+    killed = kill_all()
+    assert killed
+    # as after a restart, none of them is left, not even as a zombie waiting for init's reaping
+    while any(os.path.exists(f"/proc/{pid}") for pid in killed):
+        time.sleep(0.2)
+    capsys.readouterr()
+    assert main(["status", str(table), *common]) == 0
+    out = capsys.readouterr().out
+    assert "partial  at step 2 of 4 (resume state)" in out, out  # DVC: still "Running"
+
+    go.write_text("")  # the next day: the run may go on
+    results = tmp_path / "results"
+    assert main(["queue", str(table), *common, "--jobs", "1", "--wait",
+                 "--results", str(results)]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "1 done" in out, out
+    raw = json.loads((results / "results.json").read_text())
+    (done,) = [e for e in raw["experiments"] if e["name"] == "toy-a-s1"]
+    assert done["value"] == 2 * (1 + 2 + 3 + 4)  # the uninterrupted run's total, seed 1
+    from dvc.api import DVCFileSystem
+
+    metrics = json.loads(DVCFileSystem(str(here), rev=done["rev"]).read_text(
+        "metrics/eval/toy-a.json"))  # fmt: skip
+    assert metrics["started_at"] == [0, 2]  # killed at step 2, went on from there
+    assert not any(state_dir.glob("*/state.json"))  # a finished run leaves no state
+    # a new machine: no DVC experiment, the committed results say it is done
+    run(here, "dvc", "exp", "remove", "--all-commits")
+    assert main(["queue", str(table), *common, "--results", str(results)]) == 0
+    assert "queued 0 experiment(s)" in capsys.readouterr().out
