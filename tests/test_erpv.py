@@ -393,6 +393,26 @@ def test_gate_scalings():
     assert torch.equal(vpg_gate(q_v3, q_r3, "none"), torch.ones(2))
 
 
+def test_the_gate_controls_random_and_mean_keep_no_selection():
+    """`random` (the paper's RSF: Q_f randomly generated) draws Q_f ~ U[0, 1] from torch's RNG,
+    whatever the critics say; `mean` gives every row the per_critic gate's batch mean: the same
+    total weight on L_V without choosing rows."""
+    from pipeline.methods.erpv import vpg_gate
+
+    q_v, q_r = torch.tensor([3.0, 1.0, 2.0, 0.0]), torch.tensor([0.0, 2.0, 1.0, 3.0])
+    gate = vpg_gate(q_v, q_r, "per_critic")
+    mean = vpg_gate(q_v, q_r, "mean")
+    torch.testing.assert_close(mean, gate.mean().expand(4))
+    assert mean.sum() == pytest.approx(gate.sum().item()) and len(set(mean.tolist())) == 1
+    torch.manual_seed(3)
+    first = vpg_gate(q_v, q_r, "random")
+    torch.manual_seed(3)
+    assert torch.equal(first, vpg_gate(q_v, q_r, "random"))  # reproducible from the seed
+    torch.manual_seed(3)
+    torch.testing.assert_close(first, torch.rand(4))
+    assert (first >= 0).all() and (first < 1).all()
+
+
 def test_ver_target_readings():
     from pipeline.methods.erpv import ver_target
 

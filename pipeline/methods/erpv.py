@@ -86,12 +86,15 @@ class ERPvParams(SACParams):
     confidence_eps: float = Field(
         default=1e-6, gt=0, description="Floor of eq. 14's denominator (L_T): keeps G finite."
     )
-    gate_scaling: Literal["per_critic", "joint", "none"] = Field(
+    gate_scaling: Literal["per_critic", "joint", "none", "random", "mean"] = Field(
         default="per_critic",
         description="How sec. 3.3 step 3 scales Q_v and Q_r before the gate Q_f = max(0, Q_v - "
         "Q_r): `per_critic` min-max scales each over the labelled rows (our reading of the text; "
         "it compares ranks under two critics, not a_v with a_r); `joint` uses one min and max over "
-        "both critics' values; `none` drops the gate, Q_f = 1 (table 3's M2, w/o Q_f).",
+        "both critics' values; `none` drops the gate, Q_f = 1 (table 3's M2, w/o Q_f). Controls: "
+        "`random`, Q_f ~ U[0, 1] per row (the paper's RSF baseline, 'Q_f randomly generated'); "
+        "`mean`, every row weighed by the batch mean of the per_critic gate (its total weight "
+        "without its selection).",
     )
     vpg_weight: Literal["fixed", "q_scaled"] = Field(
         default="fixed",
@@ -130,16 +133,21 @@ def minmax_scale(q: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return (q - lo) / (hi - lo).clamp_min(eps)
 
 
-GateScaling = Literal["per_critic", "joint", "none"]
+GateScaling = Literal["per_critic", "joint", "none", "random", "mean"]
 
 
 def vpg_gate(q_v: torch.Tensor, q_r: torch.Tensor, scaling: GateScaling) -> torch.Tensor:
     """Q_f = max(0, scale(Q_v) - scale(Q_r)) (sec. 3.3 steps 3-4), (N,), without gradient.
     `per_critic`: each of Q_v, Q_r min-max scaled over the rows on its own; `joint`: both by one
     min and max over the two critics' values, so Q_f > 0 exactly where Q_v > Q_r; `none`: no gate,
-    Q_f = 1 (table 3's M2)."""
+    Q_f = 1 (table 3's M2); `random`: Q_f ~ U[0, 1] (RSF, sec. 4.1's control, from torch's RNG);
+    `mean`: the per_critic gate's batch mean on every row (its weight, not its selection)."""
     if scaling == "none":
         return torch.ones_like(q_v)
+    if scaling == "random":
+        return torch.rand_like(q_v)
+    if scaling == "mean":
+        return vpg_gate(q_v, q_r, "per_critic").mean().expand_as(q_v).clone()
     if scaling == "joint":
         lo = torch.minimum(q_v.min(), q_r.min())
         span = (torch.maximum(q_v.max(), q_r.max()) - lo).clamp_min(1e-8)
