@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import yaml
@@ -218,7 +219,9 @@ def test_a_killed_critic_pretraining_resumes_to_the_uninterrupted_result(pipelin
 def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp_path):
     """ERPv with lambda_1 = lambda_2 = 0 trains the same weights, byte for byte, as SAC reading
     the same labelled dataset at the same offline fraction (sac-offline): the control that
-    isolates what the labels add. The gate diagnostics are computed and logged all the same."""
+    isolates what the labels add. The gate diagnostics are computed and logged all the same.
+    The identity is not vacuous: the weights left their initialisation, and with lambda_1 > 0
+    (the positive control) they differ."""
     from pathlib import Path
 
     from safetensors.torch import load_file
@@ -245,6 +248,8 @@ def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp
                                 overrides={"offline_fraction": hp.offline_fraction}),
         "erpv-l0": TrainRun(env=ENV, method="erpv", steps=250, seed=5,
                             overrides={"lambda_1": 0.0, "lambda_2": 0.0}),
+        "erpv-l10": TrainRun(env=ENV, method="erpv", steps=250, seed=5,
+                             overrides={"lambda_1": 10.0, "lambda_2": 0.0}),
     }  # fmt: skip
     tensors, logs = {}, {}
     for name, run in runs.items():
@@ -255,6 +260,24 @@ def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp
     assert tensors["sac-offline"].keys() == tensors["erpv-l0"].keys()
     for key, value in tensors["sac-offline"].items():
         assert value.numpy().tobytes() == tensors["erpv-l0"][key].numpy().tobytes(), key
+    # the actor trained: its weights left their initialisation (an untrained agent, same seed)
+    from pipeline.agents.checkpoint import module_tensors
+
+    fresh = result.agent.__class__(
+        result.agent.obs_shape, gym.spaces.Box(result.agent.scale.low_np,
+                                               result.agent.scale.high_np),
+        result.agent.cfg, critic, seed=5,
+    )  # fmt: skip
+    init = module_tensors(fresh._modules())
+    moved = [k for k, v in init.items() if k.startswith("actor.")
+             and v.numpy().tobytes() != tensors["erpv-l0"][k].numpy().tobytes()]  # fmt: skip
+    assert moved, "no actor weight moved in 250 steps"
+    # the positive control: VPG's term with weight changes the actor
+    assert any(
+        tensors["erpv-l10"][k].numpy().tobytes() != tensors["erpv-l0"][k].numpy().tobytes()
+        for k in tensors["erpv-l0"]
+        if k.startswith("actor.")
+    )
     logged = set().union(*(row.keys() for row in logs["erpv-l0"]))
     assert {"vpg/gate_open", "vpg/zeros/gate_open", "vpg/own/gate_open", "guidance/ratio"} <= logged
 
