@@ -840,6 +840,13 @@ class Workers:
     nice: int = 10
     threads: int = 1
 
+    def lower_priority(self) -> None:
+        """In the child before it runs: niceness `nice` whatever the caller's (a poller run at
+        nice 19 must not lend its workers a lower priority than its own)."""
+        current = os.nice(0)
+        if self.nice > current:
+            os.nice(self.nice - current)
+
     def env(self) -> dict[str, str]:
         from pipeline.methods.base import RESUME_ROOT_ENV
 
@@ -860,7 +867,7 @@ def start_workers(repo: Path, jobs: int, workers: Workers | None = None) -> None
     start = ["dvc", "queue", "start", "-j", str(jobs)]
     done = subprocess.run(
         start, cwd=repo, stdin=subprocess.DEVNULL, env=workers.env(),
-        preexec_fn=(lambda: os.nice(workers.nice)) if workers.nice else None,
+        preexec_fn=workers.lower_priority,
     )  # fmt: skip
     if done.returncode:
         raise SweepError(f"{shlex.join(start)} (in {repo}) failed: see above")
