@@ -199,6 +199,20 @@ def test_request_carries_the_frame_and_a_json_schema(scripted_server, prompt):
     assert request["temperature"] == 0.0 and reply.text == '{"milestone": "BOTTOM"}'
 
 
+def test_requests_log_no_info_line_each(scripted_server, prompt, caplog):
+    """The HTTP client's one INFO line per request (httpx, or httpx2 that openai may bring)
+    stays out of a label run's output: 3 requests, no INFO record from either logger."""
+    import logging
+
+    url, handler = scripted_server
+    handler.script = [(0, 200, "milestone: GOAL")] * 3
+    with caplog.at_level(logging.INFO):
+        _teacher(url).answer([prompt, prompt, prompt])
+    assert len(handler.seen) >= 3
+    noisy = [r for r in caplog.records if r.name.split(".")[0] in ("httpx", "httpx2")]
+    assert not [r for r in noisy if r.levelno < logging.WARNING]
+
+
 def test_retries_with_backoff_then_succeeds(scripted_server, prompt):
     url, handler = scripted_server
     handler.script = [(0, 503, ""), (0, 200, "milestone: GOAL")]

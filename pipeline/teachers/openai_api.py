@@ -36,7 +36,10 @@ from pipeline.labels.tasks import Prompt
 from pipeline.teachers.base import Reply, TeacherUnavailableError
 
 log = logging.getLogger(__name__)
-logging.getLogger("httpx").setLevel(logging.WARNING)  # not one INFO line per request
+# not one INFO line per request, whichever HTTP client the openai package brings (httpx, or its
+# fork httpx2, which logs under its own name)
+for _client in ("httpx", "httpx2"):
+    logging.getLogger(_client).setLevel(logging.WARNING)
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 API_KEY_REDACTED = "<api key>"
