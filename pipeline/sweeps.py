@@ -1411,7 +1411,7 @@ def main(argv: list[str] | None = None) -> int:
             rev = _run(["git", "rev-parse", "HEAD"], args.repo).stdout.strip()
             queued = queue(table, args.repo, args.cell, args.seed, args.force, kept)
             names = ", ".join(s.name for s in queued) or "every one is done or queued"
-            print(f"queued {len(queued)} experiment(s): {names}")
+            print(f"queued {len(queued)} experiment(s): {names}", flush=True)
             if args.jobs:
                 start_workers(args.repo, args.jobs, workers)
             if args.wait:

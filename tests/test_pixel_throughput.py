@@ -43,7 +43,7 @@ def _rows(capsys, *extra: str) -> dict[str, str]:
     }
 
 
-EAGER = {"reference DrQ (K=M=1)", "ours: drq", "ours: drq, actor on the critic's features",
+EAGER = {"reference DrQ (K=M=1)", "reference DrQ-v2", "ours: drq", "ours: drq, actor on the critic's features",
          "ours: sac + DeepMDP", "ours: erpv (VPG + VER)", "ours: semore m4"}  # fmt: skip
 
 
