@@ -380,3 +380,24 @@ def test_a_served_teacher_needs_no_reliability_or_seed():
     )
     assert (served.reliability, served.seed) == (1.0, 0)
     assert TeacherConfig.model_validate({"backend": "hf", "hf": {"model": "m"}}).seed == 0
+
+
+@pytest.mark.parametrize("bad", ["../../x", "a/b", "..", "a\nb", "x\n", "-x"])
+def test_env_ids_and_run_names_are_one_safe_path_part(bad):
+    """An env id names data/rollouts/<env>, a run models/<run>: one that climbs out (`..`), has a
+    slash or a newline is refused by the gate, naming the section and what to use."""
+    import yaml
+
+    from pipeline.config import ConfigError, parse_params
+    from tests.conftest import REPO
+
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    env_raw = {**raw, "envs": [*raw["envs"], bad],
+               "env": {**raw["env"], bad: raw["env"]["MountainCar-v0"]}}  # fmt: skip
+    with pytest.raises(ConfigError, match="names folders") as err:
+        parse_params(env_raw)
+    assert "envs: " in str(err.value)
+    run_raw = {**raw, "train": {**raw["train"], bad: raw["train"]["MountainCar-v0-ppo"]}}
+    with pytest.raises(ConfigError, match=r"train: .*names folders"):
+        parse_params(run_raw)
+    parse_params(raw)  # the shipped ids pass

@@ -81,6 +81,10 @@ __all__ = [
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
+# an env id or run name: one path part of the outputs it names (no "/", "..", newline)
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 class Params(Section):
     """The whole params.yaml. Stage and env sections are typed here; every other top-level key is
     a method's hyper-parameters (`ppo:`, `sac:`, `erpv:`, ...): a mapping kept as written
@@ -190,6 +194,15 @@ class Params(Section):
         known = ", ".join(KNOWN_ENVS)
         bring = "or bring your own with `env.<id>.make` and `env.<id>.labels` (docs/own-env.md)"
         per_env = {} if self.label is None else self.label.per_env
+        named = [("env", k) for k in self.env] + [("envs", k) for k in self.envs]
+        named += [("train", k) for k in self.train or {}]
+        named += [("rounds", k) for k in getattr(self, "rounds", None) or {}]
+        for section, name in named:
+            if not SAFE_NAME.fullmatch(name) or ".." in name:
+                problems.append(
+                    f"{section}: {name[:80]!r} names folders (data/rollouts/<env>, models/<run>, "
+                    "...): use letters, digits, '.', '_' and '-', starting with a letter or digit"
+                )
         for env_id, cfg in self.env.items():
             problems += _env_entry_problems(env_id, cfg)
         brought = {env_id for env_id, cfg in self.env.items() if cfg.make is not None}
