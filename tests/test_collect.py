@@ -298,3 +298,26 @@ def test_a_checkpoint_that_is_missing_or_no_agent_is_one_line(tmp_path):
     cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(tmp_path / "models" / "empty"))
     with pytest.raises(CheckpointError, match=r"agent\.json does not exist"):
         collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False)
+
+
+@pytest.mark.parametrize(
+    ("state", "reward", "says"),
+    [([0.1, float("nan")], 1.0, "state"), ([0.1, 0.2], float("inf"), "reward inf")],
+)
+def test_a_non_finite_state_or_reward_is_refused_naming_episode_and_step(state, reward, says):
+    """NaN / inf from a brought env would be written as `NaN` / `Infinity` (not JSON) and quoted
+    to the teacher: collect stops at the sample, naming episode, step and value, writing nothing."""
+    from pipeline.rollouts import collect as module
+
+    written = []
+
+    class Writer:
+        def write(self, *args):
+            written.append(args)
+
+    obs = {module.PIXELS: np.zeros((8, 8, 3), np.uint8), module.STATE: np.asarray(state)}
+    with pytest.raises(CollectError, match=rf"episode 3, step 7: .*non-finite {says}"):
+        module._write_sample(Writer(), 3, 7, 0, obs, {module.CONTEXT: {}}, action=[0.0],
+                             reward=reward, terminated=False, truncated=False, is_last=False,
+                             behaviour="random")  # fmt: skip
+    assert written == []

@@ -256,8 +256,22 @@ def _write_sample(
     info: dict[str, Any],
     **outcome: Any,
 ) -> None:
-    """One sample: frame o_t as PNG, the rest as a StepRecord (`outcome`: action, reward, ...)."""
+    """One sample: frame o_t as PNG, the rest as a StepRecord (`outcome`: action, reward, ...).
+    A NaN or infinite state or reward is refused here, naming the episode and step: JSON has no
+    token for it, and prompts would quote it to the teacher."""
     state = obs.get(STATE)
+    bad = []
+    if state is not None and not np.isfinite(np.asarray(state, dtype=float)).all():
+        bad.append(f"state {np.asarray(state).tolist()}")
+    reward = outcome.get("reward")
+    if reward is not None and not np.isfinite(reward):
+        bad.append(f"reward {reward}")
+    if bad:
+        raise CollectError(
+            f"episode {episode}, step {t}: the env returned a non-finite {' and '.join(bad)[:200]}; "
+            "fix the env (or its factory in `env.<id>.make`) so that observations and rewards "
+            "are finite numbers"
+        )
     record = StepRecord(
         episode=episode,
         t=t,
