@@ -19,7 +19,7 @@ import polars as pl
 
 from pipeline.config import Params
 from pipeline.errors import PipelineError
-from pipeline.labels.cost import read_label_cost
+from pipeline.labels.cost import constant_tasks, read_label_cost
 from pipeline.methods.table import get_method
 
 TITLE = "# Does the teacher's knowledge reach the agents, and what did it cost?"
@@ -80,10 +80,24 @@ def _cost_line(cost: Mapping[str, Any]) -> str:
     judged = (
         "" if judged is None else f"; {share_text(judged)} of the judged pairs judged reasonable"
     )
-    return (
-        f"Its labels of the dataset (`label`): prompts by task (what a fresh build pays a VLM "
-        f"for) {prompts_text(cost)}{parsed}{judged}."
+    distinct = cost.get("distinct_answers") or {}
+    kinds = (
+        "; distinct parsed answers by task: "
+        + ", ".join(f"{task} {n:,}" for task, n in distinct.items())
+        if distinct
+        else ""
     )
+    line = (
+        f"Its labels of the dataset (`label`): prompts by task (what a fresh build pays a VLM "
+        f"for) {prompts_text(cost)}{parsed}{judged}{kinds}."
+    )
+    constant = constant_tasks(cost)
+    if constant:
+        line += (
+            f" **Constant teacher**: every parsed {', '.join(f'`{t}`' for t in constant)} answer "
+            "is the same one (the Worst Model's signature), however well its answers parse."
+        )
+    return line
 
 
 def _reads(method: str) -> str:

@@ -122,3 +122,25 @@ def test_a_methods_teacher_tasks_are_the_tasks_behind_the_labels_it_reads():
             assert set(method.teacher_tasks) == {source[label] for label in labels}, name
     assert METHODS["hybrid_ppo"].teacher_tasks == ("milestone",)
     assert METHODS["ppo"].teacher_tasks == () and METHODS["sac"].teacher_tasks == ()
+
+
+def test_a_constant_teacher_is_flagged_whatever_its_parse_rate(tmp_path):
+    """The Worst Model parses 100 %: the page says how many distinct answers each task got, and
+    flags a decision task (action, milestone, judge) whose every parsed answer is one answer.
+    Objects may rightly be one phrase list for a scene: counted, not flagged."""
+    params = _tree(tmp_path)
+    constant = pl.DataFrame({
+        "task": ["milestone"] * 3 + ["objects"] * 2,
+        "queried": [True] * 5,
+        "parse_status": ["ok"] * 5,
+        "milestone": ["BOTTOM"] * 3 + [None] * 2,
+        "objects": [None] * 3 + [["car", "flag"]] * 2,
+    })  # fmt: skip
+    constant.write_parquet(tmp_path / f"data/labels/{ENV}.parquet")
+    page = _page(tmp_path, params)
+    assert "distinct parsed answers by task: milestone 1, objects 1" in page
+    assert "**Constant teacher**: every parsed `milestone` answer is the same one" in page
+    varied = constant.with_columns(pl.Series("milestone", ["BOTTOM", "GOAL", "BOTTOM", None, None]))
+    varied.write_parquet(tmp_path / f"data/labels/{ENV}.parquet")
+    page = _page(tmp_path, params)
+    assert "milestone 2, objects 1" in page and "Constant teacher" not in page

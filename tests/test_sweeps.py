@@ -507,8 +507,10 @@ def test_the_report_shows_each_teacher_acting_alone_beside_random():
     }))  # fmt: skip
     # carried rows (queried False) cost nothing; a regex fallback is a label, the others not;
     # one judge row of two says reasonable: the selective replay's pool
+    # (the table has no `action` column: its answers' diversity is not counted)
     assert labels == {
-        "rows": 6, "prompts": {"action": 3, "judge": 2}, "parsed": 0.6, "reasonable": 0.5
+        "rows": 6, "prompts": {"action": 3, "judge": 2}, "parsed": 0.6, "reasonable": 0.5,
+        "distinct_answers": {"judge": 2},
     }  # fmt: skip
     found = [dataclasses.replace(f, teacher=teacher, labels=labels)
              if f.name == "t-teacher-base" else f for f in found]  # fmt: skip
