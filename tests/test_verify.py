@@ -135,6 +135,30 @@ def test_bad_records_are_reported(rollouts):
     )
 
 
+def test_non_finite_rewards_and_states_are_reported(rollouts):
+    """NaN / Infinity tokens (what a brought env's non-finite values became before collect
+    refused them) are named by sample: prompts would quote them to the teacher."""
+    import json
+
+    from pipeline.rollouts.reader import iter_shard
+
+    shard = rollouts / "shard-000001.tar"
+    samples = list(iter_shard(shard))
+    writer = AtomicShardWriter(rollouts / "rewritten.tar")
+    for sample in samples:
+        record = dict(sample.record)
+        if sample.t == 2:
+            record["reward"] = float("nan")
+        if sample.t == 4 and record.get("state"):
+            record["state"] = [float("inf"), *record["state"][1:]]
+        writer.write(sample.key, sample.frame_png, json.dumps(record).encode())
+    writer.close()
+    (rollouts / "rewritten.tar").replace(shard)
+    problems = verify_rollouts(rollouts).problems
+    assert any("000002/000002: reward nan is not finite" in p for p in problems), problems
+    assert any("000002/000004: state [inf" in p and "non-finite" in p for p in problems), problems
+
+
 def test_every_stage_that_reads_rollouts_checks_them_against_the_manifest(tmp_path):
     """A shard cut at a member boundary, or damaged, is named, never labelled: the label stage run
     alone (dvc repro -s, or by hand) reads the rollouts through the same check."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tarfile
 from dataclasses import asdict, dataclass, field
@@ -71,11 +72,17 @@ def _check_record(
             problems.append(why)
         if not isinstance(record["reward"], int | float):
             problems.append(f"reward {record['reward']!r} is not a number")
+        elif not math.isfinite(record["reward"]):  # a NaN / Infinity token: not JSON
+            problems.append(f"reward {record['reward']!r} is not finite")
     state_shape = manifest["observation"].get("state")
     if state_shape is not None and (
         not isinstance(record["state"], list) or len(record["state"]) != state_shape[0]
     ):
         problems.append(f"state is not a list of {state_shape[0]} floats")
+    elif isinstance(record["state"], list) and not all(
+        isinstance(v, int | float) and math.isfinite(v) for v in record["state"]
+    ):
+        problems.append(f"state {str(record['state'])[:120]} holds a non-finite value")
     if not isinstance(record["context"], dict):
         problems.append("context is not a mapping")
     return problems
