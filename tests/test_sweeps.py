@@ -3,7 +3,6 @@
 import dataclasses
 import shlex
 import shutil
-import time
 
 import numpy as np
 import polars as pl
@@ -950,7 +949,7 @@ def test_the_report_runs_the_preregistered_family_with_fisher_and_holm():
 
 
 TOY_RESUMING_TRAIN = """
-import json, os, sys, time
+import json, os, sys
 from pathlib import Path
 import yaml
 from pipeline.methods.base import resume_for
@@ -960,17 +959,30 @@ cfg = p["train"][run]
 resume = resume_for(f".resume/{run}", 1, {"run": run, "train": cfg})
 state = resume.load() or {"step": 0, "total": 0, "started_at": []}
 state["started_at"] = state["started_at"] + [state["step"]]
-while state["step"] < cfg["steps"]:
-    state["step"] += 1
-    state["total"] += state["step"] * (cfg["seed"] + 1)
-    resume.save(state)
-    # the test's gate: after step 2 the run waits until the test lets it go on
-    while state["step"] == 2 and not os.path.exists(os.environ["TOY_GO"]):
-        time.sleep(0.2)
+def tell(what):  # to the test, if it is listening on its FIFO
+    try:
+        fd = os.open(os.environ["TOY_REACHED"], os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # no reader: the test is not waiting
+        return
+    os.write(fd, what.encode())
+    os.close(fd)
+try:
+    while state["step"] < cfg["steps"]:
+        state["step"] += 1
+        state["total"] += state["step"] * (cfg["seed"] + 1)
+        resume.save(state)
+        if state["step"] == 2 and state["started_at"] == [0]:  # the first run, state saved:
+            with open(os.environ["TOY_REACHED"], "w") as reached:  # waits for the test
+                reached.write("2\\n")
+            open(os.environ["TOY_HALT"]).read()  # and block: no writer comes; killed here
+except BaseException as exc:
+    tell(f"failed: {exc!r}\\n")  # never leave the test waiting on a dead run
+    raise
 resume.clear()
 os.makedirs("models", exist_ok=True)
 Path(f"models/{run}.txt").write_text(json.dumps(state))
 """
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphaned descendants are reparented to this process
 TOY_RESUMING_EVALUATE = """
 import json, os, sys
 run = sys.argv[1]
@@ -988,6 +1000,7 @@ def test_a_killed_queue_goes_on_from_each_runs_resume_state(tmp_path, monkeypatc
     run as partial at its step; `queue` again runs it from there, to the value an uninterrupted
     run gives, and `--results` keeps it: the next `queue` finds nothing to do."""
     import contextlib
+    import ctypes
     import json
     import os
     import signal
@@ -1000,8 +1013,14 @@ def test_a_killed_queue_goes_on_from_each_runs_resume_state(tmp_path, monkeypatc
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     (tmp_path / "gitconfig").write_text("[user]\n\temail = t@example.com\n\tname = t\n")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
-    go = tmp_path / "go"
-    monkeypatch.setenv("TOY_GO", str(go))
+    # the run's progress reaches the test through FIFOs: blocking reads, no clock
+    for name in ("reached", "halt"):
+        os.mkfifo(tmp_path / name)
+        monkeypatch.setenv(f"TOY_{name.upper()}", str(tmp_path / name))
+    # the queue's workers detach from this process; as their subreaper it reaps them, killed
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    request.addfinalizer(lambda: libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0))
     root = tmp_path / "states"
 
     def run(cwd, *cmd):
@@ -1011,7 +1030,8 @@ def test_a_killed_queue_goes_on_from_each_runs_resume_state(tmp_path, monkeypatc
 
     def kill_all() -> list[int]:
         """SIGKILL every process whose working directory is in the project (the queue's
-        workers in it, each experiment in its workspace under .dvc/tmp/exps)."""
+        workers in it, each experiment in its workspace under .dvc/tmp/exps), then reap them
+        (blocking until each has exited): as after a restart, none is left, not even a zombie."""
         killed = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
@@ -1022,6 +1042,9 @@ def test_a_killed_queue_goes_on_from_each_runs_resume_state(tmp_path, monkeypatc
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
                     killed.append(int(pid))
+        with contextlib.suppress(ChildProcessError):  # none of ours left
+            while True:
+                os.waitpid(-1, 0)
         return killed
 
     request.addfinalizer(kill_all)  # no worker outlives the test, whatever it asserts
@@ -1042,22 +1065,18 @@ def test_a_killed_queue_goes_on_from_each_runs_resume_state(tmp_path, monkeypatc
     common = ["--repo", str(here), "--resume-root", str(root)]
     assert main(["queue", str(table), *common, "--jobs", "1"]) == 0
     state_dir = root / "toy-a"
-    while not any(state_dir.glob("*/state.json")):  # the run's own progress: its first state
-        time.sleep(0.2)
-    while read_plain(next(state_dir.glob("*/state.json")).parent)["step"] != 2:
-        time.sleep(0.2)
+    with open(tmp_path / "reached") as reached:  # blocks until the run has saved step 2
+        assert reached.readline() == "2\n"
+    assert read_plain(next(state_dir.glob("*/state.json")).parent)["step"] == 2
     # the machine stops: every process working in the project dies at once
     killed = kill_all()
-    assert killed
-    # as after a restart, none of them is left, not even as a zombie waiting for init's reaping
-    while any(os.path.exists(f"/proc/{pid}") for pid in killed):
-        time.sleep(0.2)
+    assert killed and not any(os.path.exists(f"/proc/{pid}") for pid in killed)
     capsys.readouterr()
     assert main(["status", str(table), *common]) == 0
     out = capsys.readouterr().out
     assert "partial  at step 2 of 4 (resume state)" in out, out  # DVC: still "Running"
 
-    go.write_text("")  # the next day: the run may go on
+    # the next day: queued again, the run resumes at step 2 and does not halt there
     results = tmp_path / "results"
     assert main(["queue", str(table), *common, "--jobs", "1", "--wait",
                  "--results", str(results)]) == 0  # fmt: skip
