@@ -21,11 +21,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from pipeline.config import CollectConfig, LabelConfig, load_params
-from pipeline.labelling.audit import write_audit
-from pipeline.labelling.label import label_rollouts
-from pipeline.rollouts.collect import collect
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.core.config import CollectConfig, LabelConfig, load_params
+from pipeline.teach.labelling.audit import write_audit
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 
 ENV = "MountainCar-v0"
 _PROBE = "<script>document.title = 'loaded ' + performance.now().toFixed(0);</script></body>"

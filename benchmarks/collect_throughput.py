@@ -12,12 +12,12 @@ import argparse
 import tempfile
 import time
 
-from pipeline.config import load_params
-from pipeline.envs import make_env
-from pipeline.labels.cache import LabelCache
-from pipeline.rollouts.behaviours import make_behaviour
-from pipeline.rollouts.collect import collect, episode_seed
-from pipeline.teachers import make_teacher
+from pipeline.core.config import load_params
+from pipeline.core.envs import make_env
+from pipeline.teach.labels.cache import LabelCache
+from pipeline.teach.rollouts.behaviours import make_behaviour
+from pipeline.teach.rollouts.collect import collect, episode_seed
+from pipeline.teach.teachers import make_teacher
 
 
 def acting_teacher(collect_cfg):

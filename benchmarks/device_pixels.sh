@@ -53,7 +53,7 @@ setup() {
         mv /tmp/site.partial /tmp/site
     fi
     export PYTHONPATH=/tmp/site:$PWD MUJOCO_GL=egl PYTHONUNBUFFERED=1
-    # the site archive has modules, no console scripts: `dvc` for pipeline.sweeps and the queue
+    # the site archive has modules, no console scripts: `dvc` for pipeline.tools.sweeps and the queue
     mkdir -p /tmp/site-bin
     printf '#!/bin/sh\nexec python -m dvc "$@"\n' >/tmp/site-bin/dvc
     chmod +x /tmp/site-bin/dvc
@@ -94,20 +94,20 @@ launch)
     fi
     cells=()
     for c in "$@"; do cells+=(--cell "$c"); done
-    setsid nohup python -m pipeline.sweeps queue "$TABLE" "${cells[@]}" --jobs "${JOBS:-3}" \
+    setsid nohup python -m pipeline.tools.sweeps queue "$TABLE" "${cells[@]}" --jobs "${JOBS:-3}" \
         --wait >"$LOG" 2>&1 </dev/null &
     echo "launched: pid $!"
     ;;
 collect)
     setup
     deadline=$((SECONDS + ${2:-60}))
-    running() { pgrep -f "pipeline.sweeps queue" >/dev/null; }
+    running() { pgrep -f "pipeline.tools.sweeps queue" >/dev/null; }
     while [ $SECONDS -lt $deadline ] && running; do
         sleep 10
     done
     cp "$LOG" "$OUT/"
-    python -m pipeline.sweeps status "$TABLE" | tee "$OUT/status.txt"
-    python -m pipeline.sweeps report "$TABLE" --out "$OUT/report"
+    python -m pipeline.tools.sweeps status "$TABLE" | tee "$OUT/status.txt"
+    python -m pipeline.tools.sweeps report "$TABLE" --out "$OUT/report"
     dvc exp show --json >"$OUT/exp_show.json"
     # each experiment's curves: committed to its git ref, the cached ones read by dvc.api.open
     git for-each-ref --format='%(refname)' refs/exps | tee "$OUT/exp_refs.txt"

@@ -152,7 +152,7 @@ class RandomShiftsAug(nn.Module):
 
 class RefDrQAgent:
     """drq.py: DRQAgent with K = M = `k`. Actions live in [-1, 1] (DMC's range). Offers what
-    pipeline.evaluation.deployed needs (`obs_kind`, `frame_stack`, `act`)."""
+    pipeline.learn.evaluation.deployed needs (`obs_kind`, `frame_stack`, `act`)."""
 
     obs_kind = "pixels"
 

@@ -18,10 +18,10 @@ import time
 import torch
 
 from benchmarks import pixel_throughput as pt
-from pipeline.agents.sac import SACAgent
-from pipeline.config import EnvConfig
-from pipeline.envs import make_env
-from pipeline.evaluation import deployed, play_episodes
+from pipeline.core.config import EnvConfig
+from pipeline.core.envs import make_env
+from pipeline.learn.agents.sac import SACAgent
+from pipeline.learn.evaluation import deployed, play_episodes
 
 # env, action repeat, agent steps, random steps, log_every, evaluation episodes per row
 SCHEDULES = (

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import run_main
-from pipeline.io import atomic_write_json
+from pipeline.core.io import atomic_write_json
 
 CANDIDATES = ("teacher", "zeros", "random", "own")
 SCALINGS = ("per_critic", "joint")
@@ -34,8 +34,8 @@ def gate_probe(agent_dir: Path, critics: Path, dataset: Path, env_id: str, seed:
     import torch
 
     from pipeline.dataset.transitions import load_offline_transitions
-    from pipeline.methods.erpv import VLMCritic, critic_dir, vpg_gate
-    from pipeline.methods.table import load_agent
+    from pipeline.learn.methods.erpv import VLMCritic, critic_dir, vpg_gate
+    from pipeline.learn.methods.table import load_agent
 
     agent = load_agent(agent_dir)
     critic = VLMCritic.load(critic_dir(critics / env_id))

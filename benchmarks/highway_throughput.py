@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from pipeline.config import EnvConfig
-from pipeline.envs import highway, make_env
+from pipeline.core.config import EnvConfig
+from pipeline.core.envs import highway, make_env
 
 
 def steps_per_s(vehicles: int, pixels: bool, steps: int) -> float:

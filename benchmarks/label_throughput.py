@@ -19,13 +19,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline.config import CollectConfig, EnvConfig, TeacherConfig
-from pipeline.labels.cache import LabelCache
-from pipeline.labels.tasks import render_prompt
-from pipeline.rollouts.collect import collect
-from pipeline.rollouts.reader import iter_rollouts, load_manifest
-from pipeline.teachers import make_teacher
-from pipeline.teachers.cached import ask_through_cache
+from pipeline.core.config import CollectConfig, EnvConfig, TeacherConfig
+from pipeline.teach.labels.cache import LabelCache
+from pipeline.teach.labels.tasks import render_prompt
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.rollouts.reader import iter_rollouts, load_manifest
+from pipeline.teach.teachers import make_teacher
+from pipeline.teach.teachers.cached import ask_through_cache
 from tests.factories import build_tiny_qwen2_vl
 
 
@@ -103,7 +103,7 @@ class SlowScripted:
     """The scripted teacher with `latency` seconds per call (a batch), like a remote model."""
 
     def __init__(self, latency: float) -> None:
-        from pipeline.teachers.scripted import ScriptedTeacher
+        from pipeline.teach.teachers.scripted import ScriptedTeacher
 
         self.inner, self.latency = ScriptedTeacher(1.0, 0), latency
         self.teacher_id, self.decoding = self.inner.teacher_id, self.inner.decoding
@@ -116,8 +116,8 @@ class SlowScripted:
 def executors(args: argparse.Namespace) -> None:
     import ray
 
-    from pipeline.config import LabelConfig
-    from pipeline.labelling.label import label_rollouts
+    from pipeline.core.config import LabelConfig
+    from pipeline.teach.labelling.label import label_rollouts
 
     ray.init(num_cpus=2, object_store_memory=256 * 1024 * 1024, include_dashboard=False,
              log_to_driver=False)  # fmt: skip

@@ -4,12 +4,12 @@ the teacher while it trains, every 10th agent step, as ERPv's online labelling w
 
 Agent: ERPv on MountainCarContinuous-v0 state observations, params.yaml's `erpv` section (256-unit
 heads, batch 128, half of each batch from the labelled dataset data/datasets/<env>), C_V pre-trained
-here for `--critic-steps` steps with pipeline.methods.erpv.pretrain_critic into a temp dir.
+here for `--critic-steps` steps with pipeline.learn.methods.erpv.pretrain_critic into a temp dir.
 Teacher: the tiny random Qwen2-VL of the tests (tests/factories.py, ~1 M parameters, built here)
 through the `hf` back end, asked the `action` prompt about the frame the agent acts from, its
 answer parsed into a_v and stored with that step's online transition (`a_v`, `has_label`).
 
-Every variant trains with the library's loop, pipeline.agents.loop.train_off_policy (act,
+Every variant trains with the library's loop, pipeline.learn.agents.loop.train_off_policy (act,
 env.step, buffer.add, one update per step once the `--start-steps` random warm-up is over). The
 teacher sits in two pieces of this module, not in the library: an env wrapper (`AskTeacher`) that
 asks it every k-th step about the current frame, and a replay buffer (`LabelledOnline`) whose
@@ -48,19 +48,19 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from pipeline.agents.loop import train_off_policy
-from pipeline.agents.off_policy import env_obs_shape
-from pipeline.agents.replay import ReplayBuffer
-from pipeline.config import TeacherConfig, load_params
-from pipeline.critic import pretrain_critic
+from pipeline.core.config import TeacherConfig, load_params
+from pipeline.core.envs import CONTEXT, PIXELS, STATE, make_env
 from pipeline.dataset.transitions import OfflineTransitions, load_offline_transitions
-from pipeline.envs import CONTEXT, PIXELS, STATE, make_env
-from pipeline.labels.tasks import parse_answer, render_prompt
-from pipeline.methods.erpv import ERPvAgent, ERPvParams, VLMCritic
-from pipeline.methods.table import get_method
-from pipeline.rollouts.format import action_space_spec
-from pipeline.rollouts.writer import encode_png
-from pipeline.teachers import make_teacher
+from pipeline.learn.agents.loop import train_off_policy
+from pipeline.learn.agents.off_policy import env_obs_shape
+from pipeline.learn.agents.replay import ReplayBuffer
+from pipeline.learn.critic import pretrain_critic
+from pipeline.learn.methods.erpv import ERPvAgent, ERPvParams, VLMCritic
+from pipeline.learn.methods.table import get_method
+from pipeline.teach.labels.tasks import parse_answer, render_prompt
+from pipeline.teach.rollouts.format import action_space_spec
+from pipeline.teach.rollouts.writer import encode_png
+from pipeline.teach.teachers import make_teacher
 from tests.factories import build_tiny_qwen2_vl
 
 ENV_ID = "MountainCarContinuous-v0"

@@ -10,7 +10,7 @@ Rows, per size (`--configs`):
 - `reference DrQ (K=M=k)`: the above;
 - `reference DrQ-v2`: DrQ-v2's update (drqv2.py: no target encoder, obs encoded once for critic
   and actor; every update trains the actor) on the same replay;
-- `ours: drq`: pipeline.methods.drq's agent and pipeline.agents.replay.ReplayBuffer (frames once
+- `ours: drq`: pipeline.learn.methods.drq's agent and pipeline.learn.agents.replay.ReplayBuffer (frames once
   as uint8, stacked by a gather, shift on uint8), aux_weight 0 as the paper's agent, with DrQ's
   actor (its own head over the critic's convs); `..., actor on the critic's features` the same
   with SAC-AE's actor (`actor_encoder: shared`);
@@ -49,18 +49,18 @@ import numpy as np
 import torch
 
 from benchmarks.drq_reference import RefDrQAgent, RefDrQv2Agent, RefReplay
-from pipeline.agents.off_policy import NetworkParams, SACParams
-from pipeline.agents.replay import ReplayBuffer
-from pipeline.dataset.stacking import stack_window
+from pipeline.core.stacking import stack_window
 from pipeline.dataset.transitions import (
     JUDGE_SPEC,
     OfflineTransitions,
     action_label_specs,
     mask_specs,
 )
-from pipeline.methods.drq import DrQAgent, DrQParams
-from pipeline.methods.erpv import ERPvAgent, ERPvParams, VLMCritic
-from pipeline.methods.semore import SemoreAgent, SemoreParams
+from pipeline.learn.agents.off_policy import NetworkParams, SACParams
+from pipeline.learn.agents.replay import ReplayBuffer
+from pipeline.learn.methods.drq import DrQAgent, DrQParams
+from pipeline.learn.methods.erpv import ERPvAgent, ERPvParams, VLMCritic
+from pipeline.learn.methods.semore import SemoreAgent, SemoreParams
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)  # cartpole-swingup: one action
 EPISODE = 125  # cartpole-swingup at action repeat 8

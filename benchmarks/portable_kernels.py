@@ -1,12 +1,12 @@
 """What pinning torch's kernels for cross-machine bytes cost, and what the reproducibility policy
-(pipeline/reproducibility.py) regained: updates per second of our agents with the pinned kernels
+(pipeline/tools/reproducibility.py) regained: updates per second of our agents with the pinned kernels
 the train stage ran before (MKL's COMPATIBLE branch, convolutions on ATen's im2col and that BLAS
 instead of oneDNN) against the native ones it runs now (MKL's AUTO branch, oneDNN's
-convolutions: `pipeline.kernels.training_torch`), at one torch thread as the stages train.
+convolutions: `pipeline.core.kernels.training_torch`), at one torch thread as the stages train.
 
 Rows (each timed in a process of its own, as MKL reads its branch once; the two kernel sets
 alternate `--repeats` times and each keeps its best pass, so a busy machine slows them alike):
-- `state sac`: the state envs' agent (pipeline.agents.sac, hidden 256, batch 128, DeepMDP on),
+- `state sac`: the state envs' agent (pipeline.learn.agents.sac, hidden 256, batch 128, DeepMDP on),
   on Pendulum-v1's 3-dim states;
 - `pixels drq 64/2/256`: the CPU pixel preset's agent (64x64, stride-2 encoder, hidden 256);
 - `pixels drq 84/1/1024`: DrQ's network at 84x84 (batch 128), slow here: few updates.
@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from pipeline.kernels import training_torch
+from pipeline.core.kernels import training_torch
 
 ROWS = ("state sac", "pixels drq 64/2/256", "pixels drq 84/1/1024")
 MODES = {"pinned": "COMPATIBLE", "native": "AUTO"}  # MKL_CBWR per kernel set
@@ -37,9 +37,9 @@ def update_fn(row: str) -> Callable[[], None]:
     """One update of `row`'s agent on a batch from a replay of random data."""
     if row == "state sac":
         from benchmarks.update_throughput import _random_steps
-        from pipeline.agents.off_policy import NetworkParams, SACParams
-        from pipeline.agents.replay import ReplayBuffer
-        from pipeline.agents.sac import SACAgent
+        from pipeline.learn.agents.off_policy import NetworkParams, SACParams
+        from pipeline.learn.agents.replay import ReplayBuffer
+        from pipeline.learn.agents.sac import SACAgent
 
         steps = _random_steps(5_000, seed=0)
         cfg = SACParams(network=NetworkParams(obs="state", hidden_dim=256), batch_size=128)

@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 
-from pipeline.config import EnvConfig
-from pipeline.envs import PIXELS, make_env
-from pipeline.shaping.potential import HysteresisPotential
-from pipeline.shaping.prototypes import GreyEmbedder, PrototypeCache
+from pipeline.core.config import EnvConfig
+from pipeline.core.envs import PIXELS, make_env
+from pipeline.learn.shaping.potential import HysteresisPotential
+from pipeline.learn.shaping.prototypes import GreyEmbedder, PrototypeCache
 
 
 def _per_call(fn, n: int) -> float:

@@ -1,5 +1,5 @@
 """The spread of the default pipeline's returns over seeds, and what other kernels change: the
-measurement behind `pipeline.reproducibility.RETURN_TOLERANCE`.
+measurement behind `pipeline.tools.reproducibility.RETURN_TOLERANCE`.
 
 Input: metric directories, each a copy of a built workspace's `metrics/` (its `train/`, `eval/`
 and `rounds/` files), one per seed (`--seeds DIR ...`, built with every `train.<run>.seed`,

@@ -1,4 +1,4 @@
-"""Gradient updates per second of Semore (pipeline.methods.semore) against pixel SAC on the same
+"""Gradient updates per second of Semore (pipeline.learn.methods.semore) against pixel SAC on the same
 encoder, same frame size and batch, measured in one process, one thread: the cost of the second
 stream, the similarity loss and the cross-attention.
 
@@ -27,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from pipeline.methods.semore import SemoreAgent, SemoreParams
+from pipeline.learn.methods.semore import SemoreAgent, SemoreParams
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)  # CarRacing-v3: steer, gas, brake
 
@@ -66,8 +66,8 @@ def random_batch(size: int, batch: int, seed: int) -> dict[str, torch.Tensor]:
 
 def sac_agent_runner(size: int, hidden: int, batch: dict[str, torch.Tensor]) -> Callable | None:
     """The repo's SACAgent at the same sizes."""
-    from pipeline.agents.off_policy import NetworkParams, SACParams
-    from pipeline.agents.sac import SACAgent
+    from pipeline.learn.agents.off_policy import NetworkParams, SACParams
+    from pipeline.learn.agents.sac import SACAgent
 
     network = NetworkParams(obs="pixels", frame_stack=3, hidden_dim=hidden)
     agent = SACAgent(
@@ -129,7 +129,7 @@ def main() -> None:
     for name, rate in best.items():
         print(f"{name:<12} {rate:>10.2f} {rate / best['sac']:>7.2f}x")
     if sac_run is None:
-        print("(sac-agent skipped: pipeline.agents.sac has no SACConfig any more)")
+        print("(sac-agent skipped: pipeline.learn.agents.sac has no SACConfig any more)")
 
 
 if __name__ == "__main__":

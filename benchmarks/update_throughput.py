@@ -1,4 +1,4 @@
-"""Gradient updates per second: our SAC (pipeline.agents.sac) against Stable-Baselines3's SAC with
+"""Gradient updates per second: our SAC (pipeline.learn.agents.sac) against Stable-Baselines3's SAC with
 the same hidden sizes and batch size, on Pendulum-v1 states, measured in the same run. Each update
 includes sampling its batch from a replay buffer of random transitions.
 
@@ -25,11 +25,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from pipeline.agents.off_policy import NetworkParams, SACParams
-from pipeline.agents.replay import ReplayBuffer
-from pipeline.agents.sac import SACAgent
 from pipeline.dataset.transitions import OfflineTransitions, action_label_specs
-from pipeline.methods.erpv import ERPvAgent, ERPvParams, VLMCritic
+from pipeline.learn.agents.off_policy import NetworkParams, SACParams
+from pipeline.learn.agents.replay import ReplayBuffer
+from pipeline.learn.agents.sac import SACAgent
+from pipeline.learn.methods.erpv import ERPvAgent, ERPvParams, VLMCritic
 
 ENV_ID = "Pendulum-v1"
 

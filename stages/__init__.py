@@ -2,15 +2,15 @@
 
 Imported before any stage module, so `pipeline` (which pins numpy's portable float kernels) comes
 before numpy, and no stage writes data outputs with machine-specific kernels
-(pipeline/kernels.py). A `python` without the project's dependencies (DVC run outside the
+(pipeline/core/kernels.py). A `python` without the project's dependencies (DVC run outside the
 project's environment) is told so in one line, before any import fails with a traceback."""
 
 import importlib.util
 import sys
 
-import pipeline  # noqa: F401  (first: pipeline/kernels.py)
-from pipeline.errors import PipelineError, print_error
-from pipeline.kernels import check_portable_kernels
+import pipeline  # noqa: F401  (first: pipeline/core/kernels.py)
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.core.kernels import check_portable_kernels
 
 # what every stage imports; found without importing them (find_spec is cheap)
 REQUIRED = ("numpy", "pydantic", "polars", "yaml", "gymnasium")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.config import register_brought_envs
-from pipeline.errors import PipelineError, print_error
-from pipeline.labelling.audit import MAX_EMBEDDED_FRAMES, write_audit
+from pipeline.core.config import register_brought_envs
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.teach.labelling.audit import MAX_EMBEDDED_FRAMES, write_audit
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,11 +19,11 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.config import load_params
-from pipeline.errors import PipelineError, print_error
-from pipeline.io import atomic_write_json
-from pipeline.labelling.corrections import corrections_path, read_corrections
-from pipeline.methods.table import check_params, policy_teacher_spec
+from pipeline.core.config import load_params
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.core.io import atomic_write_json
+from pipeline.learn.methods.table import check_params, policy_teacher_spec
+from pipeline.teach.labelling.corrections import corrections_path, read_corrections
 
 
 def main(argv: list[str] | None = None) -> int:

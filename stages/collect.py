@@ -9,10 +9,10 @@ import argparse
 import logging
 import sys
 
-from pipeline.config import ConfigError, load_params
-from pipeline.errors import PipelineError, print_error
-from pipeline.rollouts.collect import collect
-from pipeline.teachers import make_teacher
+from pipeline.core.config import ConfigError, load_params
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.teachers import make_teacher
 
 
 def main(argv: list[str] | None = None) -> int:

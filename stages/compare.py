@@ -11,9 +11,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from pipeline.config import load_params
-from pipeline.curves import plot_curves, read_metric
-from pipeline.errors import PipelineError, print_error
+from pipeline.core.config import load_params
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.learn.curves import plot_curves, read_metric
 
 
 def main(argv: list[str] | None = None) -> int:

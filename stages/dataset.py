@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.config import ConfigError, load_params
+from pipeline.core.config import ConfigError, load_params
+from pipeline.core.errors import PipelineError, print_error
 from pipeline.dataset.build import build_dataset
-from pipeline.errors import PipelineError, print_error
 
 
 def main(argv: list[str] | None = None) -> int:

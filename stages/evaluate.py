@@ -12,13 +12,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.agents.checkpoint import read_meta
-from pipeline.config import ConfigError, load_params
-from pipeline.errors import PipelineError, print_error
-from pipeline.evaluation import Recorder, deployed, encode_gif, eval_metrics, evaluate_policy
-from pipeline.io import atomic_write_bytes, atomic_write_json
-from pipeline.kernels import training_torch
-from pipeline.methods.table import load_agent
+from pipeline.core.config import ConfigError, load_params
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.core.io import atomic_write_bytes, atomic_write_json
+from pipeline.core.kernels import training_torch
+from pipeline.learn.agents.checkpoint import read_meta
+from pipeline.learn.evaluation import Recorder, deployed, encode_gif, eval_metrics, evaluate_policy
+from pipeline.learn.methods.table import load_agent
 
 CLIP_NAME = "episode-{episode}.gif"  # in --videos: the evaluation's episode index (seed + index)
 

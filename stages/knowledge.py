@@ -1,6 +1,6 @@
 """DVC stage `knowledge`: one page that answers, per env, what the labelling teacher knows
 (acting alone, beside random actions), what its labels cost, and what each agent reached with
-the label tasks it read (pipeline/knowledge.py).
+the label tasks it read (pipeline/loops/knowledge.py).
 
     python -m stages.knowledge --params params.yaml --out reports/knowledge.md
 """
@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.config import load_params
-from pipeline.errors import PipelineError, print_error
-from pipeline.io import atomic_write_bytes
+from pipeline.core.config import load_params
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.core.io import atomic_write_bytes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="the page to write (markdown)")
     args = parser.parse_args(argv)
     try:
-        from pipeline.knowledge import knowledge_report
+        from pipeline.loops.knowledge import knowledge_report
 
         params = load_params(args.params)
         page = knowledge_report(params, args.teachers, args.labels, args.evals, args.rounds)

@@ -13,11 +13,11 @@ import argparse
 import logging
 import sys
 
-from pipeline.config import ConfigError, load_params
-from pipeline.errors import PipelineError, print_error
-from pipeline.labelling.label import label_rollouts
-from pipeline.rollouts.reader import load_manifest
-from pipeline.teachers import make_teacher
+from pipeline.core.config import ConfigError, load_params
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.rollouts.reader import load_manifest
+from pipeline.teach.teachers import make_teacher
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.config import ConfigError, MasksConfig, load_params
-from pipeline.errors import PipelineError, print_error
-from pipeline.masks import make_mask_backend
-from pipeline.masks.compute import compute_masks
+from pipeline.core.config import ConfigError, MasksConfig, load_params
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.teach.masks import make_mask_backend
+from pipeline.teach.masks.compute import compute_masks
 
 
 def ray_settings(cfg: MasksConfig) -> dict:

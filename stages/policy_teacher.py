@@ -15,9 +15,9 @@ import logging
 import sys
 from pathlib import Path
 
-from pipeline.config import load_params
-from pipeline.errors import PipelineError, print_error
-from pipeline.training import train_policy_teacher
+from pipeline.core.config import load_params
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.learn.training import train_policy_teacher
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,12 +17,12 @@ import logging
 import sys
 from pathlib import Path
 
-from pipeline.config import load_params
-from pipeline.critic import pretrain_critic, write_critic_markers, write_no_critic
-from pipeline.curves import write_training_log
-from pipeline.errors import PipelineError, print_error
-from pipeline.kernels import training_torch
-from pipeline.methods.erpv import VARIANTS, critic_dir, critic_params
+from pipeline.core.config import load_params
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.core.kernels import training_torch
+from pipeline.learn.critic import pretrain_critic, write_critic_markers, write_no_critic
+from pipeline.learn.curves import write_training_log
+from pipeline.learn.methods.erpv import VARIANTS, critic_dir, critic_params
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             write_training_log(args.live, args.summary)  # empty: nothing was trained
             print(f"{args.out}: {args.env} is not in critic.envs: no C_V (marker written)")
             return 0
-        # the same bytes from run to run on one machine: see `threads` and pipeline/kernels.py
+        # the same bytes from run to run on one machine: see `threads` and pipeline/core/kernels.py
         training_torch(critic_params(params, args.env).threads)
         out = critic_dir(args.out)
         logs = pretrain_critic(args.env, params, args.dataset, out, resume_dir=args.resume_dir)

@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.config import register_brought_envs
-from pipeline.errors import PipelineError, print_error
-from pipeline.labelling.exchange import export_label_studio, import_label_studio
-from pipeline.labelling.review import read_selection
-from pipeline.labels.tasks import TASKS
+from pipeline.core.config import register_brought_envs
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.teach.labelling.exchange import export_label_studio, import_label_studio
+from pipeline.teach.labelling.review import read_selection
+from pipeline.teach.labels.tasks import TASKS
 
 
 def main(argv: list[str] | None = None) -> int:

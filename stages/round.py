@@ -1,5 +1,5 @@
 """DVC stage `round@<name>`: one labelling round of params.yaml's `rounds.<name>`
-(pipeline.rounds): the previous agent collects, the label teacher answers the new frames in
+(pipeline.loops.rounds): the previous agent collects, the label teacher answers the new frames in
 batch through the cache, masks and a dataset part follow, and the agent trains on from the
 previous one. Its costs (frames, prompts, teacher calls on a fresh build) are its metrics.
 
@@ -18,10 +18,10 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from pipeline.config import load_params
-from pipeline.errors import PipelineError, print_error
-from pipeline.rounds import run_round
-from pipeline.training import set_threads
+from pipeline.core.config import load_params
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.learn.training import set_threads
+from pipeline.loops.rounds import run_round
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.config import ConfigError, load_params
-from pipeline.errors import PipelineError, print_error
-from pipeline.io import atomic_write_json
+from pipeline.core.config import ConfigError, load_params
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.core.io import atomic_write_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,11 +48,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"{args.params}: no `env.{args.env}` section")
         teacher_cfg = params.label.for_env(args.env).teacher
         if teacher_cfg.backend == "policy":
-            from pipeline.kernels import training_torch
+            from pipeline.core.kernels import training_torch
 
             training_torch(1)  # a policy teacher answers with the same bytes from run to run
-        from pipeline.teacher_eval import evaluate_teacher
-        from pipeline.teachers import make_teacher
+        from pipeline.teach.teacher_eval import evaluate_teacher
+        from pipeline.teach.teachers import make_teacher
 
         cfg = params.teacher_eval
         metrics, calls = evaluate_teacher(

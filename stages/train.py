@@ -15,10 +15,10 @@ import logging
 import sys
 from pathlib import Path
 
-from pipeline.config import load_params
-from pipeline.errors import PipelineError, print_error
-from pipeline.methods.base import TrainInputs
-from pipeline.training import set_threads, train_run
+from pipeline.core.config import load_params
+from pipeline.core.errors import PipelineError, print_error
+from pipeline.learn.methods.base import TrainInputs
+from pipeline.learn.training import set_threads, train_run
 
 
 def main(argv: list[str] | None = None) -> int:

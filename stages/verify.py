@@ -6,7 +6,7 @@ problem and writes the counts as DVC metrics.
 
 import sys
 
-from pipeline.rollouts.verify import main
+from pipeline.teach.rollouts.verify import main
 
 if __name__ == "__main__":
     sys.exit(main())

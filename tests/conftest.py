@@ -23,8 +23,8 @@ import yaml
 # own (test_training.py).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from pipeline.agents.ppo import PPOParams
-from pipeline.config import CollectConfig, EnvConfig, LabelConfig, Params, parse_params
+from pipeline.core.config import CollectConfig, EnvConfig, LabelConfig, Params, parse_params
+from pipeline.learn.agents.ppo import PPOParams
 
 REPO = Path(__file__).resolve().parents[1]
 

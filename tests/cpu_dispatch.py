@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import platform
 
-from pipeline.kernels import cpu_flags
+from pipeline.core.kernels import cpu_flags
 
 X86 = platform.machine() == "x86_64"
 VARIABLES = ("NPY_DISABLE_CPU_FEATURES", "OPENBLAS_CORETYPE")
@@ -23,7 +23,7 @@ def has_avx512() -> bool:
 
 
 def other_cpu() -> dict[str, str]:
-    """Another machine's kernels than the ones `import pipeline` pins (pipeline/kernels.py: numpy
+    """Another machine's kernels than the ones `import pipeline` pins (pipeline/core/kernels.py: numpy
     without AVX-512, OpenBLAS's Haswell kernel): numpy without its AVX2 targets and OpenBLAS's
     Sandybridge kernel, which any x86-64 CPU with AVX runs. (Before the pin, a CI machine
     differed from the one that wrote dvc.lock in numpy's AVX-512 targets.)"""

@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.agents.checkpoint import read_checkpoint, read_meta, write_checkpoint
-from pipeline.agents.loop import train_off_policy
-from pipeline.agents.off_policy import NetworkParams, SACParams
-from pipeline.agents.replay import ReplayBuffer
-from pipeline.agents.sac import SACAgent
+from pipeline.learn.agents.checkpoint import read_checkpoint, read_meta, write_checkpoint
+from pipeline.learn.agents.loop import train_off_policy
+from pipeline.learn.agents.off_policy import NetworkParams, SACParams
+from pipeline.learn.agents.replay import ReplayBuffer
+from pipeline.learn.agents.sac import SACAgent
 from tests.toy_envs import PointMass
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -138,7 +138,7 @@ def test_a_compiled_run_killed_and_resumed_gives_the_uninterrupted_result(tmp_pa
     modules) goes on to the uninterrupted compiled run's curve, metrics and weights."""
     import torch._inductor.config as inductor
 
-    from pipeline.agents.resume import Resume
+    from pipeline.learn.agents.resume import Resume
 
     monkeypatch.setattr(inductor, "fallback_random", True)
     settings = cfg(compile="default", log_every=10)

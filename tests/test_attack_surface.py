@@ -34,20 +34,20 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline.config import MasksConfig, TeacherConfig
+from pipeline.core.config import MasksConfig, TeacherConfig
+from pipeline.core.segments import verify_store
 from pipeline.dataset.build import build_dataset
-from pipeline.labelling.audit import write_audit
-from pipeline.labelling.exchange import export_label_studio
-from pipeline.labelling.label import label_rollouts
-from pipeline.labels.status import ParseStatus
-from pipeline.masks import make_mask_backend
-from pipeline.masks.compute import compute_masks
-from pipeline.rollouts.behaviours import UnsafeActorError, load_actor_program
-from pipeline.rollouts.collect import collect
-from pipeline.segments import verify_store
-from pipeline.teachers import make_teacher
-from pipeline.teachers.base import Reply
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.teach.labelling.audit import write_audit
+from pipeline.teach.labelling.exchange import export_label_studio
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.labels.status import ParseStatus
+from pipeline.teach.masks import make_mask_backend
+from pipeline.teach.masks.compute import compute_masks
+from pipeline.teach.rollouts.behaviours import UnsafeActorError, load_actor_program
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.teachers import make_teacher
+from pipeline.teach.teachers.base import Reply
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.browser import dump_dom
 from tests.conftest import REPO, collect_cfg, env_cfg, label_cfg
 
@@ -168,13 +168,13 @@ def test_a_plain_actor_still_loads(actor):
 # states are not here: they hold no pickle (safetensors + JSON, PPO's envs as plain values;
 # tests/test_resume_state.py), so a garbled or planted one is a warning, never code run.
 SAFE_UNPICKLING = {
-    ("pipeline/distributed.py", "__call__", "pickle.loads"): (
+    ("pipeline/core/distributed.py", "__call__", "pickle.loads"): (
         "items this process sent to its own Ray actors, in Ray's object store: never a file"
     ),
-    ("pipeline/distributed.py", "map_on_ray", "pickle.loads"): (
+    ("pipeline/core/distributed.py", "map_on_ray", "pickle.loads"): (
         "results of this process's own Ray actors, in Ray's object store: never a file"
     ),
-    ("pipeline/rollouts/behaviours.py", "load_actor_program", "torch.export.load"): (
+    ("pipeline/teach/rollouts/behaviours.py", "load_actor_program", "torch.export.load"): (
         "reached only for a file the user trusts (collect.<env>.trust_checkpoint_code: its sizes "
         "are sympified, which can run code; tests/test_collect.py); refuses pickled payloads "
         "first, then loads with torch.load forced to weights_only"
@@ -244,7 +244,7 @@ def test_weight_loaders_ask_for_safe_loading_explicitly():
     change of default upstream cannot make them unpickle."""
     sources = {
         p: (REPO / p).read_text()
-        for p in ("pipeline/masks/clip_dense.py", "pipeline/shaping/prototypes.py")
+        for p in ("pipeline/teach/masks/clip_dense.py", "pipeline/learn/shaping/prototypes.py")
     }
     for path, source in sources.items():
         assert "weights_only=True" in source, path
@@ -521,7 +521,7 @@ def test_hostile_answer_bytes_get_a_status_not_a_crash(rollouts, tmp_path, kind)
 
 def _full_disk_after(monkeypatch, writes: int) -> list[int]:
     """Every atomic write after the first `writes` fails with ENOSPC halfway through its bytes."""
-    import pipeline.io
+    import pipeline.core.io
 
     real_fdopen, count = os.fdopen, [0]
 
@@ -547,7 +547,7 @@ def _full_disk_after(monkeypatch, writes: int) -> list[int]:
         f = real_fdopen(fd, *args, **kwargs)
         return f if count[0] <= writes else _HalfWriter(f)
 
-    monkeypatch.setattr(pipeline.io.os, "fdopen", fdopen)
+    monkeypatch.setattr(pipeline.core.io.os, "fdopen", fdopen)
     return count
 
 
@@ -608,8 +608,8 @@ def test_a_full_disk_during_masks_leaves_nothing_a_rerun_serves(rollouts, tmp_pa
 
 LABEL_SCRIPT = """
 import sys
-from pipeline.labelling.label import label_rollouts
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import label_cfg
 rollouts, cache, out = sys.argv[1:]
 label_rollouts(rollouts, label_cfg(tasks={tasks!r}, batch_size=2), ScriptedTeacher(0.8, 0), cache,

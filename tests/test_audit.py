@@ -1,11 +1,11 @@
 import polars as pl
 import pytest
 
-from pipeline.labelling.audit import build_audit, render_audit, write_audit
-from pipeline.labelling.label import label_rollouts
-from pipeline.rollouts.collect import collect
-from pipeline.teachers.baselines import ConstantTeacher
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.teach.labelling.audit import build_audit, render_audit, write_audit
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.teachers.baselines import ConstantTeacher
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.browser import dump_dom
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 
@@ -94,9 +94,9 @@ def test_worst_model_disagrees_and_raw_text_is_escaped(rollouts, tmp_path):
 
 
 def test_audit_shows_masks_over_their_frames(rollouts, tmp_path):
-    from pipeline.config import MasksConfig
-    from pipeline.masks import make_mask_backend
-    from pipeline.masks.compute import compute_masks
+    from pipeline.core.config import MasksConfig
+    from pipeline.teach.masks import make_mask_backend
+    from pipeline.teach.masks.compute import compute_masks
 
     labels = _labels(rollouts, tmp_path, ScriptedTeacher(1.0, 0))
     backend = make_mask_backend(MasksConfig(backend="scripted", batch_size=8))
@@ -155,7 +155,7 @@ def test_page_holds_every_answer_the_timelines_and_a_second_teacher(rollouts, tm
 def test_one_huge_answer_does_not_make_a_huge_page_or_export(rollouts, tmp_path):
     """A 5 MB answer (or correction) is kept whole in the label table; the page and the Label
     Studio export show a bounded part of it and say how much more there is."""
-    from pipeline.labelling.exchange import export_label_studio
+    from pipeline.teach.labelling.exchange import export_label_studio
 
     labels = _labels(rollouts, tmp_path, ScriptedTeacher(0.5, 0))
     small = render_audit(build_audit(rollouts, labels))
@@ -240,8 +240,8 @@ def _round_rollouts(tmp_path, k: int):
     episode numbers and sample keys that collide with the static rollouts'."""
     import gymnasium as gym
 
-    from pipeline.rollouts.behaviours import RandomBehaviour
-    from pipeline.rollouts.collect import Acting
+    from pipeline.teach.rollouts.behaviours import RandomBehaviour
+    from pipeline.teach.rollouts.collect import Acting
 
     space = gym.make("MountainCarContinuous-v0").action_space
     out = tmp_path / f"round{k}" / "rollouts"
@@ -278,7 +278,7 @@ def test_a_rounds_page_lists_every_label_of_the_run_with_its_round(rollouts, tmp
     import json
     import re
 
-    from pipeline.labelling.audit import EarlierLabels
+    from pipeline.teach.labelling.audit import EarlierLabels
 
     teacher = ScriptedTeacher(0.5, 0)
     static = _labels(rollouts, tmp_path / "r0", teacher)
@@ -327,7 +327,7 @@ def test_a_single_rounds_page_hides_the_round_filter(rollouts, tmp_path):
     filter; listing a round twice is refused."""
     import re
 
-    from pipeline.labelling.audit import EarlierLabels
+    from pipeline.teach.labelling.audit import EarlierLabels
 
     labels = _labels(rollouts, tmp_path, ScriptedTeacher(1.0, 0))
     audit = write_audit(rollouts, labels, tmp_path / "audit.html")

@@ -12,12 +12,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from pipeline.agents.checkpoint import AGENT_JSON, AGENT_WEIGHTS, CheckpointError
-from pipeline.agents.off_policy import NetworkParams, SACParams
-from pipeline.agents.ppo import ActorCritic
-from pipeline.agents.sac import SACAgent
-from pipeline.evaluation import EvaluationError, deployed, evaluate_policy
-from pipeline.methods.table import load_agent
+from pipeline.learn.agents.checkpoint import AGENT_JSON, AGENT_WEIGHTS, CheckpointError
+from pipeline.learn.agents.off_policy import NetworkParams, SACParams
+from pipeline.learn.agents.ppo import ActorCritic
+from pipeline.learn.agents.sac import SACAgent
+from pipeline.learn.evaluation import EvaluationError, deployed, evaluate_policy
+from pipeline.learn.methods.table import load_agent
 from tests.conftest import env_cfg as tiny_env_cfg
 
 MCC = "MountainCarContinuous-v0"
@@ -117,7 +117,7 @@ def test_a_checkpoint_saved_before_a_new_setting_still_loads(tmp_path):
     """A setting added later (here erpv's `vpg_weight`) takes its default, which is what the code
     did before it existed: an older agent.json without it loads (it was refused as saved with
     another config, breaking every ERPv agent saved before the option)."""
-    from pipeline.methods.erpv import ERPvParams
+    from pipeline.learn.methods.erpv import ERPvParams
 
     network = NetworkParams(obs="state", hidden_dim=16, feature_dim=8, transition_hidden_dim=8)
     agent = SACAgent((2,), gym.spaces.Box(-1.0, 1.0, (1,), np.float32),

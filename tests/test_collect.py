@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.agents.checkpoint import CheckpointError
-from pipeline.agents.off_policy import NetworkParams, SACParams
-from pipeline.agents.ppo import ActorCritic
-from pipeline.agents.sac import SACAgent
-from pipeline.config import ConfigError, parse_params
-from pipeline.rollouts.behaviours import CheckpointSourceError
-from pipeline.rollouts.collect import CollectError, collect, episode_seed
-from pipeline.rollouts.format import JOURNAL_NAME, MANIFEST_NAME
-from pipeline.rollouts.reader import iter_rollouts
-from pipeline.rollouts.verify import verify_rollouts
+from pipeline.core.config import ConfigError, parse_params
+from pipeline.learn.agents.checkpoint import CheckpointError
+from pipeline.learn.agents.off_policy import NetworkParams, SACParams
+from pipeline.learn.agents.ppo import ActorCritic
+from pipeline.learn.agents.sac import SACAgent
+from pipeline.teach.rollouts.behaviours import CheckpointSourceError
+from pipeline.teach.rollouts.collect import CollectError, collect, episode_seed
+from pipeline.teach.rollouts.format import JOURNAL_NAME, MANIFEST_NAME
+from pipeline.teach.rollouts.reader import iter_rollouts
+from pipeline.teach.rollouts.verify import verify_rollouts
 from tests.conftest import REPO, collect_cfg, env_cfg, tiny_params_dict, write_params
 
 MC = "MountainCar-v0"
@@ -307,7 +307,7 @@ def test_a_checkpoint_that_is_missing_or_no_agent_is_one_line(tmp_path):
 def test_a_non_finite_state_or_reward_is_refused_naming_episode_and_step(state, reward, says):
     """NaN / inf from a brought env would be written as `NaN` / `Infinity` (not JSON) and quoted
     to the teacher: collect stops at the sample, naming episode, step and value, writing nothing."""
-    from pipeline.rollouts import collect as module
+    from pipeline.teach.rollouts import collect as module
 
     written = []
 

@@ -1,8 +1,8 @@
 import pytest
 import yaml
 
-from pipeline.config import ConfigError, load_params, parse_params
-from pipeline.methods.table import check_params
+from pipeline.core.config import ConfigError, load_params, parse_params
+from pipeline.learn.methods.table import check_params
 from tests.conftest import REPO, tiny_params_dict, write_params
 
 
@@ -96,7 +96,7 @@ def test_label_stage_params_are_the_keys_that_decide_its_table():
     """dvc.yaml's label@<env> reads LABEL_OUTPUT_KEYS, its own per_env entry and its env entry
     (a brought env's label schema); every other LabelConfig field is a declared non-output (a
     new field fails here until it is placed)."""
-    from pipeline.config import LABEL_OUTPUT_KEYS, LabelConfig
+    from pipeline.core.config import LABEL_OUTPUT_KEYS, LabelConfig
 
     stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["label"]["do"]
     assert stage["params"] == [
@@ -269,7 +269,7 @@ def _commented_blocks(text: str, first: str) -> list[str]:
 def test_every_commented_option_in_params_yaml_is_valid():
     """The options params.yaml shows in comments (other teachers, the Ray executors, run and
     critic overrides) parse as written, so uncommenting one is all a user does."""
-    from pipeline.config import LabelConfig, MasksConfig, TeacherConfig
+    from pipeline.core.config import LabelConfig, MasksConfig, TeacherConfig
 
     text = (REPO / "params.yaml").read_text()
     raw = yaml.safe_load(text)
@@ -370,7 +370,7 @@ def test_an_unset_api_key_is_named_by_the_gate(tmp_path, capsys, monkeypatch):
 def test_a_served_teacher_needs_no_reliability_or_seed():
     """`openai` and `hf` teachers read neither `reliability` nor `seed` (scripted-teacher
     settings): leaving them out is valid and means no injected failure, seed 0."""
-    from pipeline.config import TeacherConfig
+    from pipeline.core.config import TeacherConfig
 
     served = TeacherConfig.model_validate(
         {
@@ -388,7 +388,7 @@ def test_env_ids_and_run_names_are_one_safe_path_part(bad):
     slash or a newline is refused by the gate, naming the section and what to use."""
     import yaml
 
-    from pipeline.config import ConfigError, parse_params
+    from pipeline.core.config import ConfigError, parse_params
     from tests.conftest import REPO
 
     raw = yaml.safe_load((REPO / "params.yaml").read_text())

@@ -7,8 +7,8 @@ import typing
 
 from pydantic import BaseModel
 
-from pipeline.config import Params
-from pipeline.methods.table import METHODS
+from pipeline.core.config import Params
+from pipeline.learn.methods.table import METHODS
 
 
 def _models(root: type[BaseModel]) -> set[type[BaseModel]]:

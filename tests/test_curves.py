@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import pipeline.curves
-from pipeline.curves import plot_curves, trailing_mean, write_training_log
+import pipeline.learn.curves
+from pipeline.learn.curves import plot_curves, trailing_mean, write_training_log
 
 
 def test_trailing_mean_starts_at_the_first_episode():
@@ -37,7 +37,7 @@ def test_every_run_is_visible_however_few_its_episodes(episodes, tmp_path):
     assert _pixels_of(tmp_path / "c.png", c0) > 40  # more than the legend's short line
 
 
-# Written by pipeline.curves as it was when it drove a dvclive 3.49.1 `Live` (commit d856de8),
+# Written by pipeline.learn.curves as it was when it drove a dvclive 3.49.1 `Live` (commit d856de8),
 # for the inputs below: the stages' curves and summaries in dvc.lock are these bytes, so a rewrite
 # of the logger must give them again. None: a directory.
 MIXED_CURVE = [(5, -1.0), (15, 2.0), (25, 0.1 + 0.2)]
@@ -176,11 +176,11 @@ def _live(directory, summary_path):
 
 
 def test_curves_use_no_private_part_of_dvclive():
-    """pipeline.curves once subclassed dvclive's Live to override its private `_init_dvc` (and
+    """pipeline.learn.curves once subclassed dvclive's Live to override its private `_init_dvc` (and
     `metrics_file`): a dvclive release could change either without notice. The check catches that
     code (OLD_OVERRIDE, the version before), and finds none of it in the module now."""
     private = _live_private_members()
     assert {"_init_dvc", "_init_cleanup", "_dvc_file"} <= private  # the scan reads dvclive
     old = _dvclive_private_uses(OLD_OVERRIDE, private)
     assert "class _Live subclasses ['Live']" in old and any("_init_dvc" in f for f in old)
-    assert _dvclive_private_uses(inspect.getsource(pipeline.curves), private) == []
+    assert _dvclive_private_uses(inspect.getsource(pipeline.learn.curves), private) == []

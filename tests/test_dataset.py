@@ -6,15 +6,15 @@ import polars as pl
 import pytest
 from datasets import load_dataset
 
-from pipeline.config import MasksConfig
+from pipeline.core.config import MasksConfig
 from pipeline.dataset.build import build_dataset
 from pipeline.dataset.loader import iter_raw, iter_stacked
-from pipeline.labelling.label import label_rollouts
-from pipeline.masks import make_mask_backend
-from pipeline.masks.compute import compute_masks
-from pipeline.rollouts.collect import collect
-from pipeline.rollouts.reader import iter_rollouts
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.masks import make_mask_backend
+from pipeline.teach.masks.compute import compute_masks
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.rollouts.reader import iter_rollouts
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 
 

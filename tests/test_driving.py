@@ -7,9 +7,9 @@ import time
 import numpy as np
 import pytest
 
-from pipeline.config import CarlaConfig, EnvConfig
-from pipeline.envs import CONTEXT, PIXELS, make_env
-from pipeline.envs.driving import (
+from pipeline.core.config import CarlaConfig, EnvConfig
+from pipeline.core.envs import CONTEXT, PIXELS, make_env
+from pipeline.core.envs.driving import (
     CAMERA_ATTRIBUTES,
     HighwayReward,
     JaywalkReward,
@@ -17,8 +17,8 @@ from pipeline.envs.driving import (
     control_from_action,
     spawn_plan,
 )
-from pipeline.labels.tasks import parse_answer, render_prompt
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.teach.labels.tasks import parse_answer, render_prompt
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import tiny_params_dict, write_params
 
 
@@ -96,7 +96,7 @@ def _closed_port() -> int:
 
 
 def test_without_a_server_carla_fails_within_the_timeout_naming_host_port_and_the_fix():
-    from pipeline.envs.carla_env import CarlaUnavailableError
+    from pipeline.core.envs.carla_env import CarlaUnavailableError
 
     port = _closed_port()
     cfg = EnvConfig(image_size=128, action_repeat=4, max_episode_steps=None, include_state=False,
@@ -177,7 +177,7 @@ def test_highway_throttle_semantics(highway):
 
 
 def test_scripted_highway_teacher_drives_and_its_answers_parse(highway):
-    from pipeline.masks.scripted import ScriptedMasks
+    from pipeline.teach.masks.scripted import ScriptedMasks
 
     obs, info = highway.reset(seed=2)
     space = {"type": "box", "low": [-1.0, -1.0], "high": [1.0, 1.0]}
@@ -191,7 +191,7 @@ def test_scripted_highway_teacher_drives_and_its_answers_parse(highway):
         if terminated or truncated:
             break
     assert truncated and not info[CONTEXT]["crashed"]  # 60 steps of lane and gap keeping
-    from pipeline.masks.base import MaskRequest
+    from pipeline.teach.masks.base import MaskRequest
 
     (masks,) = ScriptedMasks().masks(
         [MaskRequest(obs[PIXELS], ("car", "road", "lane"), "highway-hw", info[CONTEXT])]
@@ -217,8 +217,8 @@ def test_highway_reset_is_deterministic_per_seed(highway):
 
 def test_highway_car_mask_is_where_the_renderer_draws_the_ego(highway):
     """The ego is drawn centred at 30 % of the width and half the height (CONFIG's centering)."""
-    from pipeline.masks.base import MaskRequest
-    from pipeline.masks.scripted import ScriptedMasks
+    from pipeline.teach.masks.base import MaskRequest
+    from pipeline.teach.masks.scripted import ScriptedMasks
 
     obs, info = highway.reset(seed=0)
     (masks,) = ScriptedMasks().masks(

@@ -9,14 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.agents.augment import random_shift, shift, shift_offsets
-from pipeline.agents.off_policy import SACParams
-from pipeline.agents.sac import SACAgent
-from pipeline.config import ConfigError, parse_params
-from pipeline.dataset.stacking import FrameStacker
-from pipeline.methods.base import TrainInputs
-from pipeline.methods.drq import DrQAgent, DrQParams
-from pipeline.methods.table import METHODS, check_params, get_method, load_agent
+from pipeline.core.config import ConfigError, parse_params
+from pipeline.core.stacking import FrameStacker
+from pipeline.learn.agents.augment import random_shift, shift, shift_offsets
+from pipeline.learn.agents.off_policy import SACParams
+from pipeline.learn.agents.sac import SACAgent
+from pipeline.learn.methods.base import TrainInputs
+from pipeline.learn.methods.drq import DrQAgent, DrQParams
+from pipeline.learn.methods.table import METHODS, check_params, get_method, load_agent
 from tests.conftest import TINY_COLLECT
 
 
@@ -147,7 +147,7 @@ def test_the_table_lists_drq_as_a_method():
 def test_a_run_sees_frames_of_its_own_size(tmp_path):
     """`train.<run>.image_size`: the run's agent sees its env's frames resized (24 -> 16), in
     training and when it acts, while the env (and every other run) keeps its own size."""
-    from pipeline.evaluation import deployed, evaluate_policy
+    from pipeline.learn.evaluation import deployed, evaluate_policy
 
     raw = _params()
     raw["train"]["drq-run"]["image_size"] = 16
@@ -187,8 +187,8 @@ def test_image_size_is_refused_where_no_frame_is_read():
 
 
 def test_offline_frames_and_masks_are_resized_with_the_run():
+    from pipeline.core.envs.wrappers import resize_frame
     from pipeline.dataset.transitions import OfflineTransitions, mask_specs, with_frame_size
-    from pipeline.envs.wrappers import resize_frame
 
     rng = np.random.default_rng(0)
     obs = rng.integers(0, 256, (4, 24, 24, 3), dtype=np.uint8)
@@ -297,7 +297,7 @@ def test_drqs_actor_step_reuses_the_critic_steps_conv_map():
 def test_an_agent_saved_without_actor_encoder_loads_with_the_shared_head(tmp_path):
     """A drq agent saved before `actor_encoder` existed (its config has no such key) loads as
     it was trained, reading the critic's features; one with DrQ's own head comes back with it."""
-    from pipeline.agents.checkpoint import read_meta
+    from pipeline.learn.agents.checkpoint import read_meta
 
     space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
     old = DrQParams.model_validate({**_params()["drq"], "actor_encoder": "shared"})
@@ -319,7 +319,7 @@ def test_an_agent_saved_without_actor_encoder_loads_with_the_shared_head(tmp_pat
 
 @pytest.mark.parametrize("method", ["erpv", "semore"])
 def test_own_actor_head_is_refused_where_the_paper_shares_features(method):
-    from pipeline.methods.table import get_method as method_of
+    from pipeline.learn.methods.table import get_method as method_of
 
     raw = {**_params()["drq"], "actor_encoder": "own"}
     raw.pop("image_pad")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.methods.table import METHOD_MODULES
+from pipeline.learn.methods.table import METHOD_MODULES
 from tests.conftest import REPO, write_params
 
 PACKAGES = ("pipeline", "stages")
@@ -84,8 +84,8 @@ def _stage_closure(entry: str, *more: Path) -> set[Path]:
     closure = import_closure(_module_file(entry)) | import_closure(REPO / "stages" / "__init__.py")
     for path in more:
         closure |= import_closure(path)
-    if REPO / "pipeline" / "labels" / "tasks.py" in closure:  # reads the prompt templates
-        closure.add(REPO / "pipeline" / "labels" / "prompts")
+    if REPO / "pipeline" / "teach" / "labels" / "tasks.py" in closure:  # reads the prompt templates
+        closure.add(REPO / "pipeline" / "teach" / "labels" / "prompts")
     return closure
 
 
@@ -98,7 +98,7 @@ def _missing(closure: set[Path], deps: list[str]) -> list[str]:
     )
 
 
-TABLE = REPO / "pipeline" / "methods" / "table.py"
+TABLE = REPO / "pipeline" / "learn" / "methods" / "table.py"
 PER_RUN = ("train", "evaluate")  # a stage per run: its method's module is its own (tests below)
 
 
@@ -117,7 +117,7 @@ def _looks_up_methods(closure: set[Path]) -> bool:
     """Whether code of `closure` imports from the table more than its names (METHOD_MODULES, as
     pretrain_critic does for its markers): `load_agent`, `get_method` and the rest import methods
     by name."""
-    table = "pipeline.methods.table"
+    table = "pipeline.learn.methods.table"
     for path in closure:
         if path.suffix != ".py":
             continue
@@ -175,14 +175,14 @@ def _run_depends_on(method: str, path: str, env: str = "MountainCar-v0") -> bool
 def test_a_semore_only_edit_leaves_other_runs_up_to_date(method):
     """Editing Semore's method module reruns Semore's runs alone: a PPO (or SAC, ...) run
     neither imports it nor depends on it."""
-    semore = REPO / "pipeline" / "methods" / "semore.py"
+    semore = REPO / "pipeline" / "learn" / "methods" / "semore.py"
     assert semore not in _stage_closure("stages.train", _method_file(method))
-    assert not _run_depends_on(method, "pipeline/methods/semore.py")
-    assert _run_depends_on("semore", "pipeline/methods/semore.py")  # the check can see deps
+    assert not _run_depends_on(method, "pipeline/learn/methods/semore.py")
+    assert _run_depends_on("semore", "pipeline/learn/methods/semore.py")  # the check can see deps
 
 
 # a method's own code (its agent, networks and losses with it): no other method's run reads it
-OWN_CODE = {"semore": "pipeline/methods/semore.py", "erpv": "pipeline/methods/erpv.py"}
+OWN_CODE = {"semore": "pipeline/learn/methods/semore.py", "erpv": "pipeline/learn/methods/erpv.py"}
 OWN_CLASSES = {"semore": "(Semore|CrossAttention)", "erpv": "(ERPv|VLMCritic)"}
 
 
@@ -190,7 +190,7 @@ OWN_CLASSES = {"semore": "(Semore|CrossAttention)", "erpv": "(ERPv|VLMCritic)"}
 @pytest.mark.parametrize("method", list(METHOD_MODULES))
 def test_a_methods_agent_code_is_a_dep_of_its_own_runs_alone(owner, method):
     """ERPv's and Semore's agents, losses and networks live in their method's module: editing
-    one reruns that method's runs alone, and C_V's pre-training (pipeline/critic.py) is a dep of
+    one reruns that method's runs alone, and C_V's pre-training (pipeline/learn/critic.py) is a dep of
     no run (a run reads the C_V it made, through models/critic)."""
     path = OWN_CODE[owner]
     if method == owner:
@@ -198,10 +198,10 @@ def test_a_methods_agent_code_is_a_dep_of_its_own_runs_alone(owner, method):
         return
     assert REPO / path not in _stage_closure("stages.train", _method_file(method))
     assert not _run_depends_on(method, path)
-    assert not _run_depends_on(method, "pipeline/critic.py")
+    assert not _run_depends_on(method, "pipeline/learn/critic.py")
     # what every run shares holds no module named after the method and none of its classes
     classes = re.compile(rf"^class {OWN_CLASSES[owner]}", re.MULTILINE)
-    shared = sorted((REPO / "pipeline" / "agents").rglob("*.py"))
+    shared = sorted((REPO / "pipeline" / "learn" / "agents").rglob("*.py"))
     assert not [p.name for p in shared if owner in p.stem or classes.search(p.read_text())]
 
 
@@ -247,7 +247,7 @@ def test_dvc_stales_only_the_runs_an_edit_touches(tmp_path):
     def stale() -> list[str]:
         return re.findall(r"^(train@\S+):$", _dvc(repo, "status", *stages), re.MULTILINE)
 
-    with (repo / "pipeline" / "methods" / "semore.py").open("a") as f:
+    with (repo / "pipeline" / "learn" / "methods" / "semore.py").open("a") as f:
         f.write("# a Semore-only edit\n")
     assert stale() == ["train@semore"]
     _dvc(repo, "commit", "-f", "train@semore")
@@ -270,8 +270,8 @@ def test_a_run_depends_on_the_critic_only_if_its_method_reads_it(method):
 def test_the_critic_stage_writes_a_folder_for_every_method(tmp_path):
     """What a run depends on exists for every method of the table, the marker's bytes do not
     depend on C_V, and erpv's folder is where ERPv reads C_V (`critic_dir`)."""
-    from pipeline.critic import READS_NO_CRITIC, write_critic_markers, write_no_critic
-    from pipeline.methods.erpv import NO_CRITIC, critic_dir
+    from pipeline.learn.critic import READS_NO_CRITIC, write_critic_markers, write_no_critic
+    from pipeline.learn.methods.erpv import NO_CRITIC, critic_dir
 
     write_no_critic(tmp_path / "a", "CarRacing-v3")
     write_critic_markers(tmp_path / "b", "CarRacing-v3")
@@ -295,21 +295,23 @@ def test_the_critic_stage_reads_the_method_names_alone():
 def test_the_closure_follows_imports():
     """The closure finds a module reached only through another one (and function-local imports)."""
     closure = import_closure(REPO / "stages" / "train.py")
-    assert REPO / "pipeline" / "training.py" in closure
-    assert REPO / "pipeline" / "methods" / "base.py" in closure  # through the method table
+    assert REPO / "pipeline" / "learn" / "training.py" in closure
+    assert (
+        REPO / "pipeline" / "learn" / "methods" / "base.py" in closure
+    )  # through the method table
     assert REPO / "pipeline" / "__init__.py" in closure
     hybrid = import_closure(_method_file("hybrid_ppo"))
-    assert REPO / "pipeline" / "shaping" / "potential.py" in hybrid
-    assert REPO / "pipeline" / "methods" / "ppo.py" in hybrid  # a method built on another
+    assert REPO / "pipeline" / "learn" / "shaping" / "potential.py" in hybrid
+    assert REPO / "pipeline" / "learn" / "methods" / "ppo.py" in hybrid  # a method built on another
 
 
 def test_the_method_table_imports_no_method():
     """The table imports a method's module on use: importing it runs no method's code (the
     policy teacher and evaluate load one agent through it)."""
-    closure = import_closure(REPO / "pipeline" / "methods" / "table.py")
+    closure = import_closure(REPO / "pipeline" / "learn" / "methods" / "table.py")
     methods = {_method_file(m) for m in METHOD_MODULES}
     assert not closure & methods, sorted(str(p.relative_to(REPO)) for p in closure & methods)
-    assert not any((REPO / "pipeline" / "shaping") in p.parents for p in closure)
+    assert not any((REPO / "pipeline" / "learn" / "shaping") in p.parents for p in closure)
 
 
 def _deps(stage: str) -> list[Path]:
@@ -322,17 +324,24 @@ def _depends_on(stage: str, path: str) -> bool:
 
 
 def test_the_hybrid_reward_does_not_rerun_the_critics():
-    """Editing pipeline/shaping (hybrid VLM-PPO's reward) must not rerun pretrain_critic@<env>,
+    """Editing pipeline/learn/shaping (hybrid VLM-PPO's reward) must not rerun pretrain_critic@<env>,
     nor, through it, every ERPv run: C_V's stage imports ERPv's method alone."""
     closure = import_closure(_module_file("stages.pretrain_critic"))
-    assert not any((REPO / "pipeline" / "shaping") in p.parents for p in closure)
-    assert not _depends_on("pretrain_critic", "pipeline/shaping")
-    assert not _depends_on("pretrain_critic", "pipeline/methods/hybrid_ppo.py")
-    assert _depends_on("pretrain_critic", "pipeline/methods/erpv.py")  # the check can see deps
+    assert not any((REPO / "pipeline" / "learn" / "shaping") in p.parents for p in closure)
+    assert not _depends_on("pretrain_critic", "pipeline/learn/shaping")
+    assert not _depends_on("pretrain_critic", "pipeline/learn/methods/hybrid_ppo.py")
+    assert _depends_on(
+        "pretrain_critic", "pipeline/learn/methods/erpv.py"
+    )  # the check can see deps
 
 
 def test_compare_reads_curves_only():
     """compare draws the runs' curves: it depends on no agent, dataset or env code."""
-    for code in ("pipeline/agents", "pipeline/methods", "pipeline/dataset", "pipeline/envs"):
+    for code in (
+        "pipeline/learn/agents",
+        "pipeline/learn/methods",
+        "pipeline/dataset",
+        "pipeline/core/envs",
+    ):
         assert not _depends_on("compare", code), code
-    assert _depends_on("compare", "pipeline/curves.py")
+    assert _depends_on("compare", "pipeline/learn/curves.py")

@@ -111,7 +111,7 @@ def test_same_inputs_give_the_same_bytes_in_two_directories(built_a, built_b):
     """Every stage's outputs are a pure function of its inputs: no wall-clock value or path, and
     no dependence on numpy's SIMD or OpenBLAS's kernels (`b` builds with another machine's). On
     one machine torch's kernels are the same in both, so the networks' outputs agree too
-    (pipeline/reproducibility.py: across machines they may not)."""
+    (pipeline/tools/reproducibility.py: across machines they may not)."""
     text_a, text_b = ((b[0] / "dvc.lock").read_text() for b in (built_a, built_b))
     outs_a, outs_b = _outs(text_a), _outs(text_b)
     differ = sorted(k for k in outs_a.keys() | outs_b.keys() if outs_a.get(k) != outs_b.get(k))
@@ -396,7 +396,7 @@ def test_a_policy_teacher_is_built_by_dvc_and_relabels_its_env_alone(built_a, tm
 def test_vlmrl_seeds_averages_the_seeds_of_an_experiment_sweep(built_a, tmp_path, capsys):
     """Two seeds of a run as DVC experiments (`dvc exp run -S ...seed=1` beside the commit's
     seed 0), averaged by vlmrl-seeds from `dvc exp show`."""
-    from pipeline.experiments import main
+    from pipeline.tools.experiments import main
 
     repo, _ = _copy(built_a, tmp_path)
     _run(["git", "add", "-A"], repo)

@@ -2,8 +2,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from pipeline.envs import CONTEXT, KNOWN_ENVS, PIXELS, STATE, UnknownEnvError, make_env
-from pipeline.envs.wrappers import ActionRepeat
+from pipeline.core.envs import CONTEXT, KNOWN_ENVS, PIXELS, STATE, UnknownEnvError, make_env
+from pipeline.core.envs.wrappers import ActionRepeat
 from tests.conftest import env_cfg
 
 CONTEXT_KEYS = {
@@ -135,8 +135,8 @@ def test_dmc_rendering_and_triton_coexist_in_one_process():
     import sys
 
     code = (
-        "from pipeline.config import EnvConfig\n"
-        "from pipeline.envs import make_env\n"
+        "from pipeline.core.config import EnvConfig\n"
+        "from pipeline.core.envs import make_env\n"
         "env = make_env('cartpole-swingup', EnvConfig(image_size=16, action_repeat=1, max_episode_steps=None, include_state=False))\n"
         "env.reset(seed=0)\n"
         "import transformers.generation.continuous_batching.cache  # imports triton\n"

@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.agents.loop import train_off_policy
-from pipeline.agents.off_policy import NetworkParams, sac_alpha_loss
-from pipeline.agents.replay import ReplayBuffer
-from pipeline.agents.sac import SACAgent
-from pipeline.critic import pretrain_vlm_critic
 from pipeline.dataset.transitions import OfflineTransitions, action_label_specs
-from pipeline.evaluation import deployed, play_episodes
-from pipeline.methods.erpv import (
+from pipeline.learn.agents.loop import train_off_policy
+from pipeline.learn.agents.off_policy import NetworkParams, sac_alpha_loss
+from pipeline.learn.agents.replay import ReplayBuffer
+from pipeline.learn.agents.sac import SACAgent
+from pipeline.learn.critic import pretrain_vlm_critic
+from pipeline.learn.evaluation import deployed, play_episodes
+from pipeline.learn.methods.erpv import (
     ERPvAgent,
     ERPvParams,
     VLMCritic,
@@ -21,7 +21,7 @@ from pipeline.methods.erpv import (
     ver_regulariser,
     vpg_loss,
 )
-from pipeline.methods.table import load_agent
+from pipeline.learn.methods.table import load_agent
 from tests.toy_envs import PointMass
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -227,8 +227,8 @@ def test_an_interrupted_critic_pretraining_resumes_to_the_uninterrupted_result(
 ):
     """Interrupted after its resume state at update 50, C_V's pre-training goes on from it to the
     uninterrupted run's weights and logs; a state of other settings is not read."""
-    from pipeline.agents.replay import TransitionStore
-    from pipeline.agents.resume import Resume
+    from pipeline.learn.agents.replay import TransitionStore
+    from pipeline.learn.agents.resume import Resume
     from tests.conftest import count_calls
 
     data = chain_transitions(120, dict.fromkeys(range(5), 1.0))
@@ -270,7 +270,7 @@ def test_the_critic_stage_depends_on_exactly_the_erpv_keys_pretraining_reads():
     the reruns."""
     import yaml
 
-    from pipeline.methods.erpv import CRITIC_KEYS
+    from pipeline.learn.methods.erpv import CRITIC_KEYS
     from tests.conftest import REPO
 
     cfg = _Reads(small_cfg())
@@ -360,8 +360,8 @@ def test_erpv_end_to_end_on_point_mass(tmp_path):
 
 def test_an_erpv_checkpoint_needs_its_params_class_to_load_as_sac(tmp_path):
     """SACAgent.load on ERPv's checkpoint without ERPv's params says how to load it."""
-    from pipeline.agents.checkpoint import CheckpointError
-    from pipeline.methods.erpv import ERPvParams
+    from pipeline.learn.agents.checkpoint import CheckpointError
+    from pipeline.learn.methods.erpv import ERPvParams
 
     cfg = ERPvParams(network=NetworkParams(obs="state", hidden_dim=8, feature_dim=4))
     space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -376,7 +376,7 @@ def test_an_erpv_checkpoint_needs_its_params_class_to_load_as_sac(tmp_path):
 def test_gate_scalings():
     """per_critic compares ranks under two critics; joint opens exactly where Q_v > Q_r; none is
     table 3's M2 (no gate)."""
-    from pipeline.methods.erpv import vpg_gate
+    from pipeline.learn.methods.erpv import vpg_gate
 
     q_v = torch.tensor([10.0, 11.0, 12.0])  # C_V rates a_v below C_R's a_r on every row
     q_r = torch.tensor([20.0, 21.0, 22.0])
@@ -397,7 +397,7 @@ def test_the_gate_controls_random_and_mean_keep_no_selection():
     """`random` (the paper's RSF: Q_f randomly generated) draws Q_f ~ U[0, 1] from torch's RNG,
     whatever the critics say; `mean` gives every row the per_critic gate's batch mean: the same
     total weight on L_V without choosing rows."""
-    from pipeline.methods.erpv import vpg_gate
+    from pipeline.learn.methods.erpv import vpg_gate
 
     q_v, q_r = torch.tensor([3.0, 1.0, 2.0, 0.0]), torch.tensor([0.0, 2.0, 1.0, 3.0])
     gate = vpg_gate(q_v, q_r, "per_critic")
@@ -414,7 +414,7 @@ def test_the_gate_controls_random_and_mean_keep_no_selection():
 
 
 def test_ver_target_readings():
-    from pipeline.methods.erpv import ver_target
+    from pipeline.learn.methods.erpv import ver_target
 
     g = torch.tensor([0.1, 1.0, 10.0])
     printed, text = ver_target(g, "printed"), ver_target(g, "text")

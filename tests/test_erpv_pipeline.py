@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import yaml
 
-from pipeline.config import load_params
-from pipeline.curves import read_metric
-from pipeline.methods.table import get_method
+from pipeline.core.config import load_params
+from pipeline.learn.curves import read_metric
+from pipeline.learn.methods.table import get_method
 from tests.conftest import REPO, sigkill_once_saved
 
 ENV = "MountainCarContinuous-v0"
@@ -84,8 +84,8 @@ def test_pretrain_train_evaluate_end_to_end(pipeline_dir):
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     modules = out.stdout.split()
-    assert "pipeline.methods.erpv" in modules
-    assert not [m for m in modules if m.startswith("pipeline.teachers")]
+    assert "pipeline.learn.methods.erpv" in modules
+    assert not [m for m in modules if m.startswith("pipeline.teach.teachers")]
     assert train.main(_train_argv(d, "sac")) == 0
 
     live = d / "live" / "erpv"
@@ -124,11 +124,11 @@ def test_a_saved_and_reloaded_agent_acts_like_the_trained_one(pipeline_dir, tmp_
     agent's actions."""
     from pathlib import Path
 
-    from pipeline.agents.checkpoint import read_meta
-    from pipeline.config import TrainRun, load_params
-    from pipeline.evaluation import deployed
-    from pipeline.methods.base import TrainInputs
-    from pipeline.methods.table import load_agent
+    from pipeline.core.config import TrainRun, load_params
+    from pipeline.learn.agents.checkpoint import read_meta
+    from pipeline.learn.evaluation import deployed
+    from pipeline.learn.methods.base import TrainInputs
+    from pipeline.learn.methods.table import load_agent
 
     d = Path(pipeline_dir)
     params = load_params(d / "params.yaml")
@@ -226,11 +226,11 @@ def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp
 
     from safetensors.torch import load_file
 
-    from pipeline.config import TrainRun
-    from pipeline.critic import pretrain_vlm_critic
+    from pipeline.core.config import TrainRun
     from pipeline.dataset.layout import dataset_action_space
     from pipeline.dataset.transitions import load_offline_transitions
-    from pipeline.methods.base import TrainInputs
+    from pipeline.learn.critic import pretrain_vlm_critic
+    from pipeline.learn.methods.base import TrainInputs
 
     d = Path(pipeline_dir)
     params = load_params(d / "params.yaml")
@@ -261,7 +261,7 @@ def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp
     for key, value in tensors["sac-offline"].items():
         assert value.numpy().tobytes() == tensors["erpv-l0"][key].numpy().tobytes(), key
     # the actor trained: its weights left their initialisation (an untrained agent, same seed)
-    from pipeline.agents.checkpoint import module_tensors
+    from pipeline.learn.agents.checkpoint import module_tensors
 
     fresh = result.agent.__class__(
         result.agent.obs_shape, gym.spaces.Box(result.agent.scale.low_np,
@@ -285,8 +285,8 @@ def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp
 def test_a_state_and_a_pixel_erpv_run_share_an_env(pipeline_dir, tmp_path):
     """`critic.variants.<env>` pre-trains more C_V of one env (here a pixel one beside the state
     one) and a run picks one with `critic_variant`: a state and a pixel erpv run on one env."""
-    from pipeline.config import ConfigError, parse_params
-    from pipeline.methods.table import check_params
+    from pipeline.core.config import ConfigError, parse_params
+    from pipeline.learn.methods.table import check_params
     from stages import pretrain_critic, train
 
     d = pipeline_dir

@@ -14,11 +14,11 @@ import pytest
 from PIL import Image, ImageChops
 
 import stages.evaluate
-from pipeline.agents.off_policy import NetworkParams, SACParams
-from pipeline.agents.sac import SACAgent
-from pipeline.config import ConfigError, parse_params
-from pipeline.envs import make_env
-from pipeline.evaluation import Policy, Recorder, encode_gif, eval_metrics, evaluate_policy
+from pipeline.core.config import ConfigError, parse_params
+from pipeline.core.envs import make_env
+from pipeline.learn.agents.off_policy import NetworkParams, SACParams
+from pipeline.learn.agents.sac import SACAgent
+from pipeline.learn.evaluation import Policy, Recorder, encode_gif, eval_metrics, evaluate_policy
 from tests.conftest import env_cfg, tiny_params_dict, write_params
 
 CARTPOLE = "cartpole-swingup"

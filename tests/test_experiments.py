@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pipeline.experiments import format_table, param_keys, summarise
+from pipeline.tools.experiments import format_table, param_keys, summarise
 
 
 def _row(rev, lam, seed, returns):
@@ -62,7 +62,7 @@ def test_each_run_is_compared_with_the_baseline_by_welchs_test():
 
     from scipy import stats
 
-    from pipeline.experiments import welch_p
+    from pipeline.tools.experiments import welch_p
 
     a = [1.0, 2.0, 4.0]
     b = [10.0, 12.5, 11.0, 15.0]
@@ -94,7 +94,7 @@ def test_each_run_is_compared_with_the_baseline_by_welchs_test():
 def test_a_seed_band_is_the_mean_and_std_of_the_distinct_seeds_curves(tmp_path):
     """Curves logged at other steps are interpolated onto the steps all seeds cover; a repeated
     seed's curves are averaged into one first; std is ddof 1."""
-    from pipeline.experiments import SeedSummary, plot_seed_bands, seed_band
+    from pipeline.tools.experiments import SeedSummary, plot_seed_bands, seed_band
 
     curves = {
         "e0": [(0, 0.0), (10, 10.0), (20, 20.0)],
@@ -155,7 +155,7 @@ def test_vlmrl_seeds_draws_each_configurations_seed_band_from_dvc_experiments(tm
     import subprocess
     import sys
 
-    from pipeline.experiments import dvc_curve_reader, main, seed_band
+    from pipeline.tools.experiments import dvc_curve_reader, main, seed_band
 
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
 
@@ -183,7 +183,7 @@ def test_vlmrl_seeds_draws_each_configurations_seed_band_from_dvc_experiments(tm
 
     import dvc.api
 
-    from pipeline.experiments import param_keys, summarise, with_file_prefix
+    from pipeline.tools.experiments import param_keys, summarise, with_file_prefix
 
     # one eval file: DVC names its column `return_mean`, not `metrics/eval/a.json:return_mean`
     rows = dvc.api.exp_show(repo=str(tmp_path))
@@ -206,7 +206,7 @@ def test_a_bare_metric_column_is_named_after_its_one_eval_file(tmp_path):
     from the workspace's one metrics/eval/<run>.json holding it, and left alone otherwise."""
     import json
 
-    from pipeline.experiments import with_file_prefix
+    from pipeline.tools.experiments import with_file_prefix
 
     (tmp_path / "metrics" / "eval" / "rounds").mkdir(parents=True)
     (tmp_path / "metrics" / "eval" / "rounds" / "r1.json").write_text(json.dumps({"x": 1}))

@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 from tests.test_dataset import dataset  # noqa: F401  (the module-scoped pipeline outputs)
 
 FIXES = ("dvc repro", "dvc checkout", "--replace", "retrain", "rerun", "fix or delete", "mv ")
@@ -45,7 +45,7 @@ def _old_version(path: Path) -> None:  # a JSON file of the previous format vers
 def _agent(root: Path) -> Path:
     import torch
 
-    from pipeline.agents.checkpoint import write_checkpoint
+    from pipeline.learn.agents.checkpoint import write_checkpoint
 
     out = root / "agent"
     if not out.exists():
@@ -54,38 +54,38 @@ def _agent(root: Path) -> Path:
 
 
 def _read_checkpoint(directory: Path) -> None:
-    from pipeline.agents.checkpoint import read_checkpoint
+    from pipeline.learn.agents.checkpoint import read_checkpoint
 
     read_checkpoint(directory)
 
 
 def _read_labels(path: Path) -> None:
-    from pipeline.tables import read_label_table
+    from pipeline.core.tables import read_label_table
 
     read_label_table(path)
 
 
 def _read_masks(path: Path) -> None:
-    from pipeline.tables import read_mask_table
+    from pipeline.core.tables import read_mask_table
 
     read_mask_table(path)
 
 
 def _read_rollouts(directory: Path) -> None:
-    from pipeline.rollouts.reader import iter_rollouts
+    from pipeline.teach.rollouts.reader import iter_rollouts
 
     for _ in iter_rollouts(directory):
         pass
 
 
 def _read_manifest(directory: Path) -> None:
-    from pipeline.rollouts.reader import load_manifest
+    from pipeline.teach.rollouts.reader import load_manifest
 
     load_manifest(directory)
 
 
 def _read_label_cache(directory: Path) -> None:
-    from pipeline.labels.cache import LabelCache
+    from pipeline.teach.labels.cache import LabelCache
 
     LabelCache(directory)
 
@@ -103,7 +103,7 @@ def _read_dataset_parquet(directory: Path) -> None:
 
 
 def _read_corrections(path: Path) -> None:
-    from pipeline.labelling.corrections import read_corrections
+    from pipeline.teach.labelling.corrections import read_corrections
 
     read_corrections(path)
 

@@ -4,12 +4,12 @@ random Qwen2-VL built here; its garbage answers must come out as classified pars
 import polars as pl
 import pytest
 
-from pipeline.config import TeacherConfig
-from pipeline.labelling.label import label_rollouts
-from pipeline.labels.cache import open_telemetry
-from pipeline.labels.status import ParseStatus
-from pipeline.rollouts.collect import collect
-from pipeline.teachers import make_teacher
+from pipeline.core.config import TeacherConfig
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.labels.cache import open_telemetry
+from pipeline.teach.labels.status import ParseStatus
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.teachers import make_teacher
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 from tests.factories import build_tiny_qwen2_vl
 
@@ -81,8 +81,8 @@ def test_hf_teacher_labels_and_classifies_garbage(tiny_vlm, rollouts, tmp_path):
 
 
 def test_batched_generation_matches_one_at_a_time(tiny_vlm, rollouts):
-    from pipeline.labels.tasks import render_prompt
-    from pipeline.rollouts.reader import iter_rollouts, load_manifest
+    from pipeline.teach.labels.tasks import render_prompt
+    from pipeline.teach.rollouts.reader import iter_rollouts, load_manifest
 
     space = load_manifest(rollouts)["action_space"]
     prompts = [

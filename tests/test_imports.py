@@ -29,10 +29,10 @@ TORCH_FREE = [
     "stages.masks",
     "stages.review",
     "stages.verify",
-    "pipeline.rollouts.reader",
-    "pipeline.rollouts.writer",
-    "pipeline.agents.checkpoint",
-    "pipeline.methods.table",
+    "pipeline.teach.rollouts.reader",
+    "pipeline.teach.rollouts.writer",
+    "pipeline.learn.agents.checkpoint",
+    "pipeline.learn.methods.table",
 ]
 
 _CODE = f"import importlib, sys; importlib.import_module(sys.argv[1]); print(sorted(m for m in {HEAVY!r} if m in sys.modules))"  # fmt: skip
@@ -66,7 +66,7 @@ def test_module_imports_no_heavy_ml_library(module, heavy_imports):
 def test_the_check_sees_an_import():
     """The check itself: a module that does import torch is reported."""
     result = subprocess.run(
-        [sys.executable, "-c", _CODE, "pipeline.agents.networks"],
+        [sys.executable, "-c", _CODE, "pipeline.learn.agents.networks"],
         cwd=REPO, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert result.stdout.strip() == "['torch']"

@@ -1,4 +1,4 @@
-"""pipeline/kernels.py: every process that imports `pipeline` first runs numpy's and OpenBLAS's
+"""pipeline/core/kernels.py: every process that imports `pipeline` first runs numpy's and OpenBLAS's
 AVX2-level kernels, so that data outputs hash the same on AVX-512 and AVX2 machines (an AVX2 CI
 machine once rebuilt the cartpole-swingup rollouts and the highway-hw chain with other bytes than
 the AVX-512 one), and MKL's AUTO branch, run-to-run reproducible on one machine; torch otherwise
@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from pipeline.errors import PipelineError
-from pipeline.kernels import (
+from pipeline.core.errors import PipelineError
+from pipeline.core.kernels import (
     AVX2_KERNELS,
     NUMPY_AVX512_TARGETS,
     ONE_MACHINE_BLAS,
@@ -138,7 +138,7 @@ def test_numpy_imported_before_pipeline_is_named_on_an_avx512_cpu():
 def test_training_torch_fixes_the_threads_and_keeps_onednn():
     import torch
 
-    from pipeline.kernels import training_torch
+    from pipeline.core.kernels import training_torch
 
     threads, onednn = torch.get_num_threads(), torch.backends.mkldnn.enabled
     try:

@@ -11,10 +11,10 @@ import polars as pl
 import pytest
 
 import stages.knowledge
-from pipeline.config import parse_params
-from pipeline.errors import PipelineError
-from pipeline.knowledge import knowledge_report
-from pipeline.methods.table import METHODS
+from pipeline.core.config import parse_params
+from pipeline.core.errors import PipelineError
+from pipeline.learn.methods.table import METHODS
+from pipeline.loops.knowledge import knowledge_report
 from tests.conftest import tiny_params_dict, write_params
 
 ENV = "MountainCar-v0"

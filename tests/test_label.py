@@ -4,14 +4,14 @@ import shutil
 import polars as pl
 import pytest
 
-from pipeline.labelling.label import LabelError, label_rollouts
-from pipeline.labels import tasks as tasks_module
-from pipeline.labels.cache import LabelCache
-from pipeline.labels.status import ParseStatus
-from pipeline.rollouts.collect import collect
-from pipeline.teachers.base import Reply
-from pipeline.teachers.baselines import ConstantTeacher, RandomTeacher
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.teach.labelling.label import LabelError, label_rollouts
+from pipeline.teach.labels import tasks as tasks_module
+from pipeline.teach.labels.cache import LabelCache
+from pipeline.teach.labels.status import ParseStatus
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.teachers.base import Reply
+from pipeline.teach.teachers.baselines import ConstantTeacher, RandomTeacher
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 
 MC = "MountainCar-v0"
@@ -220,7 +220,7 @@ def test_constant_and_random_teachers(rollouts, tmp_path):
 
 
 def test_corrupt_cache_segment_is_reported_by_name(rollouts, tmp_path):
-    from pipeline.segments import StoreError
+    from pipeline.core.segments import StoreError
 
     _label(rollouts, tmp_path, ScriptedTeacher(0.8, 0))
     segment = sorted((tmp_path / "cache").glob("segment-*.parquet"))[0]
@@ -232,7 +232,7 @@ def test_corrupt_cache_segment_is_reported_by_name(rollouts, tmp_path):
 def test_every_flipped_bit_of_a_segment_is_reported_by_name_never_served(rollouts, tmp_path):
     """Flip one bit at a time through a label-cache segment: each flip is reported by name before
     the parquet reader sees the bytes (no changed label, no traceback, no abort)."""
-    from pipeline.segments import StoreError
+    from pipeline.core.segments import StoreError
 
     _label(rollouts, tmp_path, ScriptedTeacher(0.8, 0))
     segment = sorted((tmp_path / "cache").glob("segment-*.parquet"))[0]
@@ -293,7 +293,7 @@ def test_a_per_env_teacher_labels_its_env_alone(rollouts, tmp_path):
     """`label.per_env.<env>.teacher` replaces `label.teacher` for that env in the label stage;
     another env's entry changes nothing here; the shared section alone is refused by
     label_rollouts (its teacher would not be the env's)."""
-    from pipeline.config import load_params
+    from pipeline.core.config import load_params
     from stages import label as stage
     from tests.conftest import tiny_params_dict, write_params
 

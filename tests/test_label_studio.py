@@ -20,11 +20,11 @@ import urllib.request
 import polars as pl
 import pytest
 
-from pipeline.labelling.corrections import read_corrections
-from pipeline.labelling.exchange import export_label_studio, import_label_studio
-from pipeline.labelling.label import label_rollouts
-from pipeline.rollouts.collect import collect
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.teach.labelling.corrections import read_corrections
+from pipeline.teach.labelling.exchange import export_label_studio, import_label_studio
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 
 pytestmark = pytest.mark.slow

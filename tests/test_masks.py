@@ -2,13 +2,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config import ClipDenseConfig, ClipSegConfig, EnvConfig, MasksConfig
-from pipeline.envs import CONTEXT, PIXELS, make_env
-from pipeline.labelling.label import label_rollouts
-from pipeline.masks import MaskRequest, decode_mask, make_mask_backend
-from pipeline.masks.compute import compute_masks
-from pipeline.rollouts.collect import collect
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.core.config import ClipDenseConfig, ClipSegConfig, EnvConfig, MasksConfig
+from pipeline.core.envs import CONTEXT, PIXELS, make_env
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.masks import MaskRequest, decode_mask, make_mask_backend
+from pipeline.teach.masks.compute import compute_masks
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 from tests.factories import build_tiny_clipseg, build_tiny_open_clip
 

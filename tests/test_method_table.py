@@ -8,8 +8,8 @@ import json
 import subprocess
 import sys
 
-from pipeline.methods.base import Method
-from pipeline.methods.table import METHOD_MODULES, METHODS
+from pipeline.learn.methods.base import Method
+from pipeline.learn.methods.table import METHOD_MODULES, METHODS
 from tests.conftest import REPO
 
 
@@ -25,14 +25,14 @@ def test_unknown_names_are_not_methods_and_import_nothing():
 
 SCRIPT = """
 import json, sys, tempfile
-from pipeline.methods.table import load_agent
+from pipeline.learn.methods.table import load_agent
 
 def loaded():
-    return sorted(m for m in sys.modules if m.startswith(("pipeline.methods.", "pipeline.agents.",
-                                                          "pipeline.shaping")))
+    return sorted(m for m in sys.modules if m.startswith(("pipeline.learn.methods.", "pipeline.learn.agents.",
+                                                          "pipeline.learn.shaping")))
 
 print(json.dumps(loaded()))
-from pipeline.agents.ppo import ActorCritic
+from pipeline.learn.agents.ppo import ActorCritic
 with tempfile.TemporaryDirectory() as d:
     ActorCritic(2, 3, 8).save(d, {"method": "ppo"})
     load_agent(d)
@@ -47,7 +47,11 @@ def test_loading_a_ppo_agent_imports_ppo_alone():
     at_import, after_load = json.loads(out[0]), json.loads(out[1])
     methods = {entry.split(":")[0] for entry in METHOD_MODULES.values()}
     assert not methods & set(at_import), at_import
-    assert methods & set(after_load) == {"pipeline.methods.ppo"}, after_load
-    for other in ("pipeline.methods.semore", "pipeline.methods.erpv", "pipeline.agents.off_policy"):
+    assert methods & set(after_load) == {"pipeline.learn.methods.ppo"}, after_load
+    for other in (
+        "pipeline.learn.methods.semore",
+        "pipeline.learn.methods.erpv",
+        "pipeline.learn.agents.off_policy",
+    ):
         assert other not in after_load
-    assert not any(m.startswith("pipeline.shaping") for m in after_load)
+    assert not any(m.startswith("pipeline.learn.shaping") for m in after_load)

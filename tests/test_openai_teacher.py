@@ -16,14 +16,14 @@ from typing import ClassVar
 import polars as pl
 import pytest
 
-from pipeline.config import TeacherConfig
-from pipeline.labelling.label import label_rollouts
-from pipeline.labels.status import ParseStatus
-from pipeline.labels.tasks import render_prompt
-from pipeline.rollouts.collect import collect
-from pipeline.rollouts.reader import iter_rollouts, load_manifest
-from pipeline.teachers import make_teacher
-from pipeline.teachers.base import TeacherUnavailableError
+from pipeline.core.config import TeacherConfig
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.labels.status import ParseStatus
+from pipeline.teach.labels.tasks import render_prompt
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.rollouts.reader import iter_rollouts, load_manifest
+from pipeline.teach.teachers import make_teacher
+from pipeline.teach.teachers.base import TeacherUnavailableError
 from tests.conftest import collect_cfg, env_cfg, label_cfg, send_json
 from tests.factories import build_tiny_qwen2_vl
 
@@ -325,8 +325,8 @@ def test_teacher_id_names_the_revision_and_answers_record_the_server_build(
     handler.script = [(0, 200, "milestone: BOTTOM")]
     (reply,) = _teacher(url).answer([prompt])
     assert reply.system_fingerprint == "fp_scripted"
-    from pipeline.labels.cache import LabelCache
-    from pipeline.teachers.cached import ask_through_cache
+    from pipeline.teach.labels.cache import LabelCache
+    from pipeline.teach.teachers.cached import ask_through_cache
 
     cache = LabelCache(tmp_path / "cache")
     handler.script = [(0, 200, "milestone: BOTTOM")]
@@ -340,8 +340,8 @@ def test_the_calls_cost_is_counted_in_tokens_and_seconds(scripted_server, rollou
     table; a telemetry segment written before tokens were kept still reads (tokens unknown)."""
     import polars as pl
 
-    from pipeline.labelling.audit import call_latency
-    from pipeline.labels.cache import open_telemetry
+    from pipeline.teach.labelling.audit import call_latency
+    from pipeline.teach.labels.cache import open_telemetry
 
     url, handler = scripted_server
     summary = label_rollouts(
@@ -364,7 +364,7 @@ def test_the_calls_cost_is_counted_in_tokens_and_seconds(scripted_server, rollou
     import hashlib
     import io
 
-    from pipeline.segments import SegmentStore  # noqa: F401  (the store reads it by name)
+    from pipeline.core.segments import SegmentStore  # noqa: F401  (the store reads it by name)
 
     buf = io.BytesIO()
     old.write_parquet(buf)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import yaml
 
-from pipeline.config import ConfigError, parse_params
-from pipeline.envs import make_env, state_from_context
-from pipeline.labels.schema import label_schema
-from pipeline.labels.tasks import render_prompt
-from pipeline.rollouts.format import action_space_spec
+from pipeline.core.config import ConfigError, parse_params
+from pipeline.core.envs import make_env, state_from_context
+from pipeline.teach.labels.schema import label_schema
+from pipeline.teach.labels.tasks import render_prompt
+from pipeline.teach.rollouts.format import action_space_spec
 from tests.conftest import REPO, tiny_params_dict
 
 PENDULUM = {
@@ -113,7 +113,7 @@ def test_a_schema_that_does_not_fit_the_env_is_refused_when_it_is_built():
 
 
 def test_a_builder_that_cannot_be_found_names_its_setting():
-    from pipeline.envs.gym_envs import BroughtEnvError
+    from pipeline.core.envs.gym_envs import BroughtEnvError
 
     for make, message in (
         ({"gym": "NoSuchEnv-v9"}, r"env.x.make.gym: gymnasium cannot make 'NoSuchEnv-v9'"),

@@ -1,5 +1,5 @@
 """docs/params.md, the params.yaml reference, is generated from the config classes' field
-descriptions (pipeline/config and each method's params class) and kept current by this test.
+descriptions (pipeline/core/config and each method's params class) and kept current by this test.
 
     python -m tests.test_params_reference   # rewrite docs/params.md after changing a field
 """
@@ -13,15 +13,15 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from pipeline.config import Params
-from pipeline.methods.table import METHODS
+from pipeline.core.config import Params
+from pipeline.learn.methods.table import METHODS
 from tests.conftest import REPO
 
 PAGE = REPO / "docs" / "params.md"
 HEADER = """# params.yaml reference
 
 Every key params.yaml may set, with its type, default and meaning, generated from the config
-classes (`pipeline/config/` for the stage sections, each method's params class for the method
+classes (`pipeline/core/config/` for the stage sections, each method's params class for the method
 sections) by `python -m tests.test_params_reference`; `tests/test_params_reference.py` fails when
 this page and the code disagree. `check_params` refuses a key not listed here, naming the nearest
 one. A method section's keys may also be set for one run under `train.<run>.overrides`.
@@ -50,7 +50,7 @@ def _models(annotation: Any, name: str) -> tuple[str, type[BaseModel]] | None:
 def _type_name(annotation: Any) -> str:
     text = getattr(annotation, "__name__", None) if typing.get_origin(annotation) is None else None
     text = text or str(annotation)
-    return text.replace("typing.", "").replace("pipeline.config.", "").replace("|", "\\|")
+    return text.replace("typing.", "").replace("pipeline.core.config.", "").replace("|", "\\|")
 
 
 def _default(field: Any) -> str:

@@ -2,10 +2,10 @@
 
 import pytest
 
-from pipeline.labels.parsers import MAX_ANSWER_CHARS
-from pipeline.labels.schema import label_schema
-from pipeline.labels.status import ParseStatus as S
-from pipeline.labels.tasks import parse_answer
+from pipeline.teach.labels.parsers import MAX_ANSWER_CHARS
+from pipeline.teach.labels.schema import label_schema
+from pipeline.teach.labels.status import ParseStatus as S
+from pipeline.teach.labels.tasks import parse_answer
 
 CAR = "CarRacing-v3"
 CAR_SPACE = {"type": "box", "shape": [3], "low": [-1.0, 0.0, 0.0], "high": [1.0, 1.0, 1.0]}
@@ -324,7 +324,7 @@ def test_erpv_figure_14_answer_parses_with_the_carla_schema():
     from dataclasses import replace
 
     schema = replace(label_schema(CAR), action_names=("throttle", "steer"))
-    from pipeline.labels.parsers import parse_action
+    from pipeline.teach.labels.parsers import parse_action
 
     text = "**Describe:** The image shows a high-speed scene on a highway.\n\n**throttle:** 1  \n**steer:** 0"
     space = {"type": "box", "shape": [2], "low": [-1.0, -1.0], "high": [1.0, 1.0]}
@@ -337,8 +337,8 @@ def test_a_new_parser_version_does_not_change_cache_keys():
     import hashlib
     import json
 
-    from pipeline.labels import cache
-    from pipeline.labels.parsers import PARSER_VERSION
+    from pipeline.teach.labels import cache
+    from pipeline.teach.labels.parsers import PARSER_VERSION
 
     material = ["ab" * 32, "scripted:v2:reliability=1:seed=0", "prompt", {"t": 0}]
     # the material of parser version 4's keys, which the caches written since then hold

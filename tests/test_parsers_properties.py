@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.labels.parsers import MAX_ANSWER_CHARS
-from pipeline.labels.schema import label_schema
-from pipeline.labels.status import ParseStatus as S
-from pipeline.labels.tasks import answer_text, parse_answer
+from pipeline.teach.labels.parsers import MAX_ANSWER_CHARS
+from pipeline.teach.labels.schema import label_schema
+from pipeline.teach.labels.status import ParseStatus as S
+from pipeline.teach.labels.tasks import answer_text, parse_answer
 
 CAR = "CarRacing-v3"
 CAR_SPACE = {"type": "box", "shape": [3], "low": [-1.0, 0.0, 0.0], "high": [1.0, 1.0, 1.0]}

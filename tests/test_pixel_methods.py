@@ -13,8 +13,8 @@ import sys
 import pytest
 import yaml
 
-from pipeline.config import load_params, parse_params
-from pipeline.methods.table import get_method, load_agent
+from pipeline.core.config import load_params, parse_params
+from pipeline.learn.methods.table import get_method, load_agent
 from tests.conftest import REPO, sigkill_once_saved
 from tests.pixel_data import ENV, RUNS, STEPS, build_pixel_pipeline, params_for, train_argv
 
@@ -26,8 +26,8 @@ def pixel_pipeline(tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(RUNS))
 def test_each_pixel_method_trains_from_a_pipeline_built_pixel_dataset(pixel_pipeline, name):
-    from pipeline.agents.checkpoint import read_meta
-    from pipeline.evaluation import deployed, evaluate_policy
+    from pipeline.learn.agents.checkpoint import read_meta
+    from pipeline.learn.evaluation import deployed, evaluate_policy
     from stages import train
 
     d = pixel_pipeline
@@ -92,8 +92,8 @@ def test_an_interrupted_pixel_run_resumes_to_the_uninterrupted_result(
     and metric rows."""
     import torch
 
-    from pipeline.agents.off_policy import OffPolicyAgent
-    from pipeline.methods.base import TrainInputs
+    from pipeline.learn.agents.off_policy import OffPolicyAgent
+    from pipeline.learn.methods.base import TrainInputs
 
     d = pixel_pipeline
     params = parse_params(params_for(d, name, resume_every=24, steps=48))
@@ -126,7 +126,7 @@ def test_an_interrupted_pixel_run_resumes_to_the_uninterrupted_result(
 def test_one_pixel_run_beside_a_state_run_of_the_same_method(pixel_pipeline, tmp_path):
     """`train.<run>.overrides` switches one run to frames; the section (and the other run) stay
     on state observations."""
-    from pipeline.agents.checkpoint import read_meta
+    from pipeline.learn.agents.checkpoint import read_meta
     from stages import train
 
     d = pixel_pipeline

@@ -1,5 +1,5 @@
 """The policy teacher (a trained agent checkpoint answering `action` and `judge`) and the state
-it reads, rebuilt from a prompt's context (`pipeline.envs.state_from_context`)."""
+it reads, rebuilt from a prompt's context (`pipeline.core.envs.state_from_context`)."""
 
 from __future__ import annotations
 
@@ -14,21 +14,21 @@ import pytest
 import yaml
 from PIL import Image
 
-from pipeline.agents.off_policy import NetworkParams, SACParams
-from pipeline.agents.ppo import ActorCritic
-from pipeline.agents.sac import SACAgent
-from pipeline.config import NO_TEACHER, ConfigError, TeacherConfig, parse_params
-from pipeline.dataset.stacking import FrameStacker
-from pipeline.envs import CONTEXT, KNOWN_ENVS, STATE, make_env, state_from_context
-from pipeline.labels.schema import label_schema
-from pipeline.labels.tasks import parse_answer, render_prompt
-from pipeline.methods.table import check_params
-from pipeline.rollouts.format import action_space_spec
-from pipeline.rollouts.writer import encode_png
-from pipeline.teachers import make_teacher
-from pipeline.teachers.cached import ask_through_cache, prompt_cache_key
-from pipeline.teachers.policy import PolicyTeacher, checkpoint_sha256
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.core.config import NO_TEACHER, ConfigError, TeacherConfig, parse_params
+from pipeline.core.envs import CONTEXT, KNOWN_ENVS, STATE, make_env, state_from_context
+from pipeline.core.stacking import FrameStacker
+from pipeline.learn.agents.off_policy import NetworkParams, SACParams
+from pipeline.learn.agents.ppo import ActorCritic
+from pipeline.learn.agents.sac import SACAgent
+from pipeline.learn.methods.table import check_params
+from pipeline.teach.labels.schema import label_schema
+from pipeline.teach.labels.tasks import parse_answer, render_prompt
+from pipeline.teach.rollouts.format import action_space_spec
+from pipeline.teach.rollouts.writer import encode_png
+from pipeline.teach.teachers import make_teacher
+from pipeline.teach.teachers.cached import ask_through_cache, prompt_cache_key
+from pipeline.teach.teachers.policy import PolicyTeacher, checkpoint_sha256
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import REPO, env_cfg, tiny_params_dict, write_params
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -53,7 +53,7 @@ def test_state_from_context_is_the_envs_own_state(env_id):
         np.testing.assert_array_equal(rebuilt, obs[STATE])
         obs, _, _, _, info = env.step(env.action_space.sample())
     if KNOWN_ENVS[env_id].family == "dmc":
-        from pipeline.envs.dmc import DMC_STATE_KEYS
+        from pipeline.core.envs.dmc import DMC_STATE_KEYS
 
         spec = env.unwrapped._env.observation_spec()
         assert tuple(spec) == DMC_STATE_KEYS[env_id]  # the suite's order, which DMCEnv flattens
@@ -61,7 +61,7 @@ def test_state_from_context_is_the_envs_own_state(env_id):
 
 
 def test_carla_state_is_rebuilt_from_its_context():
-    from pipeline.envs.carla_env import carla_context, carla_state
+    from pipeline.core.envs.carla_env import carla_context, carla_state
 
     ego = SimpleNamespace(
         get_velocity=lambda: SimpleNamespace(x=3.0, y=4.0, z=0.0),
@@ -137,7 +137,7 @@ def test_action_answers_parse_to_the_agents_action_on_the_rebuilt_state(mcc):
 
 
 def test_a_pixel_agent_reads_the_one_frame_repeated(tmp_path):
-    from pipeline.envs.wrappers import resize_frame
+    from pipeline.core.envs.wrappers import resize_frame
 
     env_id, space = "cartpole-swingup", gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
     agent = _sac_checkpoint(tmp_path / "pix", env_id, "pixels", (32, 32, 3), space)
@@ -198,7 +198,7 @@ def test_reliability_zero_gives_the_scripted_teachers_failures_only(mcc):
 
 
 def test_cache_keys_are_its_own_and_answers_are_cached(mcc, tmp_path):
-    from pipeline.labels.cache import LabelCache
+    from pipeline.teach.labels.cache import LabelCache
 
     _, ckpt, spec = mcc
     teacher = PolicyTeacher(ckpt, 1.0, 0)

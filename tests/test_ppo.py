@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.agents.ppo import gae, train_ppo
+from pipeline.learn.agents.ppo import gae, train_ppo
 from tests.conftest import ppo_params
 
 
@@ -51,8 +51,8 @@ def test_rejects_continuous_actions():
 def test_ppo_on_the_pipeline_observation_contract():
     """Dict observations ({pixels, state}) with truncation: the final observation is batched for
     obs_fn so that truncated episodes bootstrap from their value."""
-    from pipeline.config import EnvConfig
-    from pipeline.envs import make_env
+    from pipeline.core.config import EnvConfig
+    from pipeline.core.envs import make_env
 
     def make():
         return make_env(
@@ -69,7 +69,7 @@ def test_ppo_on_the_pipeline_observation_contract():
 
 
 def test_running_mean_std_matches_numpy_over_batches():
-    from pipeline.agents.ppo import RunningMeanStd
+    from pipeline.learn.agents.ppo import RunningMeanStd
 
     rng = np.random.default_rng(0)
     data = rng.normal([3.0, -1.0], [0.01, 5.0], (1000, 2))
@@ -84,7 +84,7 @@ def test_running_mean_std_matches_numpy_over_batches():
 def test_normalised_ppo_saves_its_statistics_and_deploys_them_frozen(tmp_path):
     """With normalize_obs the policy reads (obs - mean) / std of what training saw: the
     statistics are checkpoint buffers, acting never moves them, and a reloaded agent acts alike."""
-    from pipeline.methods.table import load_agent
+    from pipeline.learn.methods.table import load_agent
 
     def make():
         return gym.make("MountainCar-v0", max_episode_steps=50)

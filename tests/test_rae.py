@@ -3,10 +3,10 @@
 import polars as pl
 import pytest
 
-from pipeline.labelling.label import label_rollouts
-from pipeline.rollouts.collect import collect
-from pipeline.rollouts.reader import iter_rollouts
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.rollouts.reader import iter_rollouts
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 from tests.test_label import CountingTeacher
 
@@ -91,8 +91,8 @@ def test_manifest_names_the_acting_teacher_and_an_old_manifest_is_refused(tmp_pa
     collect refuses to reuse them, and --replace (what `dvc repro` passes) recollects."""
     import json
 
-    from pipeline.rollouts.collect import CollectError
-    from pipeline.rollouts.reader import RolloutIntegrityError, load_manifest
+    from pipeline.teach.rollouts.collect import CollectError
+    from pipeline.teach.rollouts.reader import RolloutIntegrityError, load_manifest
 
     teacher = ScriptedTeacher(0.8, 0)
     cfg = collect_cfg(behaviour="rae", rae_switch_steps=(5, 12), teacher_every_k=4, episodes=1)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.labelling.label import LabelError, label_rollouts
-from pipeline.labels.cache import LabelCache
-from pipeline.rollouts.collect import collect
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.teach.labelling.label import LabelError, label_rollouts
+from pipeline.teach.labels.cache import LabelCache
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install -e '.[ray]'")
@@ -111,8 +111,8 @@ def test_a_raising_actor_loses_only_unfinished_batches(cluster, rollouts, tmp_pa
 KILLED_DRIVER = """
 import sys, time
 from pathlib import Path
-from pipeline.labelling.label import label_rollouts
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import label_cfg
 
 rollouts, cache, table, address = sys.argv[1:5]
@@ -170,8 +170,8 @@ def test_a_killed_driver_loses_only_unfinished_batches(cluster, rollouts, tmp_pa
 
 
 def test_transport_failures_are_recorded_as_locally(cluster, rollouts, tmp_path):
-    from pipeline.labels.status import ParseStatus
-    from pipeline.teachers.base import Reply
+    from pipeline.teach.labels.status import ParseStatus
+    from pipeline.teach.teachers.base import Reply
 
     class Unreachable(ScriptedTeacher):
         def answer(self, prompts):
@@ -192,9 +192,9 @@ def test_transport_failures_are_recorded_as_locally(cluster, rollouts, tmp_path)
 
 def test_ray_masks_table_is_byte_identical_to_local(cluster, tmp_path):
     """The masks stage with `executor: ray`: CarRacing frames, scripted masks, the same table."""
-    from pipeline.config import MasksConfig
-    from pipeline.masks import make_mask_backend
-    from pipeline.masks.compute import compute_masks
+    from pipeline.core.config import MasksConfig
+    from pipeline.teach.masks import make_mask_backend
+    from pipeline.teach.masks.compute import compute_masks
     from stages.masks import ray_settings
 
     rollouts = tmp_path / "rollouts"
@@ -218,7 +218,7 @@ class SchemaReader:
     """An actor that reads label schemas (in another process than the driver)."""
 
     def names(self, env_ids):
-        from pipeline.labels.schema import label_schema
+        from pipeline.teach.labels.schema import label_schema
 
         return [list(label_schema(env_id).action_names) for env_id in env_ids]
 
@@ -227,8 +227,8 @@ def test_an_actor_knows_the_envs_the_driver_brought(cluster):
     """An env brought from params (`env.<id>.make`) is registered in the driver when the params
     are loaded; map_on_ray hands the registry to each actor, so a teacher there reads its label
     schema."""
-    from pipeline.config import RayExecutorConfig, parse_params
-    from pipeline.distributed import map_on_ray
+    from pipeline.core.config import RayExecutorConfig, parse_params
+    from pipeline.core.distributed import map_on_ray
     from tests.conftest import tiny_params_dict
     from tests.test_own_env import POINT, _with
 

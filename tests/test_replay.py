@@ -6,7 +6,8 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from pipeline.agents.replay import ReplayBuffer
+from pipeline.core.io import sha256_file
+from pipeline.core.stacking import FrameStacker
 from pipeline.dataset.layout import (
     DATASET_FORMAT_VERSION,
     INFO_PATH,
@@ -15,7 +16,6 @@ from pipeline.dataset.layout import (
     dataset_action_space,
     verify_dataset,
 )
-from pipeline.dataset.stacking import FrameStacker
 from pipeline.dataset.transitions import (
     JUDGE_SPEC,
     OfflineTransitions,
@@ -23,9 +23,9 @@ from pipeline.dataset.transitions import (
     load_offline_transitions,
     mask_specs,
 )
-from pipeline.io import sha256_file
-from pipeline.labels.status import LABELLED_STATUSES
-from pipeline.rollouts.reader import iter_rollouts
+from pipeline.learn.agents.replay import ReplayBuffer
+from pipeline.teach.labels.status import LABELLED_STATUSES
+from pipeline.teach.rollouts.reader import iter_rollouts
 
 # --- factories ----------------------------------------------------------------------------------
 
@@ -369,13 +369,13 @@ def test_loader_errors_name_the_file(tmp_path):
 
 def _pipeline_dataset(tmp_path):
     """collect -> label -> masks -> dataset on a tiny continuous env."""
-    from pipeline.config import MasksConfig
+    from pipeline.core.config import MasksConfig
     from pipeline.dataset.build import build_dataset
-    from pipeline.labelling.label import label_rollouts
-    from pipeline.masks import make_mask_backend
-    from pipeline.masks.compute import compute_masks
-    from pipeline.rollouts.collect import collect
-    from pipeline.teachers.scripted import ScriptedTeacher
+    from pipeline.teach.labelling.label import label_rollouts
+    from pipeline.teach.masks import make_mask_backend
+    from pipeline.teach.masks.compute import compute_masks
+    from pipeline.teach.rollouts.collect import collect
+    from pipeline.teach.teachers.scripted import ScriptedTeacher
     from tests.conftest import collect_cfg, env_cfg, label_cfg
 
     collect("MountainCarContinuous-v0", env_cfg(image_size=16, max_episode_steps=6),
@@ -418,7 +418,7 @@ def test_semore_masks_and_judge_labels_reach_the_replay_buffer(tmp_path):
 
     import torch
 
-    from pipeline.masks.base import decode_mask
+    from pipeline.teach.masks.base import decode_mask
 
     _pipeline_dataset(tmp_path)
     data = load_offline_transitions(tmp_path / "ds", "pixels", labels=("mask", "judge"))

@@ -1,4 +1,4 @@
-"""pipeline/reproducibility.py: a rebuild keeps data outputs, deps and params exactly, and network
+"""pipeline/tools/reproducibility.py: a rebuild keeps data outputs, deps and params exactly, and network
 outputs by their metrics (settings equal, returns within the stated tolerance)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import subprocess
 import pytest
 import yaml
 
-from pipeline import reproducibility
-from pipeline.reproducibility import (
+from pipeline.tools import reproducibility
+from pipeline.tools.reproducibility import (
     Report,
     check_rebuild,
     compare_metrics,
@@ -25,7 +25,7 @@ def _lock(model_md5="m1", rollout_md5="r1", eval_md5="e1", source_md5="s1") -> d
         "stages": {
             "collect@cart": {
                 "cmd": "python -m stages.collect --env cart",
-                "deps": [{"path": "pipeline/envs", "md5": source_md5}],
+                "deps": [{"path": "pipeline/core/envs", "md5": source_md5}],
                 "params": {"params.yaml": {"collect.cart": {"episodes": 2}}},
                 "outs": [{"path": "data/rollouts/cart", "md5": rollout_md5}],
             },
@@ -112,7 +112,7 @@ def test_a_data_output_source_dep_or_param_that_differs_breaks_the_policy():
         "train@cart-sac: data/rollouts/cart r1 -> r2",
     ]
     assert _check(_lock(), _lock(source_md5="s2"), {}).problems == [
-        "collect@cart: pipeline/envs s1 -> s2"
+        "collect@cart: pipeline/core/envs s1 -> s2"
     ]
     changed = _lock()
     changed["stages"]["collect@cart"]["params"]["params.yaml"]["collect.cart"]["episodes"] = 3

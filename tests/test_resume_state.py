@@ -1,5 +1,5 @@
-"""Resume states hold no pickle (pipeline.agents.resume): a run goes on from one exactly, PPO's envs
-included (pipeline.agents.env_state); the fingerprint is read from `state.json` before any tensor;
+"""Resume states hold no pickle (pipeline.learn.agents.resume): a run goes on from one exactly, PPO's envs
+included (pipeline.learn.agents.env_state); the fingerprint is read from `state.json` before any tensor;
 a damaged state, one of other settings or one of the old pickled format (`state.pt`, never
 unpickled) is named in a warning and the run starts over."""
 
@@ -13,9 +13,9 @@ import gymnasium as gym
 import pytest
 import torch
 
-from pipeline.agents.ppo import train_ppo
-from pipeline.agents.resume import Resume, read_plain
-from pipeline.envs import make_env
+from pipeline.core.envs import make_env
+from pipeline.learn.agents.ppo import train_ppo
+from pipeline.learn.agents.resume import Resume, read_plain
 from tests.conftest import env_cfg, ppo_params
 
 STATE = {

@@ -8,16 +8,20 @@ import json
 import polars as pl
 import pytest
 
-from pipeline.config import TeacherConfig
-from pipeline.labelling.corrections import CorrectionsError, read_corrections, write_corrections
-from pipeline.labelling.exchange import (
+from pipeline.core.config import TeacherConfig
+from pipeline.teach.labelling.corrections import (
+    CorrectionsError,
+    read_corrections,
+    write_corrections,
+)
+from pipeline.teach.labelling.exchange import (
     ReviewImportError,
     export_label_studio,
     import_label_studio,
     label_config,
 )
-from pipeline.labelling.label import label_rollouts
-from pipeline.labelling.review import (
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.labelling.review import (
     compare_teachers,
     facets,
     filter_rows,
@@ -25,11 +29,11 @@ from pipeline.labelling.review import (
     timeline,
     value_text,
 )
-from pipeline.labels.schema import label_schema
-from pipeline.rollouts.collect import collect
-from pipeline.rollouts.reader import iter_rollouts, load_manifest
-from pipeline.teachers.baselines import ConstantTeacher, RandomTeacher
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.teach.labels.schema import label_schema
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.rollouts.reader import iter_rollouts, load_manifest
+from pipeline.teach.teachers.baselines import ConstantTeacher, RandomTeacher
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 
 ENV = "MountainCar-v0"

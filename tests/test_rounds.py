@@ -1,4 +1,4 @@
-"""Labelling rounds (pipeline.rounds): the chain of rounds in params.yaml, the agent acting in
+"""Labelling rounds (pipeline.loops.rounds): the chain of rounds in params.yaml, the agent acting in
 collect, the dataset parts a round's training reads. The DVC journey (reruns, costs, a killed
 round) is tests/test_rounds_dvc.py (slow)."""
 
@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import yaml
 
-from pipeline.config import ConfigError, parse_params
+from pipeline.core.config import ConfigError, parse_params
 from pipeline.dataset.build import build_dataset
 from pipeline.dataset.transitions import load_offline_transitions
-from pipeline.labelling.label import label_rollouts
-from pipeline.masks import make_mask_backend
-from pipeline.masks.compute import compute_masks
-from pipeline.rollouts.collect import Acting, CollectError, collect
-from pipeline.rounds import AgentBehaviour
-from pipeline.teachers.scripted import ScriptedTeacher
+from pipeline.loops.rounds import AgentBehaviour
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.masks import make_mask_backend
+from pipeline.teach.masks.compute import compute_masks
+from pipeline.teach.rollouts.collect import Acting, CollectError, collect
+from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import REPO, collect_cfg, env_cfg, label_cfg, tiny_params_dict
 
 ENV = "MountainCarContinuous-v0"
@@ -158,7 +158,7 @@ def test_a_rounds_dataset_parts_are_read_after_the_static_dataset(tmp_path):
 
 
 def test_round_one_needs_its_runs_training_state():
-    from pipeline.methods.table import check_params
+    from pipeline.learn.methods.table import check_params
 
     raw = _params(r1=_round(1))
     raw["train"]["mcc-erpv"]["overrides"] = {}
@@ -170,7 +170,7 @@ def test_round_one_needs_its_runs_training_state():
 def test_a_training_state_round_trips_without_pickle(tmp_path):
     import torch
 
-    from pipeline.agents.state_io import StateFileError, load_state, save_state
+    from pipeline.learn.agents.state_io import StateFileError, load_state, save_state
 
     weight = torch.nn.Parameter(torch.ones(3))
     optimiser = torch.optim.Adam([weight])
@@ -196,7 +196,7 @@ def test_a_training_state_round_trips_without_pickle(tmp_path):
 
 def test_a_damaged_round_cache_names_the_round_to_rerun(tmp_path):
     """A round's own caches are rebuilt by its round stage, not the env's label or masks stage."""
-    from pipeline.segments import StoreError
+    from pipeline.core.segments import StoreError
 
     rollouts = tmp_path / "rollouts"
     collect(ENV, env_cfg(max_episode_steps=8), collect_cfg(episodes=1), rollouts, progress=False)

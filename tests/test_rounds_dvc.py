@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from pipeline.agents.state_io import load_plain_state
+from pipeline.learn.agents.state_io import load_plain_state
 from tests.conftest import sigkill_once_saved, tiny_params_dict, write_params
 from tests.test_dvc_pipeline import _ran, _run, _scratch_repo, _with_stage_two
 

@@ -8,18 +8,18 @@ import pytest
 import torch
 from torch.distributions import Normal
 
-from pipeline.agents.loop import train_off_policy
-from pipeline.agents.networks import Actor, PixelEncoder, make_encoder
-from pipeline.agents.off_policy import (
+from pipeline.core.stacking import FrameStacker
+from pipeline.learn.agents.loop import train_off_policy
+from pipeline.learn.agents.networks import Actor, PixelEncoder, make_encoder
+from pipeline.learn.agents.off_policy import (
     NetworkParams,
     SACParams,
     sac_alpha_loss,
     soft_update,
 )
-from pipeline.agents.replay import ReplayBuffer
-from pipeline.agents.sac import SACAgent
-from pipeline.dataset.stacking import FrameStacker
-from pipeline.evaluation import deployed, play_episodes
+from pipeline.learn.agents.replay import ReplayBuffer
+from pipeline.learn.agents.sac import SACAgent
+from pipeline.learn.evaluation import deployed, play_episodes
 from tests.conftest import REPO
 from tests.toy_envs import PointMass
 
@@ -69,7 +69,7 @@ def test_stride_two_encoder_halves_every_map_and_matches_the_stride_one_values()
 
 
 def test_device_setting_is_checked_and_auto_picks_the_cpu_without_a_gpu():
-    from pipeline.agents.off_policy import SACParams
+    from pipeline.learn.agents.off_policy import SACParams
 
     with pytest.raises(ValueError, match="not a torch device"):
         SACParams(device="gpu0")
@@ -198,8 +198,8 @@ def test_rejects_discrete_actions_and_mismatched_observations():
 
 
 def test_train_loop_on_a_pipeline_pixel_env():
-    from pipeline.config import EnvConfig
-    from pipeline.envs import make_env
+    from pipeline.core.config import EnvConfig
+    from pipeline.core.envs import make_env
 
     env = make_env(
         "MountainCarContinuous-v0",
@@ -228,10 +228,10 @@ def test_train_loop_on_a_pipeline_pixel_env():
 
 def test_agents_never_import_a_teacher():
     code = (
-        "import sys, pipeline.agents.loop, pipeline.agents.off_policy, pipeline.agents.sac, "
-        "pipeline.methods.erpv, pipeline.methods.semore, pipeline.critic, pipeline.agents.replay, "
-        "pipeline.agents.resume; "
-        "print(sorted(m for m in sys.modules if m.startswith('pipeline.teachers')))"
+        "import sys, pipeline.learn.agents.loop, pipeline.learn.agents.off_policy, pipeline.learn.agents.sac, "
+        "pipeline.learn.methods.erpv, pipeline.learn.methods.semore, pipeline.learn.critic, pipeline.learn.agents.replay, "
+        "pipeline.learn.agents.resume; "
+        "print(sorted(m for m in sys.modules if m.startswith('pipeline.teach.teachers')))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

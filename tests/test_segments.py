@@ -6,8 +6,8 @@ import shutil
 import polars as pl
 import pytest
 
-from pipeline.labels.cache import CachedAnswer, LabelCache
-from pipeline.segments import SegmentStore, StoreError, segment_name, verify_store
+from pipeline.core.segments import SegmentStore, StoreError, segment_name, verify_store
+from pipeline.teach.labels.cache import CachedAnswer, LabelCache
 
 SCHEMA = {"key": pl.String, "value": pl.Int64}
 
@@ -69,7 +69,7 @@ def test_verify_store_names_a_damaged_segment_and_says_what_to_do(tmp_path):
 
 
 def test_vlmrl_verify_checks_caches_and_names_the_damaged_segment(tmp_path, capsys):
-    from pipeline.integrity import main
+    from pipeline.tools.integrity import main
 
     SegmentStore(tmp_path / "good", SCHEMA).put_many([{"key": "a", "value": 1}])
     SegmentStore(tmp_path / "bad", SCHEMA).put_many([{"key": "a", "value": 1}])
@@ -88,7 +88,7 @@ def _answer(key: str, text: str) -> CachedAnswer:
 def test_two_segments_answering_one_key_differently_are_flagged(tmp_path, capsys):
     """Issue 47: with two segments holding one key, the later name won silently and vlmrl-verify
     said ok. Now both segments and the key are named, with the one the cache serves."""
-    from pipeline.integrity import main
+    from pipeline.tools.integrity import main
 
     LabelCache(tmp_path / "honest").put_many([_answer("k1", "LEFT"), _answer("k2", "UP")])
     LabelCache(tmp_path / "forged").put_many([_answer("k1", "RIGHT")])

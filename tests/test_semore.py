@@ -1,4 +1,4 @@
-"""Semore (seed 001): the library core, tiny sizes only (pipeline.methods.semore)."""
+"""Semore (seed 001): the library core, tiny sizes only (pipeline.learn.methods.semore)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from pydantic import ValidationError
 
-from pipeline.agents.networks import transition_nll
-from pipeline.config import load_params
-from pipeline.dataset.stacking import FrameStacker
-from pipeline.methods.semore import (
+from pipeline.core.config import load_params
+from pipeline.core.stacking import FrameStacker
+from pipeline.learn.agents.networks import transition_nll
+from pipeline.learn.methods.semore import (
     CrossAttention,
     SemoreAgent,
     SemoreEncoder,
@@ -26,7 +26,7 @@ from pipeline.methods.semore import (
     similarity_loss,
     ssim,
 )
-from pipeline.methods.table import get_method, load_agent
+from pipeline.learn.methods.table import get_method, load_agent
 from tests.conftest import REPO
 
 SIDE = 24  # frames 24x24: 2 convs -> 9x9 feature maps
@@ -238,13 +238,13 @@ def test_selective_sample_draws_reasonable_rows_with_the_scheduled_probability()
 
 
 def test_selective_pool_feeds_the_replay_buffer_the_scheduled_rows():
-    """pipeline.methods.semore.selective_pool: update i's offline rows come from the reasonable
+    """pipeline.learn.methods.semore.selective_pool: update i's offline rows come from the reasonable
     transitions with probability selective_probability(i); off when nothing is judged."""
     from dataclasses import replace
 
-    from pipeline.agents.replay import ReplayBuffer
     from pipeline.dataset.transitions import JUDGE_SPEC, OfflineTransitions
-    from pipeline.methods.semore import selective_pool
+    from pipeline.learn.agents.replay import ReplayBuffer
+    from pipeline.learn.methods.semore import selective_pool
 
     n = 1000
     judge = np.array([1] * 200 + [0] * 300 + [-1] * 500, np.int8)  # 20 % judged reasonable
@@ -273,7 +273,7 @@ def test_selective_pool_feeds_the_replay_buffer_the_scheduled_rows():
 def test_reversed_verdicts_draw_from_what_the_judge_rejected_in_both_placements():
     """`selective_verdicts: reversed` (the known-bad judge control): the pool is the rows judged
     unreasonable, unknown rows stay out, and the same data, labels and masks are read."""
-    from pipeline.methods.semore import inserted_rows, read_verdicts, selective_pool
+    from pipeline.learn.methods.semore import inserted_rows, read_verdicts, selective_pool
 
     judge = np.array([1] * 200 + [0] * 300 + [-1] * 500, np.int8)
     assert (read_verdicts(judge, "as_judged") == judge).all()
@@ -312,7 +312,7 @@ def test_selective_insertion_leaves_out_unjudged_pairs_as_each_part_enters():
     """The paper's placement: a part entering at update u keeps its reasonable pairs and each
     other pair with probability 1 - p(u); the decision is the part's own, the same in every
     later round, and a part entering after the decay keeps everything."""
-    from pipeline.methods.semore import selective_insert
+    from pipeline.learn.methods.semore import selective_insert
 
     rng = np.random.default_rng(1)
     judge = rng.choice([1, 0, -1], size=6000, p=[0.2, 0.4, 0.4])
@@ -341,9 +341,9 @@ def test_selective_insertion_leaves_out_unjudged_pairs_as_each_part_enters():
 def test_semore_with_selective_insertion_draws_only_the_rows_that_entered():
     """`selective_replay: insert` through the method: every batch, early or late, draws from the
     rows kept at insertion, and the checkpoint's meta counts them per part."""
-    from pipeline.agents.replay import ReplayBuffer
-    from pipeline.config import TrainRun
-    from pipeline.methods.base import TrainInputs
+    from pipeline.core.config import TrainRun
+    from pipeline.learn.agents.replay import ReplayBuffer
+    from pipeline.learn.methods.base import TrainInputs
 
     judge = np.array([1] * 100 + [0] * 300 + [1] * 50 + [-1] * 150)
     data = _judged(judge, np.repeat([0, 1], [400, 200]))
@@ -515,7 +515,7 @@ def test_a_tiny_update_loop_reduces_the_losses():
 
 def test_updates_on_replay_buffer_batches_without_masks():
     """Online rows as the ReplayBuffer samples them (no mask, no judge): plain Semore losses."""
-    from pipeline.agents.replay import ReplayBuffer
+    from pipeline.learn.agents.replay import ReplayBuffer
 
     rng = np.random.default_rng(0)
     buffer = ReplayBuffer("pixels", (SIDE, SIDE, 3), 2, capacity=50, frame_stack=3)
@@ -569,8 +569,8 @@ def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segm
     import subprocess
     import sys
 
-    from pipeline.agents.checkpoint import read_meta
-    from pipeline.evaluation import deployed, evaluate_policy
+    from pipeline.learn.agents.checkpoint import read_meta
+    from pipeline.learn.evaluation import deployed, evaluate_policy
 
     env = "CarRacing-v3"
     d, p = semore_pipeline
@@ -585,8 +585,8 @@ def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segm
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     modules = out.stdout.split()
-    assert "pipeline.methods.semore" in modules
-    forbidden = ("pipeline.teachers", "pipeline.masks", "transformers", "open_clip")
+    assert "pipeline.learn.methods.semore" in modules
+    forbidden = ("pipeline.teach.teachers", "pipeline.teach.masks", "transformers", "open_clip")
     assert not [m for m in modules if m.startswith(forbidden)]
     logged = {p.stem for p in (d / "live" / "plots" / "metrics").rglob("*.tsv")}
     assert any(name.startswith("similarity") for name in logged), logged
@@ -603,8 +603,8 @@ def test_an_interrupted_semore_training_resumes_to_the_uninterrupted_result(
 ):
     """Interrupted after its second resume checkpoint, the rerun goes on from it and ends with
     the same networks, curve and logs as a run never interrupted."""
-    from pipeline.config import TrainRun
-    from pipeline.methods.base import TrainInputs
+    from pipeline.core.config import TrainRun
+    from pipeline.learn.methods.base import TrainInputs
 
     d, p = semore_pipeline
     params = load_params(p)

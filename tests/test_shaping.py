@@ -3,10 +3,10 @@ import itertools
 import numpy as np
 import pytest
 
-from pipeline.rollouts.collect import collect
-from pipeline.shaping.potential import HysteresisPotential
-from pipeline.shaping.prototypes import GreyEmbedder, OpenClipEmbedder, PrototypeCache
-from pipeline.shaping.reward import HybridReward, kinematic_reward, shaping_term
+from pipeline.learn.shaping.potential import HysteresisPotential
+from pipeline.learn.shaping.prototypes import GreyEmbedder, OpenClipEmbedder, PrototypeCache
+from pipeline.learn.shaping.reward import HybridReward, kinematic_reward, shaping_term
+from pipeline.teach.rollouts.collect import collect
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 
 
@@ -79,8 +79,8 @@ def test_hysteresis_locks_a_confirmed_milestone_and_ignores_flicker():
 
 
 def test_prototypes_from_cached_labels(tmp_path):
-    from pipeline.labelling.label import label_rollouts
-    from pipeline.teachers.scripted import ScriptedTeacher
+    from pipeline.teach.labelling.label import label_rollouts
+    from pipeline.teach.teachers.scripted import ScriptedTeacher
 
     collect(
         "MountainCar-v0",
@@ -123,9 +123,9 @@ def test_open_clip_embedder_on_a_tiny_random_model(tmp_path):
 
 
 def test_hybrid_reward_wrapper_adds_eq_2_terms_and_resets_the_lock():
-    from pipeline.config import EnvConfig
-    from pipeline.envs import make_env
-    from pipeline.shaping.wrapper import HybridRewardWrapper
+    from pipeline.core.config import EnvConfig
+    from pipeline.core.envs import make_env
+    from pipeline.learn.shaping.wrapper import HybridRewardWrapper
 
     embedder = GreyEmbedder(8)
     env = make_env(
@@ -183,8 +183,8 @@ def test_kinematic_potential_form_telescopes_and_stops_paying_for_hovering():
 def test_position_table_gives_the_labelled_frames_their_own_potentials(tmp_path):
     """The table of Phi by cart position holds each labelled frame's position exactly: its entry
     is the potential of that frame, rendered in the rollouts. Elsewhere the nearest entry."""
-    from pipeline.config import EnvConfig
-    from pipeline.shaping.tabulated import PositionPotentialTable, mountaincar_frames_at
+    from pipeline.core.config import EnvConfig
+    from pipeline.learn.shaping.tabulated import PositionPotentialTable, mountaincar_frames_at
 
     env = EnvConfig(image_size=84, action_repeat=1, max_episode_steps=60, include_state=True)
     positions = np.array([-0.9, -0.52, -0.3, 0.05, 0.42])
@@ -208,9 +208,9 @@ def test_position_table_gives_the_labelled_frames_their_own_potentials(tmp_path)
 
 
 def test_mountaincar_frames_at_match_the_env_observations():
-    from pipeline.config import EnvConfig
-    from pipeline.envs import make_env
-    from pipeline.shaping.tabulated import mountaincar_frames_at
+    from pipeline.core.config import EnvConfig
+    from pipeline.core.envs import make_env
+    from pipeline.learn.shaping.tabulated import mountaincar_frames_at
 
     env = make_env(
         "MountainCar-v0",

@@ -19,8 +19,8 @@ PROBE = """
 import hashlib
 from types import SimpleNamespace
 import numpy as np
-from pipeline.shaping.prototypes import GreyEmbedder, PrototypeCache
-from pipeline.shaping.tabulated import PositionPotentialTable, mountaincar_frames_at
+from pipeline.learn.shaping.prototypes import GreyEmbedder, PrototypeCache
+from pipeline.learn.shaping.tabulated import PositionPotentialTable, mountaincar_frames_at
 
 # the default pipeline's case: grey 16x16 MountainCar frames, labelled positions as prototypes
 embedder = GreyEmbedder(16)

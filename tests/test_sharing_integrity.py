@@ -17,10 +17,10 @@ import polars as pl
 import pytest
 import yaml
 
+from pipeline.core.io import sha256_file
 from pipeline.dataset.layout import CARD_NAME, INFO_PATH, DatasetIntegrityError, verify_dataset
 from pipeline.dataset.loader import iter_stacked
-from pipeline.integrity import main as vlmrl_verify
-from pipeline.io import sha256_file
+from pipeline.tools.integrity import main as vlmrl_verify
 from tests.conftest import REPO
 
 GUIDE = REPO / "docs" / "guide.md"
@@ -29,13 +29,13 @@ GUIDE = REPO / "docs" / "guide.md"
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """A tiny dataset, built as the dataset stage builds it (the fixture of test_dataset)."""
-    from pipeline.config import MasksConfig
+    from pipeline.core.config import MasksConfig
     from pipeline.dataset.build import build_dataset
-    from pipeline.labelling.label import label_rollouts
-    from pipeline.masks import make_mask_backend
-    from pipeline.masks.compute import compute_masks
-    from pipeline.rollouts.collect import collect
-    from pipeline.teachers.scripted import ScriptedTeacher
+    from pipeline.teach.labelling.label import label_rollouts
+    from pipeline.teach.masks import make_mask_backend
+    from pipeline.teach.masks.compute import compute_masks
+    from pipeline.teach.rollouts.collect import collect
+    from pipeline.teach.teachers.scripted import ScriptedTeacher
     from tests.conftest import collect_cfg, env_cfg, label_cfg
 
     root = tmp_path_factory.mktemp("sharing")

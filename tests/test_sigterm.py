@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pipeline.rollouts.collect import JOURNAL_NAME
+from pipeline.teach.rollouts.collect import JOURNAL_NAME
 from tests.conftest import REPO, tiny_params_dict, write_params
 
 

@@ -10,7 +10,7 @@ import stages.audit
 import stages.evaluate
 import stages.pretrain_critic
 import stages.train
-from pipeline.methods.base import TrainError
+from pipeline.learn.methods.base import TrainError
 from tests.conftest import REPO, tiny_params_dict, write_params
 
 
@@ -66,7 +66,7 @@ def test_pretrain_critic_names_a_missing_dataset(tmp_path, capsys):
 
 
 def test_audit_against_an_empty_table_is_a_one_line_error(tmp_path, monkeypatch, capsys):
-    from pipeline.labelling.review import AuditError
+    from pipeline.teach.labelling.review import AuditError
 
     def empty(*args, **kwargs):
         raise AuditError("--against: both label tables must have rows")

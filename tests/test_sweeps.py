@@ -1,4 +1,4 @@
-"""vlmrl-sweep: a benchmark table as DVC experiments (pipeline/sweeps.py)."""
+"""vlmrl-sweep: a benchmark table as DVC experiments (pipeline/tools/sweeps.py)."""
 
 import dataclasses
 import shlex
@@ -10,9 +10,9 @@ import pytest
 import yaml
 from scipy import stats
 
-from pipeline.curves import median_steps, steps_to
-from pipeline.labels.cost import label_cost
-from pipeline.sweeps import (
+from pipeline.learn.curves import median_steps, steps_to
+from pipeline.teach.labels.cost import label_cost
+from pipeline.tools.sweeps import (
     SweepError,
     Table,
     _merge,
@@ -137,7 +137,7 @@ def test_the_shipped_rounds_table_passes_the_gate_and_its_chain_is_what_params_y
     save_training_state the gate refuses the cell, naming the fix."""
     from dvc.utils.hydra import apply_overrides
 
-    from pipeline.config import parse_params
+    from pipeline.core.config import parse_params
 
     table = load_table(REPO / "benchmarks" / "tables" / "rounds.yaml")
     cell = next(c for c in table.cells if table.cells[c].rounds is not None)
@@ -150,7 +150,7 @@ def test_the_shipped_rounds_table_passes_the_gate_and_its_chain_is_what_params_y
     raw = yaml.safe_load((REPO / "benchmarks" / "tables" / "rounds.yaml").read_text())
     raw["cells"][cell]["train"]["overrides"].pop("save_training_state")
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(raw))
-    from pipeline.sweeps import check_table
+    from pipeline.tools.sweeps import check_table
 
     problems = check_table(load_table(tmp_path / "t.yaml"), REPO / "params.yaml")
     assert any(f"cell {cell}" in p and "save_training_state: true" in p for p in problems)
@@ -192,7 +192,7 @@ def test_a_bad_table_is_refused_naming_the_file_and_field(tmp_path, change, says
 def _row(table, cell, seed, value, state="Success", **changed):
     """A flat `dvc exp show` row (numbers as floats, as DVC gives them)."""
     row = {"Experiment": table.experiment(cell, seed), "rev": f"r{cell}{seed}", "State": state}
-    from pipeline.sweeps import _leaves
+    from pipeline.tools.sweeps import _leaves
 
     for k, v in _leaves(cell_params(table, cell, seed)):
         row[k] = float(v) if isinstance(v, int) and not isinstance(v, bool) else v
@@ -225,7 +225,7 @@ def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
 ):
     """Each ask of `dvc exp show` is followed by a pause of at least every_s and at least four
     times the ask (POLL_SHARE 0.2): asks of 1 s pause 10 s, asks of 30 s pause 120 s."""
-    import pipeline.sweeps as sweeps
+    import pipeline.tools.sweeps as sweeps
 
     table = Table.model_validate(TABLE)
     cells = [(c, s) for c in table.cells for s in table.seeds]
@@ -256,7 +256,7 @@ def test_wait_starts_the_workers_again_when_fewer_than_jobs_run_with_work_queued
     """A queue worker that died (DVC's file broker, treeverse/dvc#7903) leaves one of two
     running: after two such asks in a row, wait runs `dvc queue start -j 2`, which starts only
     the missing one. One ask short (a worker between two experiments) starts nothing."""
-    import pipeline.sweeps as sweeps
+    import pipeline.tools.sweeps as sweeps
 
     table = Table.model_validate(TABLE)
     cells = [(c, s) for c in table.cells for s in table.seeds]
@@ -310,8 +310,8 @@ def test_a_run_killed_with_its_worker_is_partial_at_the_step_of_its_resume_state
     `<root>/<run>/<fingerprint>/`, found from any workspace; two seeds of one cell never share
     one; `status` reads the step each reached: an experiment that no worker holds any more is
     `partial` there, a running one says how far it is."""
-    from pipeline.methods.base import RESUME_ROOT_ENV, TrainError, resume_for
-    from pipeline.sweeps import resume_progress, with_progress
+    from pipeline.learn.methods.base import RESUME_ROOT_ENV, TrainError, resume_for
+    from pipeline.tools.sweeps import resume_progress, with_progress
 
     table = Table.model_validate(TABLE)
     root = tmp_path / "root"
@@ -345,8 +345,8 @@ def test_committed_results_are_done_and_never_queued_again_unless_the_table_chan
 ):
     """A machine keeps only what is committed: the experiments a committed report holds as done
     count as done in status, queue and report while the table gives them the same params."""
-    import pipeline.sweeps as sweeps
-    from pipeline.sweeps import committed, queue, with_committed, write_report
+    import pipeline.tools.sweeps as sweeps
+    from pipeline.tools.sweeps import committed, queue, with_committed, write_report
 
     table = Table.model_validate(TABLE)
     done = [dataclasses.replace(f, state="done", value=float(f.seed), rev="abc")
@@ -374,8 +374,8 @@ def test_committed_results_are_done_and_never_queued_again_unless_the_table_chan
 
 
 def test_queue_workers_run_at_low_priority_one_thread_with_the_resume_root(tmp_path, monkeypatch):
-    import pipeline.sweeps as sweeps
-    from pipeline.methods.base import RESUME_ROOT_ENV
+    import pipeline.tools.sweeps as sweeps
+    from pipeline.learn.methods.base import RESUME_ROOT_ENV
 
     calls = []
     monkeypatch.setattr(
@@ -405,7 +405,7 @@ TEACHERS = {
 
 
 def _teacher_row(table, group, state="Success", teacher_id="scripted:v2", **changed):
-    from pipeline.sweeps import _leaves, teacher_params
+    from pipeline.tools.sweeps import _leaves, teacher_params
 
     row = {"Experiment": table.teacher_experiment(group), "rev": f"r{group}", "State": state}
     for k, v in _leaves(teacher_params(table, group)):
@@ -420,7 +420,7 @@ def test_each_labelling_teacher_of_a_table_gets_one_teacher_eval_experiment():
     """Cells share a teacher experiment when the env and the params teacher_eval@ reads agree;
     it sets the table's and its first cell's params, no train run, and the table's teacher_eval
     section, and reproduces teacher_eval@<env>. Without `teacher_eval` a table has none."""
-    from pipeline.sweeps import teacher_command, teacher_params
+    from pipeline.tools.sweeps import teacher_command, teacher_params
 
     assert Table.model_validate(TABLE).teacher_groups() == {}
     table = Table.model_validate(TEACHERS)
@@ -441,7 +441,7 @@ def test_each_labelling_teacher_of_a_table_gets_one_teacher_eval_experiment():
 
 
 def test_a_teacher_experiment_is_done_stale_failed_queued_or_missing():
-    from pipeline.sweeps import all_statuses, teacher_statuses
+    from pipeline.tools.sweeps import all_statuses, teacher_statuses
 
     table = Table.model_validate(TEACHERS)
     rows = {r["Experiment"]: r for r in (
@@ -464,7 +464,7 @@ def test_a_teacher_experiment_is_done_stale_failed_queued_or_missing():
 
 
 def test_queue_runs_the_teachers_beside_the_cells_and_replaces_a_stale_one(monkeypatch):
-    import pipeline.sweeps as sweeps
+    import pipeline.tools.sweeps as sweeps
 
     table = Table.model_validate(TEACHERS)
     rows = {r["Experiment"]: r for r in (
@@ -484,7 +484,7 @@ def test_queue_runs_the_teachers_beside_the_cells_and_replaces_a_stale_one(monke
 
 
 def test_the_report_shows_each_teacher_acting_alone_beside_random():
-    from pipeline.sweeps import teacher_statuses
+    from pipeline.tools.sweeps import teacher_statuses
 
     table = Table.model_validate(TEACHERS)
     rows = {r["Experiment"]: r for r in (_teacher_row(table, "base"),)}
@@ -535,7 +535,7 @@ def test_a_half_made_worker_workspace_is_asked_again_and_a_lasting_failure_raise
 ):
     """`dvc exp show` can meet a queue worker's temporary workspace half made or half gone:
     queue, status and report ask again a few times before they give up, naming the error."""
-    import pipeline.sweeps as sweeps
+    import pipeline.tools.sweeps as sweeps
 
     answers = [SweepError("directory '.dvc/tmp/exps/x/.dvc' does not exist")] * 2 + [{"e": {}}]
 
@@ -559,7 +559,7 @@ def test_experiments_of_several_commits_are_read_together_and_a_shared_name_rais
     on two of the commits is ambiguous and raises, naming it."""
     import dvc.api
 
-    import pipeline.sweeps as sweeps
+    import pipeline.tools.sweeps as sweeps
 
     asked = []
 
@@ -602,7 +602,7 @@ def test_the_report_is_mean_std_ddof1_and_welchs_p_against_the_control():
 
 
 def test_diagnostics_are_second_half_means_per_run_then_mean_std_over_seeds():
-    from pipeline.sweeps import format_diagnostics, second_half_mean
+    from pipeline.tools.sweeps import format_diagnostics, second_half_mean
 
     curve = [(100, 1.0), (500, 2.0), (501, 4.0), (1000, 6.0)]
     assert second_half_mean(curve, 1000) == 5.0  # steps 501 and 1000
@@ -875,7 +875,7 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
 
 
 def test_a_job_line_clones_at_the_commit_pulls_runs_and_pushes(tmp_path, capsys):
-    from pipeline.sweeps import job_line
+    from pipeline.tools.sweeps import job_line
 
     table = Table.model_validate(TABLE)
     command = exp_command(table, "base", 1, pull=True)
@@ -896,7 +896,7 @@ def test_a_job_line_clones_at_the_commit_pulls_runs_and_pushes(tmp_path, capsys)
 
 def test_a_report_names_its_table_by_its_path_in_its_repository(tmp_path):
     """results.json is committed: it names no directory of the machine that made it."""
-    from pipeline.sweeps import repo_path
+    from pipeline.tools.sweeps import repo_path
 
     assert repo_path(REPO / "benchmarks" / "tables" / "rounds.yaml") == (
         "benchmarks/tables/rounds.yaml"
@@ -907,7 +907,7 @@ def test_a_report_names_its_table_by_its_path_in_its_repository(tmp_path):
 
 
 def test_holm_adjusts_the_family_step_down_and_leaves_untested_out():
-    from pipeline.experiments import holm
+    from pipeline.tools.experiments import holm
 
     assert holm([0.01, 0.04, 0.03, None]) == pytest.approx([0.03, 0.06, 0.06, None])
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
@@ -952,7 +952,7 @@ TOY_RESUMING_TRAIN = """
 import json, os, sys
 from pathlib import Path
 import yaml
-from pipeline.methods.base import resume_for
+from pipeline.learn.methods.base import resume_for
 run = sys.argv[1]
 p = yaml.safe_load(open("params.yaml"))
 cfg = p["train"][run]
@@ -1007,7 +1007,7 @@ def test_a_killed_queue_goes_on_from_each_runs_resume_state(tmp_path, monkeypatc
     import subprocess
     import sys
 
-    from pipeline.agents.resume import read_plain
+    from pipeline.learn.agents.resume import read_plain
 
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
     monkeypatch.setenv("PYTHONPATH", str(REPO))

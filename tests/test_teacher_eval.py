@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import yaml
 
-from pipeline.config import EnvConfig, TeacherConfig, load_params
-from pipeline.labels.cache import LabelCache
-from pipeline.teacher_eval import evaluate_teacher, play_teacher
-from pipeline.teachers import make_teacher
+from pipeline.core.config import EnvConfig, TeacherConfig, load_params
+from pipeline.teach.labels.cache import LabelCache
+from pipeline.teach.teacher_eval import evaluate_teacher, play_teacher
+from pipeline.teach.teachers import make_teacher
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTED = TeacherConfig(backend="scripted", reliability=1.0, seed=0)
@@ -62,8 +62,8 @@ def test_scripted_teacher_beats_random(env_id: str, tmp_path: Path) -> None:
 def test_cartpole_script_swings_up_and_balances() -> None:
     """The cartpole script on the env's own context, without frames (its answer reads none):
     the fast guard of the slow test above. Random actions stay below 200 on these seeds."""
-    from pipeline.envs import CONTEXT, make_env
-    from pipeline.teachers.scripted import reference_answer
+    from pipeline.core.envs import CONTEXT, make_env
+    from pipeline.teach.teachers.scripted import reference_answer
 
     env = make_env("cartpole-swingup", env_cfg("cartpole-swingup"), pixels=False)
     returns = []

@@ -1,12 +1,12 @@
 import polars as pl
 import pytest
 
-from pipeline.config import EnvConfig
-from pipeline.envs import CONTEXT, KNOWN_ENVS, PIXELS, make_env
-from pipeline.labelling.label import label_rollouts
-from pipeline.rollouts.collect import collect
-from pipeline.rollouts.writer import encode_png
-from pipeline.teachers.scripted import ScriptedTeacher, reference_answer
+from pipeline.core.config import EnvConfig
+from pipeline.core.envs import CONTEXT, KNOWN_ENVS, PIXELS, make_env
+from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.rollouts.writer import encode_png
+from pipeline.teach.teachers.scripted import ScriptedTeacher, reference_answer
 from tests.conftest import collect_cfg, env_cfg, label_cfg
 
 ALL_TASKS = {"action": 3, "milestone": 3, "objects": 3, "judge": 3}
@@ -80,8 +80,8 @@ def test_scripted_mountaincar_reference_solves_the_task():
 
 
 def test_scripted_answers_are_a_pure_function_of_frame_and_prompt(short_rollouts, tmp_path):
-    from pipeline.labels.tasks import render_prompt
-    from pipeline.rollouts.reader import iter_rollouts, load_manifest
+    from pipeline.teach.labels.tasks import render_prompt
+    from pipeline.teach.rollouts.reader import iter_rollouts, load_manifest
 
     space = load_manifest(short_rollouts / "CarRacing-v3")["action_space"]
     sample = next(iter_rollouts(short_rollouts / "CarRacing-v3"))

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.agents.checkpoint import read_meta
-from pipeline.config import ConfigError, parse_params
-from pipeline.curves import read_metric
-from pipeline.evaluation import deployed, evaluate_policy
-from pipeline.methods.base import TrainInputs
-from pipeline.methods.table import check_params, get_method, load_agent
-from pipeline.rollouts.collect import collect
-from pipeline.training import train_run
+from pipeline.core.config import ConfigError, parse_params
+from pipeline.learn.agents.checkpoint import read_meta
+from pipeline.learn.curves import read_metric
+from pipeline.learn.evaluation import deployed, evaluate_policy
+from pipeline.learn.methods.base import TrainInputs
+from pipeline.learn.methods.table import check_params, get_method, load_agent
+from pipeline.learn.training import train_run
+from pipeline.teach.rollouts.collect import collect
 from tests.conftest import (
     PPO_DEFAULTS,
     REPO,
@@ -45,8 +45,8 @@ def train_params(**runs) -> dict:
 def labelled(tmp_path_factory):
     """MountainCar rollouts and a label table, built with the scripted teacher (in this process:
     the training subprocess below must not import it)."""
-    from pipeline.labelling.label import label_rollouts
-    from pipeline.teachers.scripted import ScriptedTeacher
+    from pipeline.teach.labelling.label import label_rollouts
+    from pipeline.teach.teachers.scripted import ScriptedTeacher
 
     root = tmp_path_factory.mktemp("mc")
     collect(
@@ -124,7 +124,7 @@ def test_kinematic_only_ablation_reads_no_frames(labelled, tmp_path):
         "reward_terms": ["env", "kinematic"],
     }
     params = parse_params(train_params(kin=run))
-    from pipeline.methods.hybrid_ppo import METHOD
+    from pipeline.learn.methods.hybrid_ppo import METHOD
 
     hp = METHOD.params(params)
     env = METHOD.env_factory(params.train["kin"], hp, params, None)()  # no data without Phi
@@ -241,7 +241,7 @@ def test_a_pixel_erpv_run_needs_a_pixel_critic():
     raw["critic"]["overrides"] = {"MountainCarContinuous-v0": {"network": {"obs": "pixels"}}}
     params = parse_params(raw)
     check_params(params)
-    from pipeline.methods.erpv import critic_params
+    from pipeline.learn.methods.erpv import critic_params
 
     assert critic_params(params, "MountainCarContinuous-v0").network.obs == "pixels"
     raw["critic"]["overrides"] = {"MountainCarContinuous-v0": {"lambda_1": 0.0},
@@ -288,8 +288,8 @@ print("\\n".join(sorted(sys.modules)))
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     modules = out.stdout.split()
-    assert "pipeline.shaping.prototypes" in modules  # it did read the labels
-    assert not [m for m in modules if m.startswith("pipeline.teachers")]
+    assert "pipeline.learn.shaping.prototypes" in modules  # it did read the labels
+    assert not [m for m in modules if m.startswith("pipeline.teach.teachers")]
     assert "transformers" not in modules and "openai" not in modules
 
 
@@ -332,29 +332,31 @@ def _import_closure(roots: list[str]) -> tuple[set[str], set[str]]:
 
 def test_nothing_training_imports_imports_a_teacher():
     """The same contract for every method, not only the one a run exercises: the import closure
-    of pipeline.training, the method table, every method's module (the table imports them on
+    of pipeline.learn.training, the method table, every method's module (the table imports them on
     use, by name) and the train stage reaches no teacher and no teacher client library, lazy
     imports included."""
-    from pipeline.methods.table import METHOD_MODULES, METHODS
+    from pipeline.learn.methods.table import METHOD_MODULES, METHODS
 
     methods = [entry.split(":")[0] for entry in METHOD_MODULES.values()]
     modules, external = _import_closure(
-        ["pipeline.training", "pipeline.methods.table", "stages.train", *methods]
+        ["pipeline.learn.training", "pipeline.learn.methods.table", "stages.train", *methods]
     )
     assert {type(method).__module__ for method in METHODS.values()} <= modules
-    assert not [m for m in modules if m.startswith(("pipeline.teachers", "pipeline.labelling"))]
+    assert not [
+        m for m in modules if m.startswith(("pipeline.teach.teachers", "pipeline.teach.labelling"))
+    ]
     assert not {"transformers", "openai"} & external
     # the walk does find a teacher where there is one: the label stage's
     labelling, _ = _import_closure(["stages.label"])
-    assert "pipeline.teachers.scripted" in labelling
+    assert "pipeline.teach.teachers.scripted" in labelling
 
 
 def test_training_log_leaves_the_repository_alone(tmp_path, monkeypatch):
-    """pipeline.curves writes files only: no `dvc init` of a bare git repository, no failure in
+    """pipeline.learn.curves writes files only: no `dvc init` of a bare git repository, no failure in
     a repository with no commit, one TSV per metric with values only where measured."""
     import subprocess
 
-    from pipeline.curves import write_run_summary, write_training_log
+    from pipeline.learn.curves import write_run_summary, write_training_log
 
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     monkeypatch.chdir(tmp_path)
@@ -374,7 +376,7 @@ def test_training_log_leaves_the_repository_alone(tmp_path, monkeypatch):
 def test_hybrid_with_the_position_table_renders_no_training_frame(labelled, tmp_path, monkeypatch):
     """With hybrid_ppo.position_table_spacing the env steps never render: Phi comes from the
     table (built once from frames rendered at grid positions), with the normalised PPO preset."""
-    import pipeline.envs.gym_envs as gym_envs
+    import pipeline.core.envs.gym_envs as gym_envs
 
     def no_frames(env, obs):
         raise AssertionError("a training step rendered a frame")
@@ -446,9 +448,9 @@ def test_a_killed_ppo_training_resumes_to_the_uninterrupted_result(labelled, tmp
 
 def test_resumable_ppo_refuses_envs_it_cannot_pickle():
     """Rendering MountainCar holds pygame surfaces: resumable PPO says what to change, at once."""
-    from pipeline.agents.ppo import train_ppo
-    from pipeline.config import EnvConfig
-    from pipeline.envs import make_env
+    from pipeline.core.config import EnvConfig
+    from pipeline.core.envs import make_env
+    from pipeline.learn.agents.ppo import train_ppo
     from tests.conftest import ppo_params
 
     class Never:

@@ -4,11 +4,11 @@ import tarfile
 
 import pytest
 
-from pipeline.rollouts.collect import collect
-from pipeline.rollouts.format import MANIFEST_NAME
-from pipeline.rollouts.verify import main as verify_main
-from pipeline.rollouts.verify import verify_rollouts
-from pipeline.rollouts.writer import AtomicShardWriter, encode_json
+from pipeline.teach.rollouts.collect import collect
+from pipeline.teach.rollouts.format import MANIFEST_NAME
+from pipeline.teach.rollouts.verify import main as verify_main
+from pipeline.teach.rollouts.verify import verify_rollouts
+from pipeline.teach.rollouts.writer import AtomicShardWriter, encode_json
 from tests.conftest import collect_cfg, env_cfg
 
 
@@ -106,7 +106,7 @@ def test_bad_records_are_reported(rollouts):
     import io
     import tarfile
 
-    from pipeline.rollouts.reader import iter_shard
+    from pipeline.teach.rollouts.reader import iter_shard
 
     shard = rollouts / "shard-000001.tar"
     samples = list(iter_shard(shard))
@@ -140,7 +140,7 @@ def test_non_finite_rewards_and_states_are_reported(rollouts):
     refused them) are named by sample: prompts would quote them to the teacher."""
     import json
 
-    from pipeline.rollouts.reader import iter_shard
+    from pipeline.teach.rollouts.reader import iter_shard
 
     shard = rollouts / "shard-000001.tar"
     samples = list(iter_shard(shard))
@@ -164,14 +164,14 @@ def test_every_stage_that_reads_rollouts_checks_them_against_the_manifest(tmp_pa
     alone (dvc repro -s, or by hand) reads the rollouts through the same check."""
     import shutil
 
-    from pipeline.config import MasksConfig
+    from pipeline.core.config import MasksConfig
     from pipeline.dataset.build import build_dataset
-    from pipeline.labelling.label import label_rollouts
-    from pipeline.masks import make_mask_backend
-    from pipeline.masks.compute import compute_masks
-    from pipeline.rollouts.collect import collect
-    from pipeline.rollouts.reader import RolloutIntegrityError, iter_rollouts
-    from pipeline.teachers.scripted import ScriptedTeacher
+    from pipeline.teach.labelling.label import label_rollouts
+    from pipeline.teach.masks import make_mask_backend
+    from pipeline.teach.masks.compute import compute_masks
+    from pipeline.teach.rollouts.collect import collect
+    from pipeline.teach.rollouts.reader import RolloutIntegrityError, iter_rollouts
+    from pipeline.teach.teachers.scripted import ScriptedTeacher
     from tests.conftest import collect_cfg, env_cfg, label_cfg
 
     good = tmp_path / "good"

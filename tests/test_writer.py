@@ -3,9 +3,9 @@ import tarfile
 import numpy as np
 import pytest
 
-from pipeline.io import sha256_file
-from pipeline.rollouts.reader import iter_shard
-from pipeline.rollouts.writer import AtomicShardWriter, encode_json, encode_png
+from pipeline.core.io import sha256_file
+from pipeline.teach.rollouts.reader import iter_shard
+from pipeline.teach.rollouts.writer import AtomicShardWriter, encode_json, encode_png
 
 
 def _write(writer, n):
@@ -71,7 +71,7 @@ def test_shards_are_webdatasets_own_bytes_and_samples(tmp_path):
 
     import webdataset as wds
 
-    from pipeline.rollouts.reader import iter_tar_samples
+    from pipeline.teach.rollouts.reader import iter_tar_samples
 
     frame = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
     samples = [

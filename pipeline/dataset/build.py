@@ -8,7 +8,7 @@ Output directory (one per env):
   `labels.json` (the parquet's label columns of the sample, under the same names), and when the frame has masks `mask.png` (Semore eq. 4's sum, clipped) and
   `masks.npz` (uint8 (P, H, W), one mask per phrase).
 The layout is defined once, in pipeline.dataset.layout. Frame stacking happens at load time
-(pipeline.dataset.stacking), never on disk.
+(pipeline.core.stacking), never on disk.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pipeline.config.envs import PROMPT_SEPARATOR
+from pipeline.core.config.envs import PROMPT_SEPARATOR
+from pipeline.core.io import atomic_write_bytes, atomic_write_json, sha256_file
+from pipeline.core.tables import read_label_table, read_mask_table
 from pipeline.dataset.card import render_card
 from pipeline.dataset.layout import (
     CARD_NAME,
@@ -38,14 +40,12 @@ from pipeline.dataset.layout import (
     TASK_PREFIX,
     WDS_DIR,
 )
-from pipeline.io import atomic_write_bytes, atomic_write_json, sha256_file
-from pipeline.labels.schema import label_schema
-from pipeline.labels.tasks import TASKS, schema_template
-from pipeline.masks.base import decode_mask
-from pipeline.rollouts.format import MANIFEST_NAME, SHARD_PATTERN
-from pipeline.rollouts.reader import RolloutIntegrityError, iter_rollouts, load_manifest
-from pipeline.rollouts.writer import AtomicShardWriter, encode_json
-from pipeline.tables import read_label_table, read_mask_table
+from pipeline.teach.labels.schema import label_schema
+from pipeline.teach.labels.tasks import TASKS, schema_template
+from pipeline.teach.masks.base import decode_mask
+from pipeline.teach.rollouts.format import MANIFEST_NAME, SHARD_PATTERN
+from pipeline.teach.rollouts.reader import RolloutIntegrityError, iter_rollouts, load_manifest
+from pipeline.teach.rollouts.writer import AtomicShardWriter, encode_json
 
 # The packages whose versions decide what a dataset holds (frames, labels, file format).
 SOFTWARE = ("vlmrl-pipeline", "gymnasium", "mujoco", "dm_control", "datasets", "polars")

@@ -26,8 +26,8 @@ import gymnasium as gym
 import numpy as np
 import yaml
 
-from pipeline.errors import PipelineError
-from pipeline.io import sha256_file
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import sha256_file
 
 # 2: meta/info.json records every file's sha256 (`files`); format 1 datasets may not, and are
 # refused by read_info with the rebuild command, never read unverified.

@@ -20,10 +20,10 @@ import numpy as np
 import webdataset as wds
 from PIL import Image
 
+from pipeline.core.io import sha256_file
+from pipeline.core.stacking import FrameStacker
 from pipeline.dataset.layout import WDS_DIR, DatasetIntegrityError, read_info
-from pipeline.dataset.stacking import FrameStacker
-from pipeline.io import sha256_file
-from pipeline.rollouts.format import SHARD_GLOB, parse_sample_key
+from pipeline.teach.rollouts.format import SHARD_GLOB, parse_sample_key
 
 # (resolved path, inode, size, mtime_ns) -> sha256 of the shards this process has verified
 _VERIFIED: dict[tuple[str, int, int, int], str] = {}

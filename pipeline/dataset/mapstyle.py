@@ -1,5 +1,5 @@
 """A dataset's transitions as a map-style dataset: `len()` and `ds[i]`, frames stacked by index
-(the stacking rule of pipeline.dataset.stacking), the way LeRobotDataset serves its frames. Hand
+(the stacking rule of pipeline.core.stacking), the way LeRobotDataset serves its frames. Hand
 it to torch's `DataLoader(ds, batch_size=..., shuffle=True)` (which needs only `__len__` and
 `__getitem__`) or index it yourself; nothing here imports torch.
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.dataset.stacking import stack_window
+from pipeline.core.stacking import stack_window
 from pipeline.dataset.transitions import Label, ObsKind, load_offline_transitions
 
 

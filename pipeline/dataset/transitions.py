@@ -1,9 +1,9 @@
 """Labelled transitions read from the shareable dataset's parquet files (pipeline.dataset.layout):
 how stage two's SAC-family agents get the cached labels (ERPv sec. 3.2: tau_t = {o_t, a_t, r_t,
 o_{t+1}, d_t, a_v,t}), without asking a VLM while training. The replay buffer
-(pipeline.agents.replay) holds them as its offline part; C_V's pre-training reads them alone.
+(pipeline.learn.agents.replay) holds them as its offline part; C_V's pre-training reads them alone.
 
-Conventions of the dataset (pipeline.rollouts.format, RLDS style): an episode of T steps has T + 1
+Conventions of the dataset (pipeline.teach.rollouts.format, RLDS style): an episode of T steps has T + 1
 samples; sample t holds o_t, the action a_t taken there, the reward r_t it earned and the end flags
 that followed it; the last sample (`is_last`) holds o_T with null action and reward. So transition
 t is (sample t's obs, action, reward, terminated; sample t+1's obs). `done` is `terminated` only: a
@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 from PIL import Image
 
+from pipeline.core.envs.wrappers import resize_frame
 from pipeline.dataset.layout import (
     ACTION_LABEL_COLUMNS,
     JUDGE_COLUMNS,
@@ -39,8 +40,7 @@ from pipeline.dataset.layout import (
     DatasetError,
     parquet_files,
 )
-from pipeline.envs.wrappers import resize_frame
-from pipeline.labels.status import LABELLED_STATUSES
+from pipeline.teach.labels.status import LABELLED_STATUSES
 
 ObsKind = Literal["pixels", "state"]
 Per = Literal["observation", "transition"]

@@ -1,0 +1,69 @@
+"""What a label table paid its teacher (read by the sweep report and the `knowledge` stage)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.teach.labels.status import LABELLED_STATUSES
+
+LABEL_COST_COLUMNS = ("task", "queried", "parse_status", "judge")  # `judge`: where judged
+# each task's answer column (the column named after the task), read for answer diversity
+ANSWER_COLUMNS = ("action", "action_index", "milestone", "objects", "judge")
+# the tasks whose answer is a decision about the frame: one answer for every frame is a constant
+# teacher (`objects` names a scene's key objects, which may rightly be the same every frame)
+DECISION_TASKS = ("action", "milestone", "judge")
+
+
+def label_cost(labels: pl.DataFrame) -> dict[str, Any]:
+    """What a label table paid its teacher: its rows, the prompts asked per task (queried frames
+    x tasks, what a fresh build pays a VLM for; the other rows carry a queried answer), the
+    share of those answers that parsed to a label and, where the table has `judge` rows (Semore's
+    selective replay), the share of them judged reasonable: the pool the judge lets through; per
+    task, how many distinct answers parsed (`distinct_answers`: 1 is a constant teacher)."""
+    queried = labels.filter(pl.col("queried"))
+    labelled = pl.col("parse_status").is_in(LABELLED_STATUSES)
+    prompts = dict(queried.group_by("task").len().sort("task").iter_rows())
+    parsed = queried.filter(labelled).height
+    cost = {
+        "rows": labels.height,
+        "prompts": {str(k): int(v) for k, v in prompts.items()},
+        "parsed": parsed / queried.height if queried.height else None,
+    }
+    judged = labels.filter(pl.col("task") == "judge")
+    if judged.height and "judge" in labels.columns:  # a table without the column judged none
+        cost["reasonable"] = judged.filter(labelled & pl.col("judge")).height / judged.height
+    distinct = {}
+    for task in sorted(prompts):
+        rows = queried.filter(labelled & (pl.col("task") == task))
+        column = task
+        discrete = "action_index" in labels.columns and task == "action"
+        if discrete and rows.get_column("action_index").drop_nulls().len():
+            column = "action_index"  # a discrete action's answer
+        if column in labels.columns:  # the task's answers as parsed, queried rows only
+            answers = rows.get_column(column)
+            distinct[str(task)] = answers.n_unique() if len(answers) else 0
+    cost["distinct_answers"] = distinct
+    return cost
+
+
+def constant_tasks(cost: dict[str, Any]) -> list[str]:
+    """The tasks whose parsed answers are all one answer, over two prompts or more: a constant
+    teacher (the Worst Model's signature), however well its answers parse."""
+    prompts, distinct = cost.get("prompts", {}), cost.get("distinct_answers", {})
+    return [
+        task for task, n in distinct.items()
+        if task in DECISION_TASKS and n == 1 and prompts.get(task, 0) >= 2
+    ]  # fmt: skip
+
+
+def read_label_cost(source: str | Path | Any) -> dict[str, Any]:
+    """`label_cost` of a label table (a path or an open binary file), reading its cost columns
+    alone (the table also holds every raw answer)."""
+    names = pl.read_parquet_schema(source)
+    if hasattr(source, "seek"):
+        source.seek(0)
+    wanted = dict.fromkeys((*LABEL_COST_COLUMNS, *ANSWER_COLUMNS))
+    return label_cost(pl.read_parquet(source, columns=[c for c in wanted if c in names]))

@@ -1,0 +1,263 @@
+"""The reproducibility policy, and the check that a rebuild keeps it.
+
+1. **Data outputs are the same bytes on every x86-64 machine.** Rollouts, label and mask tables,
+   caches, datasets and the teacher's competence are computed by numpy code from the params
+   (pipeline/core/kernels.py pins numpy's kernels for this): their hashes in dvc.lock are exact.
+2. **What a network computes is the same bytes on one machine**: reruns and resumes of a
+   training, a critic, an evaluation or a labelling round rebuild the same files (fixed threads,
+   MKL's run-to-run branch; the resume tests and the slow two-directory build check it).
+3. **Across machines, a network's outputs may differ in their bytes; their metrics agree within
+   `RETURN_TOLERANCE`.** torch runs each CPU's own kernels (1.6-2.1x the pinned ones' training
+   rate on an AMD EPYC, 2-3x on an Intel machine; the pinned ones did not make an Intel machine
+   agree with an AMD one either), and a training run amplifies a last-bit difference into another
+   trajectory: its returns then differ as another seed's would. Network stages are
+   `NETWORK_STAGES` and every stage that reads one of their outputs (an evaluation, a round, a
+   policy teacher).
+
+`check_rebuild` compares a rebuilt workspace with the commit it came from: every stage's
+command, params and data deps, and every data output, exactly; each network metric file's
+structure and settings exactly, its returns within the tolerance, and prints every difference it
+allowed. `vlmrl-lockcheck` runs it; CI runs it after the quick start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# the foreach stages of dvc.yaml whose outputs torch's kernels compute
+NETWORK_STAGES = frozenset({"train", "pretrain_critic", "round"})
+# metric keys that are settings or counts fixed by the params: equal on every machine
+EXACT_KEYS = frozenset(
+    {"env", "method", "step", "steps", "train_steps", "episodes", "eval_episodes", "round",
+     "seed", "std_ddof", "dataset_parts", "policy"}
+)  # fmt: skip
+# metric keys compared within RETURN_TOLERANCE: an evaluation's mean return (evaluate@<run>,
+# evaluate_round@<name>, over `evaluate.episodes`); the training curves' one-episode returns
+# (`last_episode_return`, `last_eval_return`) are listed, not checked
+RETURN_KEYS = frozenset({"return_mean"})
+# |return on another machine - committed return| allowed per env, in the env's return units:
+# 4 standard deviations (ddof 1) of the default runs' returns over seeds 0-2, the largest over
+# the env's runs and their evaluation, training and round returns (benchmarks.return_spread;
+# docs/results/2026-11-27-reproducibility.md). A last-bit kernel difference changes a run as
+# another seed does, and at the default's smoke-sized budgets that is most of a return: the check
+# catches broken structure, settings and numbers, not small regressions (the benchmarks measure
+# those, with 5 seeds). Envs without an entry (added by a user): DEFAULT_RETURN_TOLERANCE.
+RETURN_TOLERANCE: dict[str, float] = {
+    "CarRacing-v3": 45.6,
+    "MountainCar-v0": 175.4,
+    "MountainCarContinuous-v0": 44.6,
+    "cartpole-swingup": 636.6,
+    "highway-hw": 2467.9,
+}
+DEFAULT_RETURN_TOLERANCE = math.inf  # an env nobody measured: structure and finiteness only
+
+
+@dataclass
+class Report:
+    """What a rebuild changed: `problems` break the policy; `allowed` are network differences."""
+
+    problems: list[str] = field(default_factory=list)
+    allowed: list[str] = field(default_factory=list)
+
+
+def _under(path: str, out: str) -> bool:
+    """`path` is `out`, inside it, or a directory holding it."""
+    return path == out or path.startswith(out + "/") or out.startswith(path + "/")
+
+
+def network_stages(stages: Mapping[str, Any]) -> set[str]:
+    """The stages whose outputs a network computed: `NETWORK_STAGES` and, transitively, every
+    stage with a dep inside one of their outputs."""
+    outs = {name: [o["path"] for o in stage.get("outs", [])] for name, stage in stages.items()}
+    found = {name for name in stages if name.split("@")[0] in NETWORK_STAGES}
+    grew = True
+    while grew:
+        network_outs = [path for name in found for path in outs[name]]
+        new = {
+            name
+            for name, stage in stages.items()
+            if name not in found
+            and any(_under(d["path"], o) for d in stage.get("deps", []) for o in network_outs)
+        }
+        found |= new
+        grew = bool(new)
+    return found
+
+
+def _hashes(entries: Iterable[Mapping[str, Any]]) -> dict[str, str | None]:
+    return {e["path"]: e.get("md5") or e.get("hash") for e in entries}
+
+
+def compare_locks(
+    committed: Mapping[str, Any], rebuilt: Mapping[str, Any], report: Report
+) -> set[str]:
+    """Check dvc.lock's stages against the committed ones; return the network stages."""
+    before, after = committed.get("stages", {}), rebuilt.get("stages", {})
+    for name in sorted(set(before) ^ set(after)):
+        side = "only in the committed dvc.lock" if name in before else "not in the committed one"
+        report.problems.append(f"stage {name}: {side}")
+    network = network_stages(before)
+    network_outs = [o["path"] for n in network for o in before[n].get("outs", [])]
+    for name in sorted(set(before) & set(after)):
+        old, new = before[name], after[name]
+        for key in ("cmd", "params"):
+            if old.get(key) != new.get(key):
+                report.problems.append(f"stage {name}: its {key} differs from the committed one")
+        for kind in ("deps", "outs"):
+            old_hashes, new_hashes = _hashes(old.get(kind, [])), _hashes(new.get(kind, []))
+            for path in sorted(set(old_hashes) | set(new_hashes)):
+                if old_hashes.get(path) == new_hashes.get(path):
+                    continue
+                line = f"{name}: {path} {old_hashes.get(path)} -> {new_hashes.get(path)}"
+                is_network = (
+                    name in network
+                    if kind == "outs"
+                    else any(_under(path, out) for out in network_outs)
+                )
+                (report.allowed if is_network else report.problems).append(line)
+    return network
+
+
+def _env_of(stage_name: str, stage: Mapping[str, Any]) -> str:
+    for keys in stage.get("params", {}).values():
+        for key in keys:
+            if key.startswith("env."):
+                return key.removeprefix("env.")
+    return stage_name.partition("@")[2]
+
+
+def compare_metrics(
+    where: str, before: Any, after: Any, tolerance: float, report: Report, key: str = ""
+) -> None:
+    """One network metric file: the same keys and settings, finite numbers, returns within
+    `tolerance`; every other numeric change is allowed and listed."""
+    label = f"{where}:{key}" if key else where
+    if isinstance(before, dict) and isinstance(after, dict):
+        if set(before) != set(after):
+            report.problems.append(f"{label}: keys {sorted(before)} -> {sorted(after)}")
+        for k in sorted(set(before) & set(after)):
+            compare_metrics(
+                where, before[k], after[k], tolerance, report, f"{key}.{k}" if key else k
+            )
+        return
+    if isinstance(before, list) and isinstance(after, list):
+        if len(before) != len(after):
+            report.problems.append(f"{label}: {len(before)} entries -> {len(after)}")
+        for i, (b, a) in enumerate(zip(before, after, strict=False)):
+            compare_metrics(where, b, a, tolerance, report, f"{key}[{i}]")
+        return
+    numbers = (int, float)
+    is_number = isinstance(before, numbers) and isinstance(after, numbers)
+    if not is_number or isinstance(before, bool) or isinstance(after, bool):
+        if before != after:
+            report.problems.append(f"{label}: {before!r} -> {after!r}")
+        return
+    if before == after:
+        return
+    leaf = key.rpartition(".")[2].partition("[")[0]
+    if not math.isfinite(after):
+        report.problems.append(f"{label}: {before!r} -> {after!r} (not finite)")
+    elif leaf in EXACT_KEYS:
+        report.problems.append(f"{label}: {before!r} -> {after!r} (a setting: equal everywhere)")
+    elif leaf in RETURN_KEYS and abs(after - before) > tolerance:
+        report.problems.append(
+            f"{label}: {before:.4g} -> {after:.4g}, |difference| {abs(after - before):.4g} > "
+            f"the tolerance {tolerance:.4g}"
+        )
+    else:
+        within = f" (tolerance {tolerance:.4g})" if leaf in RETURN_KEYS else ""
+        report.allowed.append(f"{label}: {before:.6g} -> {after:.6g}{within}")
+
+
+def check_rebuild(
+    committed_lock: str,
+    rebuilt_lock: str,
+    changed: Iterable[str],
+    committed_text: Callable[[str], str],
+    read_text: Callable[[str], str],
+) -> Report:
+    """The policy applied to a rebuild: `changed` are the paths git reports modified or new,
+    `committed_text(path)` a file's committed text, `read_text(path)` the workspace's."""
+    report = Report()
+    before = yaml.safe_load(committed_lock) or {}
+    network = compare_locks(before, yaml.safe_load(rebuilt_lock) or {}, report)
+    stages = before.get("stages", {})
+    env_of_file = {
+        o["path"]: _env_of(name, stages[name])
+        for name in network
+        for o in stages[name].get("outs", [])
+    }
+    for path in sorted(changed):
+        if path == "dvc.lock":
+            continue
+        if path not in env_of_file or not path.endswith(".json"):
+            report.problems.append(f"{path}: changed, and it is not a network stage's metrics")
+            continue
+        tolerance = RETURN_TOLERANCE.get(env_of_file[path], DEFAULT_RETURN_TOLERANCE)
+        try:
+            old, new = json.loads(committed_text(path)), json.loads(read_text(path))
+        except (json.JSONDecodeError, OSError, subprocess.CalledProcessError) as exc:
+            report.problems.append(f"{path}: unreadable ({exc})")
+            continue
+        compare_metrics(path, old, new, tolerance, report)
+    return report
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout
+
+
+def changed_paths() -> list[str]:
+    """Tracked files modified and files git does not ignore, as `git status` lists them."""
+    lines = _git("status", "--porcelain", "--untracked-files=all").splitlines()
+    return [line[3:].split(" -> ")[-1].strip('"') for line in lines if line.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="vlmrl-lockcheck",
+        description="Check a rebuilt workspace against the commit it came from, by the "
+        "reproducibility policy (pipeline/tools/reproducibility.py): data outputs, deps and params "
+        "exactly; network outputs by their metrics, returns within the stated tolerance. Run "
+        "from the repository root after `dvc repro`.",
+    )
+    parser.add_argument("--rev", default="HEAD", help="the commit to compare with (HEAD)")
+    parser.add_argument("--quiet", action="store_true", help="do not list allowed differences")
+    args = parser.parse_args(argv)
+    try:
+        committed_lock = _git("show", f"{args.rev}:dvc.lock")
+        changed = changed_paths()
+    except subprocess.CalledProcessError as exc:
+        print(f"error: git failed ({exc.stderr.strip()}): run from a git checkout", file=sys.stderr)
+        return 2
+    report = check_rebuild(
+        committed_lock,
+        Path("dvc.lock").read_text(),
+        changed,
+        lambda path: _git("show", f"{args.rev}:{path}"),
+        lambda path: Path(path).read_text(),
+    )
+    if not args.quiet:
+        for line in report.allowed:
+            print(f"  allowed (network): {line}")
+    for line in report.problems:
+        print(f"  problem: {line}")
+    print(
+        f"{len(report.allowed)} network differences allowed, {len(report.problems)} problems "
+        f"against {args.rev}'s dvc.lock (policy: pipeline/tools/reproducibility.py)"
+    )
+    return 1 if report.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
