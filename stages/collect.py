@@ -11,6 +11,7 @@ import sys
 
 from pipeline.core.config import ConfigError, load_params
 from pipeline.core.errors import PipelineError, print_error
+from pipeline.learn.methods.table import load_policy
 from pipeline.teach.rollouts.collect import collect
 from pipeline.teach.teachers import make_teacher
 
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         collect_cfg = params.collect[args.env]
         # the acting teacher (collect.<env>.teacher), not the labelling one (label.teacher)
         teacher = (
-            make_teacher(collect_cfg.teacher, f"collect.{args.env}.teacher")
+            make_teacher(collect_cfg.teacher, f"collect.{args.env}.teacher", load_policy)
             if collect_cfg.uses_teacher
             else None
         )
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             teacher=teacher,
             replace=args.replace,
             telemetry_dir=args.telemetry,
+            load_policy=load_policy,
         )
     except PipelineError as exc:
         print_error(exc)

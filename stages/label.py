@@ -10,11 +10,13 @@ label table.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 
 from pipeline.core.config import ConfigError, load_params
 from pipeline.core.errors import PipelineError, print_error
+from pipeline.learn.methods.table import load_policy
 from pipeline.teach.labelling.label import label_rollouts
 from pipeline.teach.rollouts.reader import load_manifest
 from pipeline.teach.teachers import make_teacher
@@ -44,10 +46,14 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"{args.params} has no `label` section")
         env_id = load_manifest(args.rollouts)["env_id"]
         cfg = params.label.for_env(env_id)
-        teacher = make_teacher(cfg.teacher, params.label.teacher_path(env_id))
+        # the `policy` teacher acts with an agent that this stage loads (stage one imports
+        # nothing of stage two); Ray's actors build their teacher the same way
+        build = functools.partial(
+            make_teacher, cfg.teacher, params.label.teacher_path(env_id), load_policy
+        )
         summary = label_rollouts(
-            args.rollouts, cfg, teacher, args.cache, args.out,
-            telemetry_dir=args.telemetry, corrections=args.corrections,
+            args.rollouts, cfg, build(), args.cache, args.out,
+            telemetry_dir=args.telemetry, corrections=args.corrections, ray_build=build,
         )  # fmt: skip
     except (PipelineError, OSError) as exc:
         print_error(exc)

@@ -51,12 +51,14 @@ def main(argv: list[str] | None = None) -> int:
             from pipeline.core.kernels import training_torch
 
             training_torch(1)  # a policy teacher answers with the same bytes from run to run
+        from pipeline.learn.methods.table import load_policy
         from pipeline.teach.teacher_eval import evaluate_teacher
         from pipeline.teach.teachers import make_teacher
 
         cfg = params.teacher_eval
+        teacher = make_teacher(teacher_cfg, load_policy=load_policy)
         metrics, calls = evaluate_teacher(
-            args.env, params.env[args.env], teacher_cfg, make_teacher(teacher_cfg), args.cache,
+            args.env, params.env[args.env], teacher_cfg, teacher, args.cache,
             args.read_cache, cfg.every_k, cfg.episodes, cfg.seed,
         )  # fmt: skip
     except (PipelineError, OSError, ValueError) as exc:

@@ -1,8 +1,8 @@
 """DVC stage `train@<run>`: train the agent of params.yaml's `train.<run>` from the env's cached
-labels; write its checkpoint and learning curve. Never imports a teacher.
+labels; write its checkpoint and learning curve. Reads the env's dataset (and C_V), never stage
+one's rollouts, label table or teacher.
 
     python -m stages.train --params params.yaml --run cartpole-swingup-erpv \\
-        --rollouts data/rollouts/cartpole-swingup --labels data/labels/cartpole-swingup.parquet \\
         --dataset data/datasets/cartpole-swingup --critics models/critic \\
         --out models/cartpole-swingup-erpv --live plots/train/cartpole-swingup-erpv \\
         --summary metrics/train/cartpole-swingup-erpv.json
@@ -27,9 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--run", required=True, help="run name: a key of `train` in params.yaml")
-    parser.add_argument("--rollouts", required=True, type=Path, help="the env's rollouts")
-    parser.add_argument("--labels", required=True, type=Path, help="the env's label table")
-    parser.add_argument("--dataset", type=Path, help="the env's labelled dataset (SAC family)")
+    parser.add_argument(
+        "--dataset", type=Path, help="the env's labelled dataset (SAC family, hybrid_ppo)"
+    )
     parser.add_argument("--critics", type=Path, help="directory of pre-trained C_V, one per env")
     parser.add_argument("--out", required=True, help="checkpoint directory to write")
     parser.add_argument(
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         params = load_params(args.params)
         set_threads(params, args.run)
-        inputs = TrainInputs(args.rollouts, args.labels, args.dataset, args.critics)
+        inputs = TrainInputs(args.dataset, args.critics)
         curve = train_run(
             args.run, params, inputs, args.out, args.live, args.summary, args.resume_dir
         )

@@ -106,6 +106,36 @@ def label_cfg(**overrides: Any) -> LabelConfig:
     return LabelConfig(**{**copy.deepcopy(TINY_LABEL), **overrides})
 
 
+def build_stage_one(
+    root: Path,
+    env_id: str = "MountainCar-v0",
+    env: EnvConfig | None = None,
+    collect: CollectConfig | None = None,
+    label: LabelConfig | None = None,
+    reliability: float = 0.8,
+    shard_max_samples: int = 100,
+) -> Path:
+    """Stage one in this process, the way its stages chain: collect -> label (the scripted
+    teacher) -> masks (the scripted segmenter) -> dataset, under `root`: `rollouts/`,
+    `labels.parquet`, `masks.parquet` and the dataset `ds/` that stage two reads. Returns `ds`."""
+    from pipeline.core.config import MasksConfig
+    from pipeline.dataset.build import build_dataset
+    from pipeline.teach.labelling.label import label_rollouts
+    from pipeline.teach.masks import make_mask_backend
+    from pipeline.teach.masks.compute import compute_masks
+    from pipeline.teach.rollouts.collect import collect as collect_rollouts
+    from pipeline.teach.teachers.scripted import ScriptedTeacher
+
+    rollouts, labels, masks = root / "rollouts", root / "labels.parquet", root / "masks.parquet"
+    collect_rollouts(env_id, env or env_cfg(), collect or collect_cfg(), rollouts, progress=False)
+    label_rollouts(rollouts, label or label_cfg(), ScriptedTeacher(reliability, 0),
+                   root / "label_cache", labels, progress=False)  # fmt: skip
+    compute_masks(rollouts, labels, make_mask_backend(MasksConfig(backend="scripted", batch_size=8)),
+                  root / "mask_cache", masks, batch_size=8, progress=False)  # fmt: skip
+    build_dataset(rollouts, labels, masks, root / "ds", shard_max_samples=shard_max_samples)
+    return root / "ds"
+
+
 def write_params(path: Path, params: dict) -> Path:
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path

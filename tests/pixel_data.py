@@ -99,7 +99,6 @@ def params_for(d: Path, name: str, resume_every: int | None = None, steps: int =
 
 
 def train_argv(d: Path, params: Path, name: str, out: Path) -> list[str]:
-    return ["--params", str(params), "--run", name, "--rollouts", f"{d}/r", "--labels",
-            f"{d}/labels.parquet", "--dataset", f"{d}/ds", "--critics", f"{d}/critics",
+    return ["--params", str(params), "--run", name, "--dataset", f"{d}/ds", "--critics", f"{d}/critics",
             "--out", f"{out}/model", "--live", f"{out}/live", "--summary", f"{out}/summary.json",
             "--resume-dir", f"{out}/resume"]  # fmt: skip

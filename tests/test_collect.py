@@ -18,6 +18,7 @@ from pipeline.learn.agents.checkpoint import CheckpointError
 from pipeline.learn.agents.off_policy import NetworkParams, SACParams
 from pipeline.learn.agents.ppo import ActorCritic
 from pipeline.learn.agents.sac import SACAgent
+from pipeline.learn.methods.table import load_policy
 from pipeline.teach.rollouts.behaviours import CheckpointSourceError
 from pipeline.teach.rollouts.collect import CollectError, collect, episode_seed
 from pipeline.teach.rollouts.format import JOURNAL_NAME, MANIFEST_NAME
@@ -180,7 +181,7 @@ def test_checkpoint_that_is_not_an_actor_is_a_clear_error(tmp_path):
     bogus.write_bytes(b"not a program")
     cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(bogus), trust_checkpoint_code=True)
     with pytest.raises(ValueError, match=r"is not a torch\.export program"):
-        collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False)
+        collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False, load_policy=load_policy)
 
 
 # ---- acting checkpoints: an agent directory, or a torch.export file only when trusted ---------
@@ -237,7 +238,7 @@ def test_a_sympify_payload_runs_nothing_without_the_trust_setting(tmp_path, monk
     cfg = collect_cfg(behaviour="checkpoint", checkpoint="later.pt2", episodes=1)
     hostile.rename(tmp_path / "later.pt2")
     with pytest.raises(CheckpointSourceError) as caught:
-        collect(MCC, env_cfg(), cfg, tmp_path / "out", progress=False)
+        collect(MCC, env_cfg(), cfg, tmp_path / "out", progress=False, load_policy=load_policy)
     message = str(caught.value)
     assert (
         "\n" not in message and "collect.MountainCarContinuous-v0.trust_checkpoint_code" in message
@@ -264,7 +265,7 @@ def test_a_trained_agents_directory_acts_in_collect(tmp_path):
     directory = tmp_path / "models" / "tiny"
     agent.save(directory, {"env": MCC, "run": "tiny"})
     cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(directory), episodes=1)
-    collect(MCC, env_cfg(), cfg, tmp_path / "out", progress=False)
+    collect(MCC, env_cfg(), cfg, tmp_path / "out", progress=False, load_policy=load_policy)
     assert verify_rollouts(tmp_path / "out").ok
     samples = list(iter_rollouts(tmp_path / "out"))
     assert len(samples) > 2
@@ -276,14 +277,14 @@ def test_a_trained_agents_directory_acts_in_collect(tmp_path):
     # another agent in the same directory is another collection
     SACAgent((2,), space, SACParams(network=network), seed=2).save(directory, {"env": MCC})
     with pytest.raises(CollectError, match="--replace"):
-        collect(MCC, env_cfg(), cfg, tmp_path / "out", progress=False)
+        collect(MCC, env_cfg(), cfg, tmp_path / "out", progress=False, load_policy=load_policy)
 
 
 def test_a_discrete_agents_directory_acts_in_collect(tmp_path):
     agent = ActorCritic(2, 3, 8)
     agent.save(tmp_path / "ppo", {"method": "ppo", "env": MC})
     cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(tmp_path / "ppo"), episodes=1)
-    collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False)
+    collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False, load_policy=load_policy)
     for sample in list(iter_rollouts(tmp_path / "out"))[:-1]:
         rec = sample.record
         want = agent.act(np.asarray(rec["state"], np.float32), deterministic=True)
@@ -293,11 +294,11 @@ def test_a_discrete_agents_directory_acts_in_collect(tmp_path):
 def test_a_checkpoint_that_is_missing_or_no_agent_is_one_line(tmp_path):
     cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(tmp_path / "models" / "none"))
     with pytest.raises(CheckpointSourceError, match=r"does not exist; point it at an agent"):
-        collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False)
+        collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False, load_policy=load_policy)
     (tmp_path / "models" / "empty").mkdir(parents=True)
     cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(tmp_path / "models" / "empty"))
     with pytest.raises(CheckpointError, match=r"agent\.json does not exist"):
-        collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False)
+        collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False, load_policy=load_policy)
 
 
 @pytest.mark.parametrize(

@@ -264,8 +264,7 @@ def test_highway_chain_end_to_end(tmp_path):
     assert pretrain_critic.main(["--params", p, "--env", env, "--dataset", f"{d}/ds", "--out",
                                  f"{d}/critics/{env}", "--live", f"{d}/cl", "--summary",
                                  f"{d}/critic.json"]) == 0  # fmt: skip
-    assert train.main(["--params", p, "--run", "erpv", "--rollouts", f"{d}/r", "--labels",
-                       f"{d}/labels.parquet", "--dataset", f"{d}/ds", "--critics", f"{d}/critics",
+    assert train.main(["--params", p, "--run", "erpv", "--dataset", f"{d}/ds", "--critics", f"{d}/critics",
                        "--out", f"{d}/model", "--live", f"{d}/live", "--summary",
                        f"{d}/summary.json"]) == 0  # fmt: skip
     assert evaluate.main(["--params", p, "--agent", f"{d}/model", "--out", f"{d}/eval.json"]) == 0

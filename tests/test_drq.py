@@ -81,7 +81,7 @@ def _params(tmp_steps: int = 40) -> dict:
 def test_drq_trains_from_pixels_and_reloads(tmp_path):
     params = parse_params(_params())
     check_params(params)
-    inputs = TrainInputs(tmp_path / "rollouts", tmp_path / "labels.parquet")  # reads neither
+    inputs = TrainInputs()  # reads no data
     result = get_method("drq").train("drq-run", params.train["drq-run"], params, inputs,
                                      progress=False)  # fmt: skip
     agent = result.agent
@@ -154,7 +154,7 @@ def test_a_run_sees_frames_of_its_own_size(tmp_path):
     params = parse_params(raw)
     check_params(params)
     assert params.env["MountainCarContinuous-v0"].image_size == 24
-    inputs = TrainInputs(tmp_path / "rollouts", tmp_path / "labels.parquet")
+    inputs = TrainInputs()
     result = get_method("drq").train("drq-run", params.train["drq-run"], params, inputs,
                                      progress=False)  # fmt: skip
     assert result.agent.obs_shape == (16, 16, 3)

@@ -54,8 +54,7 @@ def pipeline_dir(tmp_path_factory):
 
 
 def _train_argv(d, run):
-    return ["--params", f"{d}/params.yaml", "--run", run, "--rollouts", f"{d}/rollouts",
-            "--labels", f"{d}/labels.parquet", "--dataset", f"{d}/dataset", "--critics",
+    return ["--params", f"{d}/params.yaml", "--run", run, "--dataset", f"{d}/dataset", "--critics",
             f"{d}/critics", "--out", f"{d}/models/{run}", "--live", f"{d}/live/{run}",
             "--summary", f"{d}/summaries/{run}.json"]  # fmt: skip
 
@@ -133,7 +132,7 @@ def test_a_saved_and_reloaded_agent_acts_like_the_trained_one(pipeline_dir, tmp_
     d = Path(pipeline_dir)
     params = load_params(d / "params.yaml")
     run = TrainRun(env=ENV, method="sac", steps=150, seed=3)
-    inputs = TrainInputs(d / "rollouts", d / "labels.parquet", dataset=d / "dataset")
+    inputs = TrainInputs(dataset=d / "dataset")
     result = get_method(run.method).train("sac", run, params, inputs, progress=False)
     agent = result.agent
     agent.save(tmp_path / "agent", result.meta)
@@ -158,8 +157,7 @@ def test_a_killed_training_resumes_to_the_uninterrupted_result(pipeline_dir, tmp
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
 
     def argv(out):
-        return ["--params", str(tmp_path / "params.yaml"), "--run", "long", "--rollouts",
-                f"{d}/rollouts", "--labels", f"{d}/labels.parquet", "--dataset", f"{d}/dataset",
+        return ["--params", str(tmp_path / "params.yaml"), "--run", "long", "--dataset", f"{d}/dataset",
                 "--out", f"{out}/model", "--live", f"{out}/live", "--summary",
                 f"{out}/summary.json", "--resume-dir", f"{out}/resume"]  # fmt: skip
 
@@ -240,9 +238,7 @@ def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp
         offline, dataset_action_space(d / "dataset"), hp, 50, 0, progress=False
     )
     critic.save(tmp_path / "critics" / ENV / "erpv")
-    inputs = TrainInputs(
-        d / "rollouts", d / "labels.parquet", dataset=d / "dataset", critics=tmp_path / "critics"
-    )
+    inputs = TrainInputs(dataset=d / "dataset", critics=tmp_path / "critics")
     runs = {
         "sac-offline": TrainRun(env=ENV, method="sac", steps=250, seed=5,
                                 overrides={"offline_fraction": hp.offline_fraction}),

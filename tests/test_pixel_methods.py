@@ -99,7 +99,7 @@ def test_an_interrupted_pixel_run_resumes_to_the_uninterrupted_result(
     params = parse_params(params_for(d, name, resume_every=24, steps=48))
     method = get_method(RUNS[name][0])
     run = params.train[name]
-    inputs = TrainInputs(d / "r", d / "labels.parquet", dataset=d / "ds", critics=d / "critics")
+    inputs = TrainInputs(dataset=d / "ds", critics=d / "critics")
     whole = method.train(name, run, params, inputs, progress=False, resume_dir=tmp_path / "w")
 
     update, calls = OffPolicyAgent.update, [0]

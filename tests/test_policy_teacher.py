@@ -20,7 +20,7 @@ from pipeline.core.stacking import FrameStacker
 from pipeline.learn.agents.off_policy import NetworkParams, SACParams
 from pipeline.learn.agents.ppo import ActorCritic
 from pipeline.learn.agents.sac import SACAgent
-from pipeline.learn.methods.table import check_params
+from pipeline.learn.methods.table import check_params, load_policy
 from pipeline.teach.labels.schema import label_schema
 from pipeline.teach.labels.tasks import parse_answer, render_prompt
 from pipeline.teach.rollouts.format import action_space_spec
@@ -118,7 +118,7 @@ CONTEXTS = [{"position": p, "velocity": v} for p, v in [(-0.5, 0.0), (-1.0, 0.03
 
 def test_action_answers_parse_to_the_agents_action_on_the_rebuilt_state(mcc):
     agent, ckpt, spec = mcc
-    teacher = PolicyTeacher(ckpt, reliability=1.0, seed=0)
+    teacher = PolicyTeacher(ckpt, reliability=1.0, seed=0, load_policy=load_policy)
     env_id = "MountainCarContinuous-v0"
     prompts = _prompts("action", env_id, spec, CONTEXTS)
     for prompt, reply in zip(prompts, teacher.answer(prompts), strict=True):
@@ -142,7 +142,7 @@ def test_a_pixel_agent_reads_the_one_frame_repeated(tmp_path):
     env_id, space = "cartpole-swingup", gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
     agent = _sac_checkpoint(tmp_path / "pix", env_id, "pixels", (32, 32, 3), space)
     spec = action_space_spec(space)
-    teacher = PolicyTeacher(tmp_path / "pix", 1.0, 0)
+    teacher = PolicyTeacher(tmp_path / "pix", 1.0, 0, load_policy=load_policy)
     (prompt,) = _prompts("action", env_id, spec, [{}], size=32)  # a pixel agent needs no context
     (reply,) = teacher.answer([prompt])
     frame = np.asarray(Image.open(io.BytesIO(prompt.frame_png)))
@@ -164,7 +164,7 @@ def test_a_discrete_agent_answers_a_choice(tmp_path):
     agent = ActorCritic(2, 3, 8)
     agent.save(tmp_path / "ppo", {"method": "ppo", "env": env_id})
     spec = action_space_spec(space)
-    teacher = PolicyTeacher(tmp_path / "ppo", 1.0, 0)
+    teacher = PolicyTeacher(tmp_path / "ppo", 1.0, 0, load_policy=load_policy)
     prompts = _prompts("action", env_id, spec, CONTEXTS)
     for prompt, reply in zip(prompts, teacher.answer(prompts), strict=True):
         want = agent.act(state_from_context(env_id, prompt.context), deterministic=True)
@@ -176,23 +176,25 @@ def test_a_discrete_agent_answers_a_choice(tmp_path):
 
 def test_teacher_id_is_the_checkpoints_content_hash(mcc, tmp_path):
     _, ckpt, _ = mcc
-    teacher = PolicyTeacher(ckpt, 0.8, 3)
+    teacher = PolicyTeacher(ckpt, 0.8, 3, load_policy=load_policy)
     digest = teacher.teacher_id.split(":")[1]
     assert teacher.teacher_id == f"policy:{digest}:reliability=0.8:seed=3" and len(digest) == 64
     moved = shutil.copytree(ckpt, tmp_path / "elsewhere")
-    assert PolicyTeacher(moved, 0.8, 3).teacher_id == teacher.teacher_id  # where it sits: no
-    assert PolicyTeacher(moved, 0.7, 3).teacher_id != teacher.teacher_id
+    assert (
+        PolicyTeacher(moved, 0.8, 3, load_policy=load_policy).teacher_id == teacher.teacher_id
+    )  # where it sits: no
+    assert PolicyTeacher(moved, 0.7, 3, load_policy=load_policy).teacher_id != teacher.teacher_id
     weights = moved / "agent.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1  # one bit of one weight
     weights.write_bytes(bytes(data))
-    assert PolicyTeacher(moved, 0.8, 3).teacher_id != teacher.teacher_id
+    assert PolicyTeacher(moved, 0.8, 3, load_policy=load_policy).teacher_id != teacher.teacher_id
 
 
 def test_reliability_zero_gives_the_scripted_teachers_failures_only(mcc):
     _, ckpt, spec = mcc
     prompts = _prompts("action", "MountainCarContinuous-v0", spec, CONTEXTS * 4)
-    failed = [r.text for r in PolicyTeacher(ckpt, 0.0, 5).answer(prompts)]
+    failed = [r.text for r in PolicyTeacher(ckpt, 0.0, 5, load_policy=load_policy).answer(prompts)]
     assert failed == [r.text for r in ScriptedTeacher(0.0, 5).answer(prompts)]
     assert not any(t.startswith("Describe: the policy") for t in failed)
 
@@ -201,7 +203,7 @@ def test_cache_keys_are_its_own_and_answers_are_cached(mcc, tmp_path):
     from pipeline.teach.labels.cache import LabelCache
 
     _, ckpt, spec = mcc
-    teacher = PolicyTeacher(ckpt, 1.0, 0)
+    teacher = PolicyTeacher(ckpt, 1.0, 0, load_policy=load_policy)
     (prompt,) = _prompts("action", "MountainCarContinuous-v0", spec, CONTEXTS[:1])
     assert prompt_cache_key(prompt, teacher) != prompt_cache_key(prompt, ScriptedTeacher(1.0, 0))
     cache = LabelCache(tmp_path / "cache")
@@ -213,7 +215,7 @@ def test_cache_keys_are_its_own_and_answers_are_cached(mcc, tmp_path):
 
 def test_it_refuses_what_it_cannot_answer(mcc):
     _, ckpt, spec = mcc
-    teacher = PolicyTeacher(ckpt, 1.0, 0)
+    teacher = PolicyTeacher(ckpt, 1.0, 0, load_policy=load_policy)
     for task in ("milestone", "objects"):
         prompts = _prompts(task, "MountainCarContinuous-v0", spec, CONTEXTS[:1])
         with pytest.raises(ValueError, match=rf"only the action and judge tasks, not {task}"):
@@ -240,8 +242,10 @@ def test_config_needs_its_section_and_a_checkpoint_that_exists(tmp_path, mcc):
         TeacherConfig(**{**_policy(), "backend": "scripted"})
     missing = tmp_path / "models" / "nope"
     with pytest.raises(ValueError, match=rf"checkpoint directory {missing} does not exist"):
-        make_teacher(TeacherConfig(**_policy(str(missing))))
-    teacher = make_teacher(TeacherConfig(**_policy(str(mcc[1]))))
+        make_teacher(TeacherConfig(**_policy(str(missing))), load_policy=load_policy)
+    with pytest.raises(ValueError, match=r"loads only through its stage: pass load_policy="):
+        make_teacher(TeacherConfig(**_policy(str(mcc[1]))))  # stage one alone cannot load it
+    teacher = make_teacher(TeacherConfig(**_policy(str(mcc[1]))), load_policy=load_policy)
     assert isinstance(teacher, PolicyTeacher) and teacher.teacher_id.startswith("policy:")
 
 
@@ -342,11 +346,11 @@ def test_the_policy_teacher_stage_trains_the_same_teacher_twice(tmp_path):
 
     first, second = run(MCC, "a"), run(MCC, "b")
     assert checkpoint_sha256(first) == checkpoint_sha256(second)
-    teacher = PolicyTeacher(first, reliability=1.0, seed=0)
+    teacher = PolicyTeacher(first, reliability=1.0, seed=0, load_policy=load_policy)
     assert teacher.env_id == MCC
     assert json.loads((tmp_path / "a.json").read_text())["step"] >= 20  # the curve's last step
     marker = run("MountainCar-v0", "none")
     assert [p.name for p in marker.iterdir()] == [NO_TEACHER]
     with pytest.raises(ValueError, match=r"holds no agent .* the env is not listed in "
                                          r"`policy_teachers`"):  # fmt: skip
-        PolicyTeacher(marker, reliability=1.0, seed=0)
+        PolicyTeacher(marker, reliability=1.0, seed=0, load_policy=load_policy)

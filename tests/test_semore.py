@@ -349,9 +349,7 @@ def test_semore_with_selective_insertion_draws_only_the_rows_that_entered():
     data = _judged(judge, np.repeat([0, 1], [400, 200]))
     hp = semore_params(selective_replay="insert", selective_steps=100)
     run = TrainRun(env="cartpole-swingup", method="semore", steps=10, seed=3)
-    inputs = TrainInputs(
-        rollouts=REPO, labels=REPO, round_parts=(REPO,), part_entries=((0, 3), (100, 4))
-    )
+    inputs = TrainInputs(round_parts=(REPO,), part_entries=((0, 3), (100, 4)))
     pool, chosen = get_method("semore").offline_pool(hp, data, run, inputs)
     # part 0 entered at p = 1 (its 100 reasonable rows), part 1 at p = 0.5
     kept = chosen["selective_insert"]["kept"]
@@ -367,13 +365,13 @@ def test_semore_with_selective_insertion_draws_only_the_rows_that_entered():
     assert not set(range(100, 400)) & allowed  # part 0's unreasonable rows never enter
     # outside rounds the dataset enters at update 0 with the run's seed
     _, alone = get_method("semore").offline_pool(
-        hp, _judged(judge[:400], np.zeros(400, int)), run, TrainInputs(rollouts=REPO, labels=REPO)
+        hp, _judged(judge[:400], np.zeros(400, int)), run, TrainInputs()
     )
     assert alone["selective_insert"] == {"entries": [[0, 3]], "kept": [100], "of": [400]}
     with pytest.raises(ValueError, match="left out every offline transition"):
         get_method("semore").offline_pool(
             hp, _judged(np.zeros(400, int), np.zeros(400, int)), run,
-            TrainInputs(rollouts=REPO, labels=REPO),
+            TrainInputs(),
         )  # fmt: skip
     # the default (sampling) is not saved in the config: older agents load as before
     assert "selective_replay" not in semore_params().model_dump()
@@ -574,8 +572,7 @@ def test_semore_trains_from_a_pipeline_built_dataset_without_any_teacher_or_segm
 
     env = "CarRacing-v3"
     d, p = semore_pipeline
-    argv = ["--params", p, "--run", "s", "--rollouts", f"{d}/r", "--labels", f"{d}/labels.parquet",
-            "--dataset", f"{d}/ds", "--out", f"{d}/model", "--live", f"{d}/live", "--summary",
+    argv = ["--params", p, "--run", "s", "--dataset", f"{d}/ds", "--out", f"{d}/model", "--live", f"{d}/live", "--summary",
             f"{d}/summary.json"]  # fmt: skip
     code = (
         "import sys\nfrom stages.train import main\n"
@@ -612,7 +609,7 @@ def test_an_interrupted_semore_training_resumes_to_the_uninterrupted_result(
     method = get_method("semore")
     assert method.params(params).resume_every == 20
     run = TrainRun(env="CarRacing-v3", method="semore", steps=60, seed=0)
-    inputs = TrainInputs(d / "r", d / "labels.parquet", dataset=d / "ds")
+    inputs = TrainInputs(dataset=d / "ds")
     whole = method.train("s", run, params, inputs, progress=False, resume_dir=d / "whole")
 
     update, calls = SemoreAgent.update, [0]

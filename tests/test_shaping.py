@@ -6,8 +6,7 @@ import pytest
 from pipeline.learn.shaping.potential import HysteresisPotential
 from pipeline.learn.shaping.prototypes import GreyEmbedder, OpenClipEmbedder, PrototypeCache
 from pipeline.learn.shaping.reward import HybridReward, kinematic_reward, shaping_term
-from pipeline.teach.rollouts.collect import collect
-from tests.conftest import collect_cfg, env_cfg, label_cfg
+from tests.conftest import build_stage_one, collect_cfg, env_cfg, label_cfg
 
 
 @pytest.mark.parametrize(
@@ -78,31 +77,28 @@ def test_hysteresis_locks_a_confirmed_milestone_and_ignores_flicker():
     assert potential(at[0.0]) == pytest.approx(0.0)
 
 
-def test_prototypes_from_cached_labels(tmp_path):
-    from pipeline.teach.labelling.label import label_rollouts
-    from pipeline.teach.teachers.scripted import ScriptedTeacher
+def test_prototypes_from_the_datasets_milestone_labels(tmp_path):
+    """Stage two reads the dataset alone: the prototypes are its frames whose milestone the
+    teacher was asked and answered, with the label table's potentials."""
+    import polars as pl
 
-    collect(
-        "MountainCar-v0",
-        env_cfg(max_episode_steps=40),
-        collect_cfg(episodes=2),
-        tmp_path / "r",
-        progress=False,
+    from pipeline.core.tables import read_label_table
+    from pipeline.teach.labels.status import LABELLED_STATUSES
+
+    dataset = build_stage_one(
+        tmp_path, env=env_cfg(max_episode_steps=40), collect=collect_cfg(episodes=2),
+        label=label_cfg(tasks={"milestone": 4}),
+    )  # fmt: skip
+    labelled = read_label_table(tmp_path / "labels.parquet").filter(
+        (pl.col("task") == "milestone")
+        & pl.col("queried")
+        & pl.col("parse_status").is_in(LABELLED_STATUSES)
     )
-    summary = label_rollouts(
-        tmp_path / "r",
-        label_cfg(tasks={"milestone": 4}),
-        ScriptedTeacher(0.8, 0),
-        tmp_path / "c",
-        tmp_path / "l.parquet",
-        progress=False,
-    )
-    cache = PrototypeCache.from_labels(
-        tmp_path / "r", tmp_path / "l.parquet", GreyEmbedder(16), bandwidth=1.0
-    )
-    assert cache.embeddings.shape == (
-        summary.statuses["ok"] + summary.statuses["regex_fallback"],
-        256,
+    assert 0 < labelled.height < 80  # every 4th frame of 2 x 40 steps
+    cache = PrototypeCache.from_dataset(dataset, GreyEmbedder(16), bandwidth=1.0)
+    assert cache.embeddings.shape == (labelled.height, 256)
+    np.testing.assert_array_equal(
+        cache.potentials, labelled["potential"].to_numpy().astype(np.float32)
     )
     levels = np.array([0.0, 0.15, 0.3, 0.6, 1.0], np.float32)  # MountainCar's Phi_raw values
     assert np.isin(cache.potentials, levels).all()

@@ -15,8 +15,8 @@ from tests.conftest import REPO, tiny_params_dict, write_params
 
 
 def _train_argv(tmp_path, params):
-    return ["--params", str(params), "--run", "r", "--rollouts", str(tmp_path / "ro"),
-            "--labels", str(tmp_path / "l.parquet"), "--out", str(tmp_path / "m"),
+    return ["--params", str(params), "--run", "r", "--dataset", str(tmp_path / "ds"),
+            "--out", str(tmp_path / "m"),
             "--live", str(tmp_path / "p"), "--summary", str(tmp_path / "s.json")]  # fmt: skip
 
 

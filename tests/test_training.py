@@ -15,10 +15,10 @@ from pipeline.learn.evaluation import deployed, evaluate_policy
 from pipeline.learn.methods.base import TrainInputs
 from pipeline.learn.methods.table import check_params, get_method, load_agent
 from pipeline.learn.training import train_run
-from pipeline.teach.rollouts.collect import collect
 from tests.conftest import (
     PPO_DEFAULTS,
     REPO,
+    build_stage_one,
     collect_cfg,
     env_cfg,
     label_cfg,
@@ -43,28 +43,14 @@ def train_params(**runs) -> dict:
 
 @pytest.fixture(scope="module")
 def labelled(tmp_path_factory):
-    """MountainCar rollouts and a label table, built with the scripted teacher (in this process:
-    the training subprocess below must not import it)."""
-    from pipeline.teach.labelling.label import label_rollouts
-    from pipeline.teach.teachers.scripted import ScriptedTeacher
-
+    """A MountainCar dataset with milestone labels of the scripted teacher, built by stage one in
+    this process (the training subprocess below must not import it)."""
     root = tmp_path_factory.mktemp("mc")
-    collect(
-        "MountainCar-v0",
-        env_cfg(max_episode_steps=40),
-        collect_cfg(episodes=2),
-        root / "rollouts",
-        progress=False,
-    )
-    label_rollouts(
-        root / "rollouts",
-        label_cfg(tasks={"milestone": 4}),
-        ScriptedTeacher(0.8, 0),
-        root / "cache",
-        root / "labels.parquet",
-        progress=False,
-    )
-    return TrainInputs(root / "rollouts", root / "labels.parquet")
+    dataset = build_stage_one(
+        root, env=env_cfg(max_episode_steps=40), collect=collect_cfg(episodes=2),
+        label=label_cfg(tasks={"milestone": 4}),
+    )  # fmt: skip
+    return TrainInputs(dataset)
 
 
 def test_hybrid_run_writes_a_checkpoint_that_acts_like_the_trained_agent(labelled, tmp_path):
@@ -84,7 +70,8 @@ def test_hybrid_run_writes_a_checkpoint_that_acts_like_the_trained_agent(labelle
         "kinematic",
         "potential",
     ]
-    assert set(meta["data"]) == {"rollouts_manifest_sha256", "labels_sha256"}
+    # the dataset's hashes: stage two's only input (dataset_hashes)
+    assert meta["data"] == TrainInputs(labelled.dataset).dataset_hashes()
 
     policy = deployed(load_agent(tmp_path / "agent"), read_meta(tmp_path / "agent"))
     agent = load_agent(tmp_path / "agent")
@@ -175,7 +162,7 @@ def test_bad_train_runs_are_named(run, drop, message, tmp_path):
     with pytest.raises(ConfigError, match=message):
         check_params(parse_params(raw))
     if run["env"] in raw["envs"]:
-        inputs = TrainInputs(tmp_path / "rollouts", tmp_path / "labels.parquet")
+        inputs = TrainInputs()
         with pytest.raises(ConfigError, match=message):
             train_run(
                 "bad", parse_params(raw), inputs, tmp_path / "a", tmp_path / "l", tmp_path / "s"
@@ -278,8 +265,8 @@ def test_train_stage_never_imports_a_teacher(labelled, tmp_path):
     code = f"""
 import sys
 from stages.train import main
-rc = main(["--params", {str(params_path)!r}, "--run", "hyb", "--rollouts", {str(labelled.rollouts)!r},
-           "--labels", {str(labelled.labels)!r}, "--out", {str(tmp_path / "agent")!r},
+rc = main(["--params", {str(params_path)!r}, "--run", "hyb", "--dataset", {str(labelled.dataset)!r},
+           "--out", {str(tmp_path / "agent")!r},
            "--live", {str(tmp_path / "live")!r}, "--summary", {str(tmp_path / "s.json")!r}])
 assert rc == 0, rc
 print("\\n".join(sorted(sys.modules)))
@@ -419,8 +406,8 @@ def test_a_killed_ppo_training_resumes_to_the_uninterrupted_result(labelled, tmp
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
 
     def argv(out):
-        return ["--params", str(tmp_path / "params.yaml"), "--run", "long", "--rollouts",
-                str(labelled.rollouts), "--labels", str(labelled.labels), "--out",
+        return ["--params", str(tmp_path / "params.yaml"), "--run", "long", "--dataset",
+                str(labelled.dataset), "--out",
                 f"{out}/model", "--live", f"{out}/live", "--summary", f"{out}/summary.json",
                 "--resume-dir", f"{out}/resume"]  # fmt: skip
 
@@ -496,8 +483,8 @@ def test_the_train_stage_fixes_the_thread_count_the_weights_follow(labelled, tmp
     weights = []
     for omp in ("1", "2"):
         out = tmp_path / f"omp{omp}"
-        argv = ["--params", str(params), "--run", "hyb", "--rollouts", str(labelled.rollouts),
-                "--labels", str(labelled.labels), "--out", f"{out}/model", "--live",
+        argv = ["--params", str(params), "--run", "hyb", "--dataset", str(labelled.dataset),
+                "--out", f"{out}/model", "--live",
                 f"{out}/live", "--summary", f"{out}/summary.json"]  # fmt: skip
         if threads and os.environ.get("OMP_NUM_THREADS") == omp:
             # this process started with that default (tests/conftest.py): no fresh one needed

@@ -21,6 +21,7 @@ which method reads them (DrQ-v2's ReplayBufferStorage(data_specs)).
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -382,3 +383,34 @@ def load_offline_transitions(
         specs += (JUDGE_SPEC,)
     fields = {spec.name: joined.pop(spec.name) for spec in specs}
     return OfflineTransitions(**joined, specs=specs, fields=fields)
+
+
+@dataclass(frozen=True)
+class LabelledMilestones:
+    """The frames whose `milestone` the teacher was asked and answered (carried rows left out),
+    in the dataset's order: hybrid VLM-PPO's prototypes (3.2)."""
+
+    frames_png: list[bytes]
+    potentials: np.ndarray  # (N,) float32 Phi_raw of each frame's milestone
+    positions: list[float | None]  # the context's `position` (MountainCar), None where none
+
+
+def labelled_milestones(dataset_dir: str | Path) -> LabelledMilestones:
+    """Read `<dataset_dir>`'s milestone labels (`LabelledMilestones`); errors name the file."""
+    wanted = ["image", "context", "potential", "milestone_status", "milestone_queried"]
+    frames, potentials, positions = [], [], []
+    for path in parquet_files(dataset_dir):
+        missing = [c for c in wanted if c not in pl.read_parquet_schema(path)]
+        if missing:
+            raise DatasetError(
+                f"{path}: missing column(s) {', '.join(missing)}; expected the columns that "
+                f"pipeline.dataset.build writes ({', '.join(wanted)})"
+            )
+        df = pl.read_parquet(path, columns=wanted).filter(
+            pl.col("milestone_queried").fill_null(False)
+            & pl.col("milestone_status").is_in(LABELLED_STATUSES)
+        )
+        frames += [row["bytes"] for row in df["image"].to_list()]
+        potentials += df["potential"].to_list()
+        positions += [json.loads(c).get("position") for c in df["context"].to_list()]
+    return LabelledMilestones(frames, np.asarray(potentials, np.float32), positions)

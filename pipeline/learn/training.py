@@ -101,7 +101,6 @@ def train_policy_teacher(
     check_params(params)
     run = spec.train_run(env_id)
     training_torch(getattr(get_method(run.method).params(params, run), "threads", 0))
-    # no data: the rollouts and labels paths are never read by an online run
-    inputs = TrainInputs(Path("no-rollouts"), Path("no-labels"))
+    inputs = TrainInputs()  # no data: an online run
     paths = (out_dir, log_dir, summary_path, resume_dir)
     return _train_and_write(f"policy-teacher-{env_id}", run, params, inputs, *paths, progress)

@@ -49,7 +49,7 @@ from pipeline.learn.agents.state_io import load_plain_state
 from pipeline.learn.curves import write_run_summary, write_training_log
 from pipeline.learn.evaluation import Agent, deployed
 from pipeline.learn.methods.base import TRAINING_STATE, TrainInputs
-from pipeline.learn.methods.table import check_params, get_method, load_agent
+from pipeline.learn.methods.table import check_params, get_method, load_agent, load_policy
 from pipeline.teach.labelling.audit import EarlierLabels, write_audit
 from pipeline.teach.labelling.label import label_rollouts
 from pipeline.teach.masks import make_mask_backend
@@ -207,7 +207,7 @@ def run_round(
             raise RoundError(f"{data_dir.parent / n} is not built: run `dvc repro round@{n}` first")
     labels = data_dir / "labels.parquet"
     labelled = label_rollouts(
-        rollouts, label_cfg, make_teacher(label_cfg.teacher, params.label.teacher_path(env_id)),
+        rollouts, label_cfg, make_teacher(label_cfg.teacher, params.label.teacher_path(env_id), load_policy),
         caches_dir / LABEL_CACHE, labels,
         # the acting teacher's answers bought while collecting the env's data (RAE) count too
         read_also=[Path("data/label_cache") / env_id,
@@ -259,8 +259,6 @@ def run_round(
         env=env_id, method=run.method, steps=cfg.steps, seed=cfg.seed, overrides=run.overrides
     )
     inputs = TrainInputs(
-        rollouts=Path("data/rollouts") / env_id,
-        labels=Path("data/labels") / f"{env_id}.parquet",
         dataset=Path("data/datasets") / env_id,
         critics=Path("models/critic"),
         round_parts=tuple(Path(p) for p in round_parts),

@@ -18,14 +18,13 @@ from safetensors import SafetensorError
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_bytes, atomic_write_json
+from pipeline.core.policy import AGENT_JSON, AGENT_WEIGHTS
 
 if TYPE_CHECKING:  # torch is imported where tensors are read or written: `read_meta` and the
     # constants serve stages that never load a network (collect, check_params)
     import torch
     from torch import nn
 
-AGENT_JSON = "agent.json"
-AGENT_WEIGHTS = "agent.safetensors"
 # 2: one layout for all agents (was model.safetensors + config.json for SAC, agent.* for PPO)
 FORMAT_VERSION = 2
 

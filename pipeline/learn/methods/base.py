@@ -27,7 +27,6 @@ from pipeline.core.io import sha256_file
 from pipeline.dataset.layout import dataset_hashes
 from pipeline.learn.agents.checkpoint import AGENT_WEIGHTS
 from pipeline.learn.evaluation import Agent
-from pipeline.teach.rollouts.format import MANIFEST_NAME
 
 if TYPE_CHECKING:  # torch (and the state files' safetensors.torch) are imported where a run
     # trains or saves: the method table, and check_params through it, need none of it
@@ -45,12 +44,11 @@ class TrainError(PipelineError, ValueError):
 
 @dataclass(frozen=True)
 class TrainInputs:
-    """The data a run may read (DVC deps of train@<run>): the env's rollouts and label table
-    (hybrid_ppo's prototypes), its labelled dataset (the SAC family's offline replay) and the
-    directory of pre-trained VLM critics, one sub-directory per env (erpv)."""
+    """The data a run may read (DVC deps of train@<run>): the env's labelled dataset (the SAC
+    family's offline replay, hybrid_ppo's prototypes) and the directory of pre-trained VLM
+    critics, one sub-directory per env (erpv). Never stage one's rollouts or label table: what
+    stage two reads is what the dataset shares."""
 
-    rollouts: Path
-    labels: Path
     dataset: Path | None = None
     critics: Path | None = None
     # a labelling round (pipeline.loops.rounds): the rounds' dataset parts, read after `dataset`, and
@@ -61,17 +59,6 @@ class TrainInputs:
     # (update, seed) at which the dataset and each round part entered the replay, in that order
     # (Semore's selective insertion); () outside rounds: the dataset at update 0, the run's seed
     part_entries: tuple[tuple[int, int], ...] = ()
-
-    def hashes(self) -> dict[str, str]:
-        """Content hashes of the rollouts' manifest and the label table."""
-        manifest = self.rollouts / MANIFEST_NAME
-        for path in (manifest, self.labels):
-            if not path.exists():
-                raise TrainError(f"{path} does not exist: run `dvc repro` to build it first")
-        return {
-            "rollouts_manifest_sha256": sha256_file(manifest),
-            "labels_sha256": sha256_file(self.labels),
-        }
 
     def dataset_hashes(self) -> dict[str, Any]:
         if self.dataset is None:

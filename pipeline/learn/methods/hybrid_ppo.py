@@ -85,7 +85,9 @@ def build_prototypes(
         embedder = OpenClipEmbedder(
             hp.open_clip.model, hp.open_clip.pretrained, hp.open_clip.device
         )
-    cache = PrototypeCache.from_labels(inputs.rollouts, inputs.labels, embedder, hp.bandwidth)
+    if inputs.dataset is None:
+        raise TrainError("hybrid_ppo builds its prototypes from the env's dataset: give --dataset")
+    cache = PrototypeCache.from_dataset(inputs.dataset, embedder, hp.bandwidth)
     log.info(
         "prototype cache: %d labelled frames, potentials %s",
         len(cache.potentials),
@@ -141,8 +143,8 @@ class HybridPPO(PPO):
         return make
 
     def data_hashes(self, inputs: TrainInputs) -> dict[str, str]:
-        """The rollouts' manifest and the label table (the prototypes are built from them)."""
-        return inputs.hashes()
+        """The dataset's (the prototypes are built from its milestone labels)."""
+        return inputs.dataset_hashes()
 
     def reward_terms(self, run: TrainRun) -> list[str]:
         return sorted(run.reward_terms or ALL_REWARD_TERMS)

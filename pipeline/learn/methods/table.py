@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.core.config import ConfigError, Params, TrainRun
 from pipeline.learn.agents.checkpoint import CheckpointError, read_meta
-from pipeline.learn.evaluation import Agent
+from pipeline.learn.evaluation import Agent, Policy
 from pipeline.learn.methods.base import Method
 
 if TYPE_CHECKING:
@@ -213,3 +213,12 @@ def load_agent(directory: str | Path, device: torch.device | str = "cpu") -> Age
             f"({type(exc).__name__}: {exc}); restore it with `dvc checkout {directory}` or "
             "retrain it (`dvc repro`)"
         ) from exc
+
+
+def load_policy(directory: str | Path, deterministic: bool = True) -> Policy:
+    """The agent in `directory` as a deployed policy (`pipeline.core.policy.PolicyLoader`): what a
+    stage gives stage one's `policy` teacher and `checkpoint` behaviour, which act with agents
+    but never import this wing."""
+    from pipeline.learn.evaluation import deployed
+
+    return deployed(load_agent(directory), read_meta(directory), deterministic=deterministic)

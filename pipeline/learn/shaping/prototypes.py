@@ -9,12 +9,9 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-import polars as pl
 from PIL import Image
 
-from pipeline.core.tables import read_label_table
-from pipeline.teach.labels.status import LABELLED_STATUSES
-from pipeline.teach.rollouts.reader import iter_rollouts
+from pipeline.dataset.transitions import labelled_milestones
 
 
 class Embedder(Protocol):
@@ -107,32 +104,20 @@ class PrototypeCache:
         return float(self.potentials[int(np.argmin(self._sq_distances(embedding)))])
 
     @classmethod
-    def from_labels(
-        cls, rollout_dir: str | Path, labels_path: str | Path, embedder: Embedder, bandwidth: float
+    def from_dataset(
+        cls, dataset_dir: str | Path, embedder: Embedder, bandwidth: float
     ) -> PrototypeCache:
-        """Prototypes = the frames whose `milestone` was queried and parsed (no carried rows)."""
-        labelled = (
-            read_label_table(labels_path)
-            .filter(
-                (pl.col("task") == "milestone")
-                & pl.col("queried")
-                & pl.col("parse_status").is_in(LABELLED_STATUSES)
-            )
-            .select("sample_key", "potential")
-        )
-        potential_of = dict(labelled.iter_rows())
-        frames, potentials, positions = [], [], []
-        for sample in iter_rollouts(rollout_dir):
-            if sample.key in potential_of:
-                with Image.open(io.BytesIO(sample.frame_png)) as image:
-                    frames.append(np.asarray(image.convert("RGB")))
-                potentials.append(potential_of[sample.key])
-                positions.append(sample.record.get("context", {}).get("position"))
-        if not frames:
+        """Prototypes = the dataset's frames whose `milestone` was queried and parsed (no carried
+        rows): stage two reads the dataset alone."""
+        labelled = labelled_milestones(dataset_dir)
+        if not labelled.frames_png:
             raise ValueError(
-                f"{labels_path} has no parsed milestone labels to build prototypes from"
+                f"{dataset_dir} has no parsed milestone labels to build prototypes from"
             )
+        frames = []
+        for png in labelled.frames_png:
+            with Image.open(io.BytesIO(png)) as image:
+                frames.append(np.asarray(image.convert("RGB")))
+        positions = labelled.positions
         known = None if None in positions else np.asarray(positions, np.float64)
-        return cls(
-            embedder.embed(np.stack(frames)), np.asarray(potentials, np.float32), bandwidth, known
-        )
+        return cls(embedder.embed(np.stack(frames)), labelled.potentials, bandwidth, known)

@@ -27,7 +27,7 @@ from pipeline.core.config.stages import untrusted_checkpoint_message
 from pipeline.core.envs import CONTEXT, PIXELS, STATE
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import sha256_file
-from pipeline.learn.agents.checkpoint import AGENT_JSON, AGENT_WEIGHTS
+from pipeline.core.policy import AGENT_JSON, AGENT_WEIGHTS, PolicyLoader, needs_loader
 from pipeline.teach.labels.cache import LabelCache
 from pipeline.teach.labels.tasks import parse_answer, render_prompt
 from pipeline.teach.rollouts.format import action_space_spec
@@ -176,21 +176,17 @@ def load_actor_program(path: Path) -> Any:
 
 class AgentCheckpointBehaviour:
     """A trained agent of this pipeline (`models/<run>`: agent.json and agent.safetensors, rebuilt
-    by the method its agent.json names, `pipeline.learn.methods.table.load_agent`), acting as deployed:
-    deterministic, frames stacked as in training, the observation it was trained on."""
+    by the method its agent.json names), acting as deployed: deterministic, frames stacked as in
+    training, the observation it was trained on. `load_policy`: its stage's loader
+    (`pipeline.learn.methods.table.load_policy`)."""
 
     tag = "checkpoint"
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, load_policy: PolicyLoader | None = None) -> None:
         import torch
 
-        # an agent of any method: above this layer, imported on use (tests/test_layers.py)
-        from pipeline.learn.evaluation import deployed
-        from pipeline.learn.methods.table import load_agent
-
-        agent = load_agent(directory)
-        self.obs_key, self.directory = agent.obs_kind, Path(directory)
-        self.policy = deployed(agent, deterministic=True)
+        self.policy = needs_loader(load_policy, "collect's checkpoint behaviour")(directory, True)
+        self.obs_key, self.directory = self.policy.obs, Path(directory)
         self._torch, self._fresh = torch, True
 
     def reset(self, seed: int) -> None:
@@ -256,12 +252,14 @@ def make_behaviour(
     env_id: str = "",
     teacher: Teacher | None = None,
     cache: LabelCache | None = None,
+    load_policy: PolicyLoader | None = None,
 ) -> Behaviour:
-    """The behaviour of `cfg`; `teacher` and `cache` are needed by `teacher` and `rae`."""
+    """The behaviour of `cfg`; `teacher` and `cache` are needed by `teacher` and `rae`,
+    `load_policy` by a `checkpoint` that is an agent directory."""
     if cfg.behaviour == "random":
         return RandomBehaviour(action_space)
     if cfg.behaviour == "checkpoint":
-        return _checkpoint(cfg, action_space, env_id)
+        return _checkpoint(cfg, action_space, env_id, load_policy)
     if cfg.behaviour == "agent":
         raise ValueError("behaviour 'agent' acts with an agent that the round stage passes in")
     if teacher is None or cache is None:
@@ -271,7 +269,7 @@ def make_behaviour(
         return acting_teacher
     if cfg.behaviour == "rae":
         explorer = (
-            _checkpoint(cfg, action_space, env_id)
+            _checkpoint(cfg, action_space, env_id, load_policy)
             if cfg.explorer == "checkpoint"
             else RandomBehaviour(action_space)
         )
@@ -280,12 +278,12 @@ def make_behaviour(
 
 
 def _checkpoint(
-    cfg: CollectConfig, action_space: spaces.Space, env_id: str
+    cfg: CollectConfig, action_space: spaces.Space, env_id: str, load_policy: PolicyLoader | None
 ) -> AgentCheckpointBehaviour | CheckpointBehaviour:
     path = check_checkpoint_source(cfg, env_id)
     assert path is not None  # the behaviour uses a checkpoint
     if path.is_dir():
-        return AgentCheckpointBehaviour(path)
+        return AgentCheckpointBehaviour(path, load_policy)
     obs_key = STATE if cfg.checkpoint_obs == "state" else PIXELS
     return CheckpointBehaviour(path, obs_key, action_space)
 

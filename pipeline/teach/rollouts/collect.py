@@ -27,6 +27,7 @@ from pipeline.core.config import CollectConfig, EnvConfig
 from pipeline.core.envs import CONTEXT, PIXELS, STATE, make_env
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import TMP_SUFFIX, atomic_write_json, sha256_file
+from pipeline.core.policy import PolicyLoader
 from pipeline.teach.labels.cache import LabelCache
 from pipeline.teach.labels.parsers import PARSER_VERSION
 from pipeline.teach.labels.schema import label_schema
@@ -329,6 +330,7 @@ def collect(
     telemetry_dir: str | Path | None = None,
     progress: bool = True,
     acting: Acting | None = None,
+    load_policy: PolicyLoader | None = None,
 ) -> dict[str, Any]:
     """Collect `collect_cfg.episodes` episodes of `env_id` into `out_dir`; return the manifest.
 
@@ -336,6 +338,7 @@ def collect(
     other settings is an error unless `replace`, which deletes it first. Behaviours `teacher` and
     `rae` need `teacher`; its answers are cached in `out_dir/teacher_cache`, the calls' latency
     and attempts in `telemetry_dir` (outside the rollouts: not hashed by DVC) when given.
+    `load_policy`: how a `checkpoint` that is an agent directory is loaded (the stage's).
     """
     out_dir = Path(out_dir)
     check_checkpoint_source(collect_cfg, env_id)  # before anything is loaded or written
@@ -374,7 +377,7 @@ def collect(
     behaviour = (
         acting.behaviour
         if acting is not None
-        else make_behaviour(collect_cfg, env.action_space, env_id, teacher, cache)
+        else make_behaviour(collect_cfg, env.action_space, env_id, teacher, cache, load_policy)
     )
     spec = action_space_spec(env.action_space)
     writer: AtomicShardWriter | None = None

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pipeline.core.config import TeacherConfig
+from pipeline.core.policy import PolicyLoader
 from pipeline.teach.teachers.base import Reply, Teacher
 
 __all__ = ["Reply", "Teacher", "make_teacher"]
 
 
-def make_teacher(cfg: TeacherConfig, where: str = "<teacher>") -> Teacher:
-    """The teacher `cfg` describes; `where`: its params.yaml path, for messages."""
+def make_teacher(
+    cfg: TeacherConfig, where: str = "<teacher>", load_policy: PolicyLoader | None = None
+) -> Teacher:
+    """The teacher `cfg` describes; `where`: its params.yaml path, for messages; `load_policy`:
+    how the `policy` back end loads its agent (its stage's, `pipeline.core.policy`)."""
     if cfg.backend == "scripted":
         from pipeline.teach.teachers.scripted import ScriptedTeacher
 
@@ -39,5 +43,5 @@ def make_teacher(cfg: TeacherConfig, where: str = "<teacher>") -> Teacher:
         from pipeline.teach.teachers.policy import PolicyTeacher
 
         assert cfg.policy is not None  # enforced by TeacherConfig
-        return PolicyTeacher(cfg.policy.checkpoint, cfg.reliability, cfg.seed)
+        return PolicyTeacher(cfg.policy.checkpoint, cfg.reliability, cfg.seed, load_policy)
     raise ValueError(f"unknown teacher backend {cfg.backend!r}")

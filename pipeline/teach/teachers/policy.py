@@ -36,10 +36,7 @@ from PIL import Image
 from pipeline.core.config.stages import NO_TEACHER
 from pipeline.core.config.teachers import POLICY_TASKS
 from pipeline.core.envs import state_from_context
-from pipeline.core.envs.wrappers import resize_frame
-from pipeline.core.stacking import FrameStacker
-from pipeline.learn.agents.checkpoint import read_meta
-from pipeline.learn.methods.table import load_agent
+from pipeline.core.policy import PolicyLoader, needs_loader
 from pipeline.teach.labels.schema import label_schema
 from pipeline.teach.labels.tasks import Prompt, answer_text
 from pipeline.teach.teachers.base import Reply, prompt_rng
@@ -77,7 +74,17 @@ def unsupported_tasks_error(tasks: Sequence[str]) -> ValueError:
 
 
 class PolicyTeacher:
-    def __init__(self, checkpoint: str | Path, reliability: float, seed: int) -> None:
+    """A trained agent (`models/<run>`) answering action and judge prompts with its
+    deterministic action; `load_policy` (its stage's: `pipeline.learn.methods.table.load_policy`)
+    loads it as deployed."""
+
+    def __init__(
+        self,
+        checkpoint: str | Path,
+        reliability: float,
+        seed: int,
+        load_policy: PolicyLoader | None = None,
+    ) -> None:
         if not 0.0 <= reliability <= 1.0:
             raise ValueError(f"reliability must be in [0, 1], got {reliability}")
         self.checkpoint = Path(checkpoint)
@@ -93,22 +100,20 @@ class PolicyTeacher:
                 f"{NO_TEACHER}: the env is not listed in `policy_teachers`); add it there"
             )
         self.reliability, self.seed = reliability, seed
-        self.agent = load_agent(self.checkpoint)  # CheckpointError: not an agent checkpoint
-        self.env_id: str | None = read_meta(self.checkpoint).get("env")  # the train stage's
+        # CheckpointError: not an agent checkpoint
+        self.policy = needs_loader(load_policy, "the policy teacher")(self.checkpoint, True)
+        self.env_id: str | None = self.policy.meta.get("env")  # the train stage's
         digest = checkpoint_sha256(self.checkpoint)
         self.teacher_id = f"policy:{digest}:reliability={reliability:g}:seed={seed}"
         self.decoding: dict[str, Any] = {}
 
-    def observation(self, prompt: Prompt) -> np.ndarray:
-        """The agent's input for the prompt's frame: the rebuilt state, or the frame stacked."""
-        if self.agent.obs_kind == "state":
-            return state_from_context(prompt.env_id, prompt.context)
+    def observation(self, prompt: Prompt) -> dict[str, np.ndarray]:
+        """The agent's observation of the prompt's frame: the rebuilt state, or the frame (the
+        deployed policy resizes it to the agent's size and stacks it as an episode's first)."""
+        if self.policy.obs == "state":
+            return {"state": state_from_context(prompt.env_id, prompt.context)}
         with Image.open(io.BytesIO(prompt.frame_png)) as image:
-            frame = np.asarray(image.convert("RGB"))
-        size = getattr(self.agent, "obs_shape", frame.shape)[0]
-        if frame.shape[0] != size:  # an agent trained on frames of its own size (image_size)
-            frame = resize_frame(frame, size)
-        return FrameStacker(self.agent.frame_stack, "pixels").reset(frame)
+            return {"pixels": np.asarray(image.convert("RGB"))}
 
     def policy_action(self, prompt: Prompt) -> Any:
         """The agent's deterministic action in the prompt's frame: a choice index (an env
@@ -119,11 +124,13 @@ class PolicyTeacher:
                 f"answer a {prompt.env_id} prompt (give that env its own teacher in "
                 f"`label.per_env.{prompt.env_id}.teacher`)"
             )
+        obs = self.observation(prompt)
         try:
-            action = self.agent.act(self.observation(prompt), deterministic=True)
+            self.policy.begin(obs)  # each prompt's frame is an episode's first: no history
+            action = self.policy.act(obs)
         except ValueError as exc:
             raise ValueError(
-                f"policy teacher {self.checkpoint}: its {self.agent.obs_kind} agent cannot read "
+                f"policy teacher {self.checkpoint}: its {self.policy.obs} agent cannot read "
                 f"the {prompt.env_id} prompt's observation: {exc}"
             ) from None
         if label_schema(prompt.env_id).action_choices is not None:
