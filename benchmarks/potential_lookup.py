@@ -3,7 +3,7 @@ cache + the hysteresis lock, against the cost of the env step itself (MountainCa
 84x84 frame), in the same run. Prototypes: the default pipeline's labelled MountainCar frames,
 and synthetic caches of growing size.
 
-    python -m benchmarks.potential_lookup [--rollouts data/rollouts/MountainCar-v0 --labels data/labels/MountainCar-v0.parquet]
+    python -m benchmarks.potential_lookup [--dataset data/datasets/MountainCar-v0]
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rollouts", default="data/rollouts/MountainCar-v0")
-    parser.add_argument("--labels", default="data/labels/MountainCar-v0.parquet")
+    parser.add_argument("--dataset", default="data/datasets/MountainCar-v0")
     parser.add_argument("--steps", type=int, default=2000)
     args = parser.parse_args()
 
@@ -54,7 +53,7 @@ def main() -> None:
     embed_s = _per_call(lambda: embedder.embed(frame[None]), args.steps)
     embedding = embedder.embed(frame[None])[0]
 
-    real = PrototypeCache.from_labels(args.rollouts, args.labels, embedder, bandwidth=1.0)
+    real = PrototypeCache.from_dataset(args.dataset, embedder, bandwidth=1.0)
     caches = [(f"default labels ({len(real.potentials)} prototypes)", real)]
     rng = np.random.default_rng(0)
     for n in (1_000, 10_000):
