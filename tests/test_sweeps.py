@@ -1,8 +1,11 @@
 """vlmrl-sweep: a benchmark table as DVC experiments (pipeline/tools/sweeps.py)."""
 
 import dataclasses
+import os
 import shlex
 import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -25,6 +28,7 @@ from pipeline.tools.sweeps import (
     overrides,
     statuses,
     summaries,
+    tool_env,
 )
 from tests.conftest import REPO
 
@@ -389,6 +393,17 @@ def test_queue_workers_run_at_low_priority_one_thread_with_the_resume_root(tmp_p
     assert kw["env"][RESUME_ROOT_ENV] == str(tmp_path / "states")
     assert kw["env"]["OMP_NUM_THREADS"] == "1" and kw["preexec_fn"] is not None
     assert (tmp_path / "states").is_dir()
+    # the workers' `dvc` and stages' `python` are this interpreter's, activated or not
+    assert kw["env"]["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+
+
+def test_the_tools_find_the_projects_dvc_from_a_plain_shell():
+    """`.venv/bin/vlmrl-sweep` run with no environment activated: PATH lacks the venv."""
+    env = tool_env({"PATH": "/usr/bin:/bin"})
+    first, *rest = env["PATH"].split(os.pathsep)
+    assert first == str(Path(sys.executable).parent) and rest == ["/usr/bin", "/bin"]
+    assert (Path(first) / "dvc").exists()  # the dvc this project installs
+    assert tool_env(env)["PATH"] == env["PATH"]  # not added twice
 
 
 TEACHERS = {

@@ -786,8 +786,21 @@ def format_status(table: Table, found: list[Status]) -> str:
 # ---- queue and run -------------------------------------------------------------------------------
 
 
+def tool_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (the environment) with this interpreter's directory first on PATH: `dvc` and the
+    stages' `python` are the project's own, whether or not its environment was activated (a
+    `.venv/bin/vlmrl-sweep` run from a plain shell would otherwise find no `dvc`, or start queue
+    workers whose `python` lacks the project's dependencies)."""
+    env = dict(os.environ if base is None else base)
+    bin_dir = str(Path(sys.executable).parent)
+    path = env.get("PATH", "")
+    if path.split(os.pathsep)[0] != bin_dir:
+        env["PATH"] = os.pathsep.join([bin_dir, *([path] if path else [])])
+    return env
+
+
 def _run(args: list[str], repo: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(args, cwd=repo, capture_output=True, text=True)
+    done = subprocess.run(args, cwd=repo, capture_output=True, text=True, env=tool_env())
     if done.returncode != 0:
         raise SweepError(f"{shlex.join(args)} (in {repo}) exited {done.returncode}:\n"
                          f"{(done.stderr or done.stdout).strip()}")  # fmt: skip
@@ -852,7 +865,7 @@ class Workers:
 
         threads = str(self.threads)
         return {
-            **os.environ, RESUME_ROOT_ENV: str(self.resume_root),
+            **tool_env(), RESUME_ROOT_ENV: str(self.resume_root),
             "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
             "OPENBLAS_NUM_THREADS": threads,
         }  # fmt: skip
