@@ -198,7 +198,7 @@ def test_dvc_repro_reruns_only_what_changed(built_a, tmp_path):
 
     # a prompt edit relabels every env and changes no rollout: collect (which imports the label
     # code) reruns as a no-op, so verify does not rerun
-    prompt = repo / "pipeline" / "labels" / "prompts" / "common" / "objects.txt"
+    prompt = repo / "pipeline" / "teach" / "labels" / "prompts" / "common" / "objects.txt"
     prompt.write_text(prompt.read_text() + "Name at most five objects.\n")
     fourth = _run(["dvc", "repro"], repo)
     ran = _ran(fourth)
