@@ -19,7 +19,7 @@ detached features.
 Its training run (the authors' loop on the pixel preset, the control that told our `drq` apart
 from the preset's setting) answered its question and was retired: the answer, the figures and
 the command at the commit that ran it are in docs/results/2026-11-27-drq-actor-head.md and
-docs/results/benchmarks.md.
+docs/results/benchmarks-pixels.md.
 """
 
 from __future__ import annotations
