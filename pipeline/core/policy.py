@@ -9,7 +9,7 @@ agent from `agent.json` + `agent.safetensors`), so stage one's code imports noth
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,7 +49,7 @@ class PolicyLoader(Protocol):
     def __call__(self, directory: str | Path, deterministic: bool = True) -> DeployedPolicy: ...
 
 
-def needs_loader(load_policy: PolicyLoader | Callable[..., Any] | None, what: str) -> PolicyLoader:
+def needs_loader(load_policy: PolicyLoader | None, what: str) -> PolicyLoader:
     """`load_policy`, refused where a stage gave none: the code that acts with an agent is
     stage one's, the code that rebuilds it stage two's, and only a stage holds both."""
     if load_policy is None:
@@ -57,4 +57,4 @@ def needs_loader(load_policy: PolicyLoader | Callable[..., Any] | None, what: st
             f"{what} acts with a trained agent, which stage one loads only through its stage: "
             "pass load_policy=pipeline.learn.methods.table.load_policy"
         )
-    return load_policy  # type: ignore[return-value]
+    return load_policy
