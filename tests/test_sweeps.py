@@ -1,4 +1,4 @@
-"""vlmrl-sweep: a benchmark table as DVC experiments (pipeline/tools/sweeps.py)."""
+"""vlmrl-sweep: a benchmark table as DVC experiments (pipeline/tools/sweeps/)."""
 
 import dataclasses
 import os
@@ -15,20 +15,19 @@ from scipy import stats
 
 from pipeline.learn.curves import median_steps, steps_to
 from pipeline.teach.labels.cost import label_cost
-from pipeline.tools.sweeps import (
+from pipeline.tools.sweeps.cli import main
+from pipeline.tools.sweeps.queue import tool_env
+from pipeline.tools.sweeps.report import format_report, summaries
+from pipeline.tools.sweeps.status import statuses
+from pipeline.tools.sweeps.table import (
     SweepError,
     Table,
     _merge,
     cell_params,
     exp_command,
-    format_report,
     hydra_value,
     load_table,
-    main,
     overrides,
-    statuses,
-    summaries,
-    tool_env,
 )
 from tests.conftest import REPO
 
@@ -154,7 +153,7 @@ def test_the_shipped_rounds_table_passes_the_gate_and_its_chain_is_what_params_y
     raw = yaml.safe_load((REPO / "benchmarks" / "tables" / "rounds.yaml").read_text())
     raw["cells"][cell]["train"]["overrides"].pop("save_training_state")
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(raw))
-    from pipeline.tools.sweeps import check_table
+    from pipeline.tools.sweeps.table import check_table
 
     problems = check_table(load_table(tmp_path / "t.yaml"), REPO / "params.yaml")
     assert any(f"cell {cell}" in p and "save_training_state: true" in p for p in problems)
@@ -196,7 +195,7 @@ def test_a_bad_table_is_refused_naming_the_file_and_field(tmp_path, change, says
 def _row(table, cell, seed, value, state="Success", **changed):
     """A flat `dvc exp show` row (numbers as floats, as DVC gives them)."""
     row = {"Experiment": table.experiment(cell, seed), "rev": f"r{cell}{seed}", "State": state}
-    from pipeline.tools.sweeps import _leaves
+    from pipeline.tools.sweeps.table import _leaves
 
     for k, v in _leaves(cell_params(table, cell, seed)):
         row[k] = float(v) if isinstance(v, int) and not isinstance(v, bool) else v
@@ -229,7 +228,7 @@ def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
 ):
     """Each ask of `dvc exp show` is followed by a pause of at least every_s and at least four
     times the ask (POLL_SHARE 0.2): asks of 1 s pause 10 s, asks of 30 s pause 120 s."""
-    import pipeline.tools.sweeps as sweeps
+    import pipeline.tools.sweeps.queue as sweeps
 
     table = Table.model_validate(TABLE)
     cells = [(c, s) for c in table.cells for s in table.seeds]
@@ -260,7 +259,7 @@ def test_wait_starts_the_workers_again_when_fewer_than_jobs_run_with_work_queued
     """A queue worker that died (DVC's file broker, treeverse/dvc#7903) leaves one of two
     running: after two such asks in a row, wait runs `dvc queue start -j 2`, which starts only
     the missing one. One ask short (a worker between two experiments) starts nothing."""
-    import pipeline.tools.sweeps as sweeps
+    import pipeline.tools.sweeps.queue as sweeps
 
     table = Table.model_validate(TABLE)
     cells = [(c, s) for c in table.cells for s in table.seeds]
@@ -315,7 +314,7 @@ def test_a_run_killed_with_its_worker_is_partial_at_the_step_of_its_resume_state
     one; `status` reads the step each reached: an experiment that no worker holds any more is
     `partial` there, a running one says how far it is."""
     from pipeline.learn.methods.base import RESUME_ROOT_ENV, TrainError, resume_for
-    from pipeline.tools.sweeps import resume_progress, with_progress
+    from pipeline.tools.sweeps.status import resume_progress, with_progress
 
     table = Table.model_validate(TABLE)
     root = tmp_path / "root"
@@ -349,8 +348,10 @@ def test_committed_results_are_done_and_never_queued_again_unless_the_table_chan
 ):
     """A machine keeps only what is committed: the experiments a committed report holds as done
     count as done in status, queue and report while the table gives them the same params."""
-    import pipeline.tools.sweeps as sweeps
-    from pipeline.tools.sweeps import committed, queue, with_committed, write_report
+    import pipeline.tools.sweeps.queue as sweeps
+    from pipeline.tools.sweeps.queue import queue
+    from pipeline.tools.sweeps.report import write_report
+    from pipeline.tools.sweeps.status import committed, with_committed
 
     table = Table.model_validate(TABLE)
     done = [dataclasses.replace(f, state="done", value=float(f.seed), rev="abc")
@@ -365,7 +366,7 @@ def test_committed_results_are_done_and_never_queued_again_unless_the_table_chan
     assert [f.state for f in found] == ["done"] * 3 + ["missing"] * 3
     monkeypatch.setattr(sweeps, "settled_rows", lambda repo, rev=None: {})
     ran = []
-    monkeypatch.setattr(sweeps, "_run", lambda args, repo: ran.append(args))
+    monkeypatch.setattr(sweeps, "run_checked", lambda args, repo: ran.append(args))
     queued = queue(table, REPO, kept=kept)
     assert [q.name for q in queued] == ["t-more-s0", "t-more-s1", "t-more-s2"]
     # a cell whose params changed since is not kept: it runs again
@@ -378,7 +379,7 @@ def test_committed_results_are_done_and_never_queued_again_unless_the_table_chan
 
 
 def test_queue_workers_run_at_low_priority_one_thread_with_the_resume_root(tmp_path, monkeypatch):
-    import pipeline.tools.sweeps as sweeps
+    import pipeline.tools.sweeps.queue as sweeps
     from pipeline.learn.methods.base import RESUME_ROOT_ENV
 
     calls = []
@@ -420,7 +421,7 @@ TEACHERS = {
 
 
 def _teacher_row(table, group, state="Success", teacher_id="scripted:v2", **changed):
-    from pipeline.tools.sweeps import _leaves, teacher_params
+    from pipeline.tools.sweeps.table import _leaves, teacher_params
 
     row = {"Experiment": table.teacher_experiment(group), "rev": f"r{group}", "State": state}
     for k, v in _leaves(teacher_params(table, group)):
@@ -435,7 +436,7 @@ def test_each_labelling_teacher_of_a_table_gets_one_teacher_eval_experiment():
     """Cells share a teacher experiment when the env and the params teacher_eval@ reads agree;
     it sets the table's and its first cell's params, no train run, and the table's teacher_eval
     section, and reproduces teacher_eval@<env>. Without `teacher_eval` a table has none."""
-    from pipeline.tools.sweeps import teacher_command, teacher_params
+    from pipeline.tools.sweeps.table import teacher_command, teacher_params
 
     assert Table.model_validate(TABLE).teacher_groups() == {}
     table = Table.model_validate(TEACHERS)
@@ -456,7 +457,7 @@ def test_each_labelling_teacher_of_a_table_gets_one_teacher_eval_experiment():
 
 
 def test_a_teacher_experiment_is_done_stale_failed_queued_or_missing():
-    from pipeline.tools.sweeps import all_statuses, teacher_statuses
+    from pipeline.tools.sweeps.status import all_statuses, teacher_statuses
 
     table = Table.model_validate(TEACHERS)
     rows = {r["Experiment"]: r for r in (
@@ -479,7 +480,7 @@ def test_a_teacher_experiment_is_done_stale_failed_queued_or_missing():
 
 
 def test_queue_runs_the_teachers_beside_the_cells_and_replaces_a_stale_one(monkeypatch):
-    import pipeline.tools.sweeps as sweeps
+    import pipeline.tools.sweeps.queue as sweeps
 
     table = Table.model_validate(TEACHERS)
     rows = {r["Experiment"]: r for r in (
@@ -489,7 +490,7 @@ def test_queue_runs_the_teachers_beside_the_cells_and_replaces_a_stale_one(monke
     )}  # fmt: skip
     ran = []
     monkeypatch.setattr(sweeps, "settled_rows", lambda repo, rev=None: rows)
-    monkeypatch.setattr(sweeps, "_run", lambda args, repo: ran.append(args))
+    monkeypatch.setattr(sweeps, "run_checked", lambda args, repo: ran.append(args))
     queued = sweeps.queue(table, REPO)
     assert [q.name for q in queued] == [*(f"t-same-s{s}" for s in (0, 1, 2)),
                                         "t-teacher-more", "t-teacher-other-env"]  # fmt: skip
@@ -499,7 +500,7 @@ def test_queue_runs_the_teachers_beside_the_cells_and_replaces_a_stale_one(monke
 
 
 def test_the_report_shows_each_teacher_acting_alone_beside_random():
-    from pipeline.tools.sweeps import teacher_statuses
+    from pipeline.tools.sweeps.status import teacher_statuses
 
     table = Table.model_validate(TEACHERS)
     rows = {r["Experiment"]: r for r in (_teacher_row(table, "base"),)}
@@ -550,7 +551,7 @@ def test_a_half_made_worker_workspace_is_asked_again_and_a_lasting_failure_raise
 ):
     """`dvc exp show` can meet a queue worker's temporary workspace half made or half gone:
     queue, status and report ask again a few times before they give up, naming the error."""
-    import pipeline.tools.sweeps as sweeps
+    import pipeline.tools.sweeps.status as sweeps
 
     answers = [SweepError("directory '.dvc/tmp/exps/x/.dvc' does not exist")] * 2 + [{"e": {}}]
 
@@ -574,7 +575,7 @@ def test_experiments_of_several_commits_are_read_together_and_a_shared_name_rais
     on two of the commits is ambiguous and raises, naming it."""
     import dvc.api
 
-    import pipeline.tools.sweeps as sweeps
+    import pipeline.tools.sweeps.status as sweeps
 
     asked = []
 
@@ -617,7 +618,7 @@ def test_the_report_is_mean_std_ddof1_and_welchs_p_against_the_control():
 
 
 def test_diagnostics_are_second_half_means_per_run_then_mean_std_over_seeds():
-    from pipeline.tools.sweeps import format_diagnostics, second_half_mean
+    from pipeline.tools.sweeps.report import format_diagnostics, second_half_mean
 
     curve = [(100, 1.0), (500, 2.0), (501, 4.0), (1000, 6.0)]
     assert second_half_mean(curve, 1000) == 5.0  # steps 501 and 1000
@@ -890,7 +891,7 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
 
 
 def test_a_job_line_clones_at_the_commit_pulls_runs_and_pushes(tmp_path, capsys):
-    from pipeline.tools.sweeps import job_line
+    from pipeline.tools.sweeps.table import job_line
 
     table = Table.model_validate(TABLE)
     command = exp_command(table, "base", 1, pull=True)
@@ -911,7 +912,7 @@ def test_a_job_line_clones_at_the_commit_pulls_runs_and_pushes(tmp_path, capsys)
 
 def test_a_report_names_its_table_by_its_path_in_its_repository(tmp_path):
     """results.json is committed: it names no directory of the machine that made it."""
-    from pipeline.tools.sweeps import repo_path
+    from pipeline.tools.sweeps.report import repo_path
 
     assert repo_path(REPO / "benchmarks" / "tables" / "rounds.yaml") == (
         "benchmarks/tables/rounds.yaml"
@@ -1110,3 +1111,15 @@ def test_a_killed_queue_goes_on_from_each_runs_resume_state(tmp_path, monkeypatc
     run(here, "dvc", "exp", "remove", "--all-commits")
     assert main(["queue", str(table), *common, "--results", str(results)]) == 0
     assert "queued 0 experiment(s)" in capsys.readouterr().out
+
+
+def test_the_seeds_verb_is_vlmrl_seeds(monkeypatch):
+    """`vlmrl-sweep seeds ARGS` runs vlmrl-seeds' statistics with ARGS (one command for tables
+    and for seeds over any experiments)."""
+    import pipeline.tools.experiments as experiments
+    from pipeline.tools.sweeps.cli import main
+
+    seen = []
+    monkeypatch.setattr(experiments, "main", lambda argv: seen.append(argv) or 7)
+    assert main(["seeds", "--runs", "cartpole-.*"]) == 7
+    assert seen == [["--runs", "cartpole-.*"]]

@@ -1,0 +1,166 @@
+"""`vlmrl-sweep`: the command line (see the package's docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+import pipeline.tools.sweeps as sweeps
+from pipeline.core.errors import print_error
+from pipeline.tools.sweeps.queue import Keep, Workers, queue, run_checked, start_workers, wait
+from pipeline.tools.sweeps.report import format_report, read_curves, read_teachers, write_report
+from pipeline.tools.sweeps.status import (
+    all_statuses,
+    committed,
+    format_status,
+    resume_progress,
+    resume_root,
+    settled_rows,
+    with_committed,
+    with_progress,
+)
+from pipeline.tools.sweeps.table import (
+    DEFAULT_RESUME_ROOT,
+    SweepError,
+    check_table,
+    exp_command,
+    job_line,
+    load_table,
+    teacher_command,
+)
+
+# ---- command line --------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["seeds"]:  # statistics over any experiments, not a table's
+        from pipeline.tools.experiments import main as seeds
+
+        return seeds(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="vlmrl-sweep",
+        description=sweeps.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", choices=("check", "status", "queue", "report", "commands"))
+    parser.add_argument("table", type=Path, help="the table's YAML file")
+    parser.add_argument("--repo", type=Path, default=Path("."), help="the DVC repository")
+    parser.add_argument("--cell", action="append", help="these cells only (repeatable)")
+    parser.add_argument("--seed", type=int, action="append", help="these seeds only")
+    parser.add_argument("--force", action="store_true", help="queue: done experiments too")
+    parser.add_argument("--jobs", type=int, default=0, help="queue: start N queue workers")
+    parser.add_argument("--wait", action="store_true", help="queue: until none is queued")
+    parser.add_argument("--out", type=Path, help="report: directory of the table and figure")
+    parser.add_argument(
+        "--rev",
+        action="append",
+        help="status / report: the experiments of this commit (default: the one checked out), "
+        "e.g. the commit they ran on when a later one changed only docs; repeatable, for a "
+        "cell added on a later commit",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="status / queue / report: the table's committed results directory (a report's "
+        "results.json): experiments done there count as done, and are never queued again; "
+        "queue --wait rewrites it each time one more lands (default for report: --out)",
+    )
+    parser.add_argument(
+        "--commit", action="store_true", help="queue --wait: git-commit --results as it changes"
+    )
+    parser.add_argument(
+        "--resume-root",
+        type=Path,
+        help="status / queue: the runs' resume states (default: $VLMRL_RESUME_ROOT, else "
+        f"{DEFAULT_RESUME_ROOT}); the workers keep them there",
+    )
+    parser.add_argument(
+        "--nice", type=int, default=10, help="queue: the workers' niceness (default 10)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="queue: each worker's BLAS/OpenMP threads (1)"
+    )
+    parser.add_argument("--push", metavar="REMOTE", help="commands: push each experiment there")
+    parser.add_argument(
+        "--clone", metavar="URL", help="commands: each job clones URL at this commit first"
+    )
+    args = parser.parse_args(argv)
+    try:
+        table = load_table(args.table)
+        unknown = sorted(set(args.cell or ()) - set(table.cells))
+        if unknown:
+            raise SweepError(f"--cell {', '.join(unknown)}: not in {args.table}; its cells: "
+                             f"{', '.join(table.cells)}")  # fmt: skip
+        if args.command == "check":
+            problems = check_table(table, args.repo / "params.yaml")
+            for line in problems:
+                print_error(line)
+            if not problems:
+                teachers = len(table.teacher_groups())
+                print(f"{args.table}: {len(table.cells)} cells"
+                      + (f" and {teachers} teacher experiment(s)" if teachers else "")
+                      + f" pass check_params over {args.repo / 'params.yaml'}")  # fmt: skip
+            return 2 if problems else 0
+        if args.command == "commands":
+            if args.clone and not args.push:
+                raise SweepError("--clone needs --push REMOTE: the job's experiment must leave "
+                                 "the clone")  # fmt: skip
+            rev = (
+                run_checked(["git", "rev-parse", "HEAD"], args.repo).stdout.strip()
+                if args.clone
+                else ""
+            )
+            pull = args.clone is not None
+            commands = [exp_command(table, cell, seed, pull=pull)
+                        for cell in args.cell or table.cells
+                        for seed in args.seed or table.seeds]  # fmt: skip
+            if not args.seed:  # a teacher experiment has no seed
+                commands += [teacher_command(table, group, pull=pull)
+                             for group in table.teacher_groups_of(args.cell)]  # fmt: skip
+            for command in commands:
+                print(job_line(command, args.push, args.clone, rev) if args.push
+                      else shlex.join(command))  # fmt: skip
+            return 0
+        results = args.results or (args.out if args.command == "report" else None)
+        kept = committed(table, results) if results is not None else {}
+        root = resume_root(args.resume_root)
+        if args.command == "queue":
+            if args.commit and args.results is None:
+                raise SweepError("--commit commits the --results directory: give --results DIR")
+            workers = Workers(root, args.nice, args.threads)
+            rev = run_checked(["git", "rev-parse", "HEAD"], args.repo).stdout.strip()
+            queued = queue(table, args.repo, args.cell, args.seed, args.force, kept)
+            names = ", ".join(s.name for s in queued) or "every one is done or queued"
+            print(f"queued {len(queued)} experiment(s): {names}", flush=True)
+            if args.jobs:
+                start_workers(args.repo, args.jobs, workers)
+            if args.wait:
+                keep = Keep(args.results, args.commit) if args.results is not None else None
+                wait(table, args.repo, jobs=args.jobs, rev=rev, workers=workers, kept=kept,
+                     keep=keep, table_path=args.table)  # fmt: skip
+            elif queued and not args.jobs:
+                print("run them: dvc queue start -j N (then `vlmrl-sweep status`)")
+            return 0
+        found = all_statuses(table, settled_rows(args.repo, args.rev), args.cell, args.seed)
+        found = with_committed(found, kept)
+        if args.command == "status":
+            found = with_progress(table, found, resume_progress(table, root))
+            print(format_status(table, found))
+            return 0
+        found = read_teachers(table, read_curves(table, found, args.repo), args.repo)
+        if args.out is None:
+            print(format_report(table, found))
+        else:
+            print(write_report(table, args.table, found, args.out))
+            print(f"\n{args.out}: table.md, {table.metric}.png, results.json")
+        return 0
+    except (SweepError, OSError) as exc:
+        print_error(exc)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Queue and run a table as background work: DVC's queue workers at low priority, one thread
+each, and a wait that keeps the results as experiments land."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.tools.sweeps.report import read_curves, read_teachers, write_report
+from pipeline.tools.sweeps.status import (
+    ORPHANED_WHY,
+    Status,
+    all_statuses,
+    count_line,
+    resume_root,
+    settled_rows,
+    with_committed,
+)
+from pipeline.tools.sweeps.table import SweepError, Table, exp_command, teacher_command
+
+# ---- queue and run -------------------------------------------------------------------------------
+
+
+def tool_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (the environment) with this interpreter's directory first on PATH: `dvc` and the
+    stages' `python` are the project's own, whether or not its environment was activated (a
+    `.venv/bin/vlmrl-sweep` run from a plain shell would otherwise find no `dvc`, or start queue
+    workers whose `python` lacks the project's dependencies)."""
+    env = dict(os.environ if base is None else base)
+    bin_dir = str(Path(sys.executable).parent)
+    path = env.get("PATH", "")
+    if path.split(os.pathsep)[0] != bin_dir:
+        env["PATH"] = os.pathsep.join([bin_dir, *([path] if path else [])])
+    return env
+
+
+def run_checked(args: list[str], repo: Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(args, cwd=repo, capture_output=True, text=True, env=tool_env())
+    if done.returncode != 0:
+        raise SweepError(f"{shlex.join(args)} (in {repo}) exited {done.returncode}:\n"
+                         f"{(done.stderr or done.stdout).strip()}")  # fmt: skip
+    return done
+
+
+def queue(
+    table: Table,
+    repo: Path,
+    cells: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    force: bool = False,
+    kept: Mapping[str, Status] | None = None,
+) -> list[Status]:
+    """Queue every (cell, seed) that is not done (`force`: done ones too), queued or running;
+    a failed or stale experiment of that name is replaced; the teachers' experiments too. One
+    that `kept` (the committed results) holds is done. Returns what was queued."""
+    queued = []
+    found = with_committed(all_statuses(table, settled_rows(repo), cells, seeds), kept or {})
+    for status in found:
+        if status.state in ("queued", "running") or (status.state == "done" and not force):
+            continue
+        if status.kept:  # --force: DVC has no experiment of that name to replace
+            status = dataclasses.replace(status, state="missing")
+        if status.why == ORPHANED_WHY:  # DVC's task of a dead process: kill, then remove it
+            run_checked(["dvc", "queue", "kill", str(status.rev)], repo)
+            run_checked(["dvc", "queue", "remove", str(status.rev)], repo)
+        elif status.state != "missing":
+            run_checked(["dvc", "exp", "remove", status.name], repo)
+        if status.seed is None:
+            run_checked(teacher_command(table, status.cell, queue=True), repo)
+        else:
+            run_checked(exp_command(table, status.cell, status.seed, queue=True), repo)
+        queued.append(status)
+    return queued
+
+
+POLL_SHARE = 0.2  # wait: at most this share of one core goes to asking `dvc exp show`
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How `queue` starts DVC's queue workers: background work that leaves the machine usable.
+    Each worker runs one experiment at a time at `nice` (low priority), with `threads` threads
+    for numpy / torch's thread pools (a table's cells set their own `threads` param as well), and
+    keeps its runs' resume states under `resume_root` (VLMRL_RESUME_ROOT), where a run killed
+    with its worker or its machine goes on from."""
+
+    resume_root: Path
+    nice: int = 10
+    threads: int = 1
+
+    def lower_priority(self) -> None:
+        """In the child before it runs: niceness `nice` whatever the caller's (a poller run at
+        nice 19 must not lend its workers a lower priority than its own)."""
+        current = os.nice(0)
+        if self.nice > current:
+            os.nice(self.nice - current)
+
+    def env(self) -> dict[str, str]:
+        from pipeline.learn.methods.base import RESUME_ROOT_ENV
+
+        threads = str(self.threads)
+        return {
+            **tool_env(), RESUME_ROOT_ENV: str(self.resume_root),
+            "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+        }  # fmt: skip
+
+
+def start_workers(repo: Path, jobs: int, workers: Workers | None = None) -> None:
+    """`dvc queue start -j jobs`: starts the workers 1..jobs of `repo`'s queue that are not
+    running (DVC skips the live ones), with `workers`' priority, threads and resume root."""
+    workers = workers or Workers(resume_root())
+    workers.resume_root.mkdir(parents=True, exist_ok=True)
+    # not captured: the workers it starts keep its stdout open until they stop
+    start = ["dvc", "queue", "start", "-j", str(jobs)]
+    done = subprocess.run(
+        start, cwd=repo, stdin=subprocess.DEVNULL, env=workers.env(),
+        preexec_fn=workers.lower_priority,
+    )  # fmt: skip
+    if done.returncode:
+        raise SweepError(f"{shlex.join(start)} (in {repo}) failed: see above")
+
+
+@dataclass(frozen=True)
+class Keep:
+    """Where `wait` keeps the table's results as experiments land: `report --out results`'s
+    files, rewritten each time one more is done, and with `commit`, committed (those files
+    alone): a new machine keeps only what is committed."""
+
+    results: Path
+    commit: bool = False
+
+
+def keep_results(table: Table, table_path: Path, found: list[Status], repo: Path,
+                 keep: Keep) -> None:  # fmt: skip
+    """Write (and commit) the report of `found` to `keep.results`. A failed commit (another
+    git command holding the index) is said, not raised: the next experiment commits both."""
+    found = read_teachers(table, read_curves(table, found, repo), repo)
+    write_report(table, table_path, found, keep.results)
+    if not keep.commit:
+        return
+    done = sum(f.state == "done" for f in found)
+    message = f"Table {table.table}: {done} of {len(found)} experiments done (raw results)"
+    for args in (["git", "add", "--", str(keep.results)],
+                 ["git", "commit", "-q", "-m", message, "--", str(keep.results)]):  # fmt: skip
+        run = subprocess.run(args, cwd=repo, capture_output=True, text=True)
+        if run.returncode and "nothing to commit" not in run.stdout + run.stderr:
+            print(f"{time.strftime('%H:%M:%S')} {shlex.join(args)}: "
+                  f"{(run.stderr or run.stdout).strip()[:300]}", flush=True)  # fmt: skip
+            return
+
+
+def wait(
+    table: Table,
+    repo: Path,
+    every_s: float = 10.0,
+    jobs: int = 0,
+    *,
+    rev: str | None = None,
+    workers: Workers | None = None,
+    kept: Mapping[str, Status] | None = None,
+    keep: Keep | None = None,
+    table_path: Path | None = None,
+) -> list[Status]:
+    """Until no experiment of the table is queued or running: one line each time the counts
+    change. Driven by the queue's own progress (no time limit): a stuck worker shows as a count
+    that stops moving, and `dvc queue status` / `dvc queue logs NAME` say why.
+
+    - `rev`: the commit the experiments were queued on (default: the one checked out), so that
+      commits made while they run (`keep`) do not hide them.
+    - `dvc exp show` takes longer the more experiments a commit holds (3 s for 162 on an idle
+      2-core machine, more while the workers hold the cores), so the pause between two asks is
+      at least every_s and at least (1 / POLL_SHARE - 1) times the last ask: the workers keep
+      the cores.
+    - With `jobs`, a worker that died is started again: a queue worker can die on a half-written
+      message of DVC's file broker (celery's "Unrecoverable error: JSONDecodeError",
+      treeverse/dvc#7903): it finishes the experiment it holds, stops, and leaves the rest to
+      the others. When two asks in a row find experiments queued and fewer than `jobs` running,
+      `start_workers` tops the workers up.
+    - With `keep`, each time one more experiment is done, the report is written there (and
+      committed): each finished cell's raw results as it lands."""
+    last = None
+    short = 0  # asks in a row with experiments queued and fewer than `jobs` running
+    done_before = None
+    while True:
+        started = time.monotonic()
+        found = with_committed(
+            all_statuses(table, settled_rows(repo, rev, every_s=every_s)), kept or {}
+        )
+        asked_s = time.monotonic() - started
+        line = count_line(found)
+        if line != last:
+            print(f"{time.strftime('%H:%M:%S')} {table.table}: {line}", flush=True)
+            last = line
+        states = [f.state for f in found]
+        if keep is not None and table_path is not None:
+            if done_before is not None and states.count("done") > done_before:
+                keep_results(table, table_path, found, repo, keep)
+            done_before = states.count("done")
+        if "queued" not in states and "running" not in states:
+            return found
+        short = short + 1 if jobs and "queued" in states and states.count("running") < jobs else 0
+        if short >= 2:
+            print(f"{time.strftime('%H:%M:%S')} {table.table}: fewer than {jobs} running with "
+                  "experiments queued: starting the missing workers", flush=True)  # fmt: skip
+            start_workers(repo, jobs, workers)
+            short = 0
+        time.sleep(max(every_s, asked_s * (1 / POLL_SHARE - 1)))

@@ -1,0 +1,356 @@
+"""The report: each cell's seeds summarised, the pre-registered comparisons (Holm), the
+teachers, mechanism diagnostics and the figure; written beside `results.json`."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pipeline.learn.curves import METRICS_SUBDIR, median_steps, parse_metric_tsv, steps_to
+from pipeline.loops.knowledge import prompts_text, return_text, share_text
+from pipeline.teach.labels.cost import read_label_cost
+from pipeline.tools.experiments import SeedSummary, welch_p
+from pipeline.tools.sweeps.status import Status
+from pipeline.tools.sweeps.table import SweepError, Table
+
+# ---- the report ----------------------------------------------------------------------------------
+
+
+def summaries(table: Table, found: Iterable[Status]) -> dict[str, SeedSummary]:
+    """Each cell's done experiments as a SeedSummary (one value per seed)."""
+    out = {}
+    for cell in table.cells:
+        done = [(f, f.value) for f in found if f.cell == cell and f.value is not None]
+        if done:  # statuses gives a value to done experiments alone
+            out[cell] = SeedSummary(
+                (("cell", cell),), table.run(cell), tuple(v for _, v in done),
+                tuple(f.seed for f, _ in done), tuple(f.name for f, _ in done),
+            )  # fmt: skip
+    return out
+
+
+def _curve_path(table: Table, cell: str, name: str) -> str:
+    return f"plots/train/{table.run(cell)}/{METRICS_SUBDIR}/{name}.tsv"
+
+
+def second_half_mean(curve: list[tuple[int, float]], steps: int) -> float | None:
+    """The mean of a run's logged values after half of its `steps` (None if none was logged)."""
+    late = [v for step, v in curve if step > steps / 2]
+    return float(np.mean(late)) if late else None
+
+
+def read_curves(table: Table, found: list[Status], repo: Path) -> list[Status]:
+    """`found` with each done experiment's steps to the table's thresholds and its diagnostics,
+    from its curves as DVC stored them (one DVCFileSystem at the experiment's revision: plots
+    outputs are cached, so a pulled experiment needs `dvc exp pull` with its cache)."""
+
+    from dvc.api import DVCFileSystem
+    from dvc.exceptions import DvcException
+
+    if not table.thresholds and not table.diagnostics:
+        return found
+    out = []
+    for f in found:
+        if (f.state != "done" or f.seed is None or f.kept
+                or table.cells[f.cell].rounds is not None):  # fmt: skip
+            # a rounds cell's curve goes on in plots/rounds: no thresholds; a committed
+            # result holds what its report read
+            out.append(f)
+            continue
+        path = ""
+        try:
+            fs = DVCFileSystem(str(repo), rev=f.rev)
+            reached = None
+            if table.thresholds:
+                path = _curve_path(table, f.cell, table.curve)
+                curve = parse_metric_tsv(fs.read_text(path), table.curve)
+                reached = {f"{t:g}": steps_to(curve, t, table.window) for t in table.thresholds}
+            late: dict[str, float | None] = {}
+            for name in table.diagnostics:
+                path = _curve_path(table, f.cell, name)
+                late[name] = (
+                    second_half_mean(parse_metric_tsv(fs.read_text(path), name),
+                                     int(table.cells[f.cell].train["steps"]))
+                    if fs.exists(path) else None
+                )  # fmt: skip
+        except (OSError, KeyError, ValueError, DvcException) as exc:
+            raise SweepError(
+                f"{f.name}: cannot read {path or 'its curves'} at {f.rev}: {exc}"
+            ) from exc
+        out.append(dataclasses.replace(
+            f, steps_to=reached, diagnostics=late if table.diagnostics else None
+        ))  # fmt: skip
+    return out
+
+
+def read_teachers(table: Table, found: list[Status], repo: Path) -> list[Status]:
+    """`found` with each done teacher experiment's `metrics/teacher/<env>.json` (its rows are a
+    list, which `dvc exp show` leaves out) and what its label table paid (`label_cost`), read
+    through one DVCFileSystem at the experiment's revision (the label table is a cached output:
+    a pulled experiment needs `dvc exp pull` with its cache)."""
+    import json
+
+    from dvc.api import DVCFileSystem
+    from dvc.exceptions import DvcException
+
+    out = []
+    for f in found:
+        if f.state != "done" or f.seed is not None or f.kept:
+            out.append(f)
+            continue
+        path = table.teacher_file(f.cell)
+        try:
+            fs = DVCFileSystem(str(repo), rev=f.rev)
+            teacher = json.loads(fs.read_text(path))
+            path = table.label_file(f.cell)
+            with fs.open(path, "rb") as handle:
+                labels = read_label_cost(handle)
+        except (OSError, ValueError, pl.exceptions.PolarsError, DvcException) as exc:
+            raise SweepError(f"{f.name}: cannot read {path} at {f.rev}: {exc}") from exc
+        out.append(dataclasses.replace(f, teacher=teacher, labels=labels))
+    return out
+
+
+def format_diagnostics(table: Table, found: list[Status]) -> list[str]:
+    """The table's diagnostics per cell: mean +- std over seeds (ddof 1) of each run's mean over
+    the second half of its training."""
+    if not table.diagnostics or not any(f.diagnostics for f in found):
+        return []
+    lines = [
+        "",
+        "Diagnostics: per run, the mean of the logged values after half of its training steps; "
+        "per cell, mean +- std over seeds (ddof 1), [seeds]:",
+        "",
+        "| cell | " + " | ".join(table.diagnostics) + " |",
+        "|---|" + "---|" * len(table.diagnostics),
+    ]
+    for cell in table.cells:
+        runs = [f.diagnostics for f in found if f.cell == cell and f.diagnostics]
+        row = f"| {cell} | "
+        for name in table.diagnostics:
+            values = [r[name] for r in runs if r.get(name) is not None]
+            std = f" +- {np.std(values, ddof=1):.3g}" if len(values) > 1 else ""
+            row += f"{np.mean(values):.3g}{std} [{len(values)}] | " if values else "| "
+        lines.append(row.rstrip())
+    return lines
+
+
+def format_teachers(table: Table, found: list[Status]) -> list[str]:
+    """The teacher experiments' rows: each teacher acting alone, per k, beside random, and what
+    its labels of the cells' dataset paid."""
+    read = [f for f in found if f.seed is None and f.teacher is not None]
+    if not read:
+        return []
+    ks = sorted({r["policy"] for f in read for r in f.teacher["teacher_rows"]},
+                key=lambda p: int(p.rpartition("=")[2]))  # fmt: skip
+    groups = table.teacher_groups()
+    judge = any(f.labels is not None and "reasonable" in f.labels for f in read)
+    lines = [
+        "Teachers acting alone (`teacher_eval@<env>`: the labelling teacher as the policy, "
+        "asked every k-th agent step and its answer held in between; uniform random actions on "
+        "the same episode seeds; return mean +- std over episodes, ddof 1; beside it the cells "
+        "whose data it labels, including those whose method reads no labels), and what the "
+        "teacher's labels of the cells' dataset cost (`label@<env>`: prompts by task, i.e. "
+        "queried frames x tasks, what a fresh build pays; the share of answers that parsed"
+        + ("; the share of judge rows judged reasonable: the selective pool" if judge else "")
+        + "):",
+        "",
+        "| cells on its data | teacher | episodes | "
+        + "".join(f"{k} | " for k in ks)
+        + "random | label prompts | parsed |"
+        + (" judged reasonable |" if judge else ""),
+        "|---|---|---|" + "---|" * len(ks) + "---|---|---|" + ("---|" if judge else ""),
+    ]
+    for f in read:
+        rows = {r["policy"]: r for r in f.teacher["teacher_rows"]}
+        lines.append(
+            f"| {', '.join(groups[f.cell])} | `{f.teacher['teacher_id']}` | "
+            f"{f.teacher['episodes']} | "
+            + "".join(f"{return_text(rows[k]) if k in rows else ''} | " for k in ks)
+            + f"{return_text(f.teacher['random'])} | {_label_cells(f.labels)} |"
+            + (f" {share_text((f.labels or {}).get('reasonable'))} |" if judge else "")
+        )
+    return ["", *lines]
+
+
+def _label_cells(labels: Mapping[str, Any] | None) -> str:
+    """`label_cost` as two table cells: prompts by task, parsed share."""
+    if labels is None:
+        return " | "
+    return f"{prompts_text(labels)} | {share_text(labels['parsed'])}"
+
+
+def _steps_cell(found: list[Status], cell: str, threshold: str) -> str:
+    """`median [reached/n]` of a cell's steps to `threshold`, "not reached" counted as +inf."""
+    values = [f.steps_to[threshold] for f in found
+              if f.cell == cell and f.state == "done" and f.steps_to is not None]  # fmt: skip
+    if not values:
+        return ""
+    median = median_steps(values)
+    reached = sum(v is not None for v in values)
+    return f"{'never' if median is None else f'{median:,}'} [{reached}/{len(values)}]"
+
+
+def format_preregistered(table: Table, cells: Mapping[str, SeedSummary]) -> list[str]:
+    """The pre-registered family: each comparison's test, raw and Holm-adjusted p, and the
+    decision at alpha; then Mann-Whitney on the metric for each pair (secondary, Holm too)."""
+    from pipeline.tools.experiments import fisher_p, holm, mann_whitney_p
+
+    pre = table.preregistered
+    if pre is None:
+        return []
+    rows, primary, secondary = [], [], []
+    for cell, against in pre.comparisons:
+        a, b = cells.get(cell), cells.get(against)
+        x = list(a.per_seed().values()) if a else []
+        y = list(b.per_seed().values()) if b else []
+        if pre.test == "fisher" and x and y:
+            k = (sum(v >= pre.success for v in x), len(x))
+            m = (sum(v >= pre.success for v in y), len(y))
+            primary.append(fisher_p(k, m, pre.alternative))
+            shown = f"{k[0]}/{k[1]} vs {m[0]}/{m[1]}"
+        else:
+            primary.append(mann_whitney_p(x, y, pre.alternative) if x and y else None)
+            shown = f"n {len(x)} vs {len(y)}"
+        secondary.append(mann_whitney_p(x, y, pre.alternative) if x and y else None)
+        rows.append((cell, against, shown, min(len(x), len(y))))
+    adjusted, adjusted_mw = holm(primary), holm(secondary)
+    what = (f"seeds with {table.metric} >= {pre.success:g}, Fisher's exact test"
+            if pre.test == "fisher" else f"{table.metric}, Mann-Whitney U")  # fmt: skip
+    lines = [
+        "",
+        f"Pre-registered ({pre.alternative}, alpha {pre.alpha:g}, Holm over "
+        f"{len(pre.comparisons)}): {pre.hypothesis}",
+        f"Primary: {pre.primary} ({what}).",
+        "",
+        "| cell | against | primary | p | Holm p | at alpha | Mann-Whitney p (Holm) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (cell, against, shown, n), p, q, mw, mwq in zip(
+        rows, primary, adjusted, secondary, adjusted_mw, strict=True
+    ):
+        decision = (
+            "" if q is None else ("detected" if q <= pre.alpha else f"not detected at n = {n}")
+        )
+        lines.append(
+            f"| {cell} | {against} | {shown} | {_p(p)} | {_p(q)} | {decision} | "
+            f"{_p(mw)} ({_p(mwq)}) |"
+        )
+    if pre.secondary:
+        lines.append("Secondary: " + "; ".join(pre.secondary) + ".")
+    return lines
+
+
+def _p(p: float | None) -> str:
+    return "" if p is None else f"{p:.2g}"
+
+
+def format_report(table: Table, found: list[Status]) -> str:
+    """The table as markdown: n, mean +- std (ddof 1), Welch p against the control, steps to
+    each threshold (when read), per seed."""
+    cells = summaries(table, found)
+    control = cells.get(table.control) if table.control else None
+    steps = [f"{t:g}" for t in table.thresholds] if any(f.steps_to for f in found) else []
+    rounds = any(c.rounds is not None for c in table.cells.values())
+    lines = [
+        f"| cell | n | {table.metric}: mean +- std (ddof 1) | p vs {table.control or '-'} | "
+        + "".join(f"steps to {t} | " for t in steps)
+        + ("round teacher calls (mean) | " if rounds else "")
+        + "per seed |",
+        "|---|---|---|---|" + "---|" * (len(steps) + rounds) + "---|",
+    ]
+    for cell in table.cells:
+        s = cells.get(cell)
+        if s is None:
+            lines.append(f"| {cell} | 0 | | | " + "| " * (len(steps) + rounds) + "|")
+            continue
+        std = f"{s.std:.1f}" if s.n > 1 else "n/a"
+        p = None if control is None or cell == table.control else welch_p(s, control)
+        seeds = ", ".join(f"{seed}: {v:.1f}" for seed, v in sorted(s.per_seed().items()))
+        reach = "".join(f"{_steps_cell(found, cell, t)} | " for t in steps)
+        if rounds:
+            calls = [f.round_calls for f in found if f.cell == cell and f.round_calls is not None]
+            reach += f"{np.mean(calls):.0f} | " if calls else "0 | "
+        lines.append(f"| {cell} | {s.n} | {s.mean:.1f} +- {std} | "
+                     f"{'' if p is None else f'{p:.2g}'} | {reach}{seeds} |")  # fmt: skip
+    lines += format_preregistered(table, cells)
+    lines += format_diagnostics(table, found)
+    lines += format_teachers(table, found)
+    left = [f for f in found if f.state != "done"]
+    if left:
+        lines.append("")
+        lines.append("Not in the table: " + "; ".join(f"{f.name} {f.state}"
+                                                      + (f" ({f.why})" if f.why else "")
+                                                      for f in left))  # fmt: skip
+    lines.append("")
+    lines.append("p: Welch's two-sided t-test (unequal variances) over per-seed values.")
+    if steps:
+        lines.append(
+            f"Steps to T: the first training step at which the mean of the last {table.window} "
+            f"`{table.curve}` values reaches T; the median over seeds, a seed that never reaches "
+            "it counted as infinite, [seeds that reach it / seeds]."
+        )
+    return "\n".join(lines)
+
+
+def plot_cells(table: Table, found: list[Status], path: Path) -> None:
+    """Each cell's per-seed values (dots) with the mean and +- 1 std (ddof 1) over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline.core.io import atomic_write_bytes
+
+    cells = summaries(table, found)
+    names = [c for c in table.cells if c in cells]
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(names) + 1.5), 4.0), dpi=120)
+    for x, cell in enumerate(names):
+        s = cells[cell]
+        values = list(s.per_seed().values())
+        ax.scatter([x] * len(values), values, color="C0", alpha=0.6, s=14)
+        ax.errorbar([x + 0.15], [s.mean], yerr=[0.0 if s.n < 2 else s.std], fmt="o",
+                    color="black", capsize=4)  # fmt: skip
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(table.metric)
+    ax.set_title(f"{table.table}: seeds (dots), mean +- 1 std (ddof 1)", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def repo_path(path: Path) -> str:
+    """`path` relative to the root of the git repository that holds it (where results files
+    name it, so that they name no directory of the machine they were made on), else as given."""
+    full = path.resolve()
+    for root in full.parents:
+        if (root / ".git").exists():
+            return full.relative_to(root).as_posix()
+    return str(path)
+
+
+def write_report(table: Table, table_path: Path, found: list[Status], out: Path) -> str:
+    """`out/table.md`, `out/<metric>.png` and `out/results.json` (every experiment of the table
+    with its state, revision, seed and value, and the table file as read, by its path in its
+    repository)."""
+    from pipeline.core.io import atomic_write_bytes, atomic_write_json
+
+    out.mkdir(parents=True, exist_ok=True)
+    text = format_report(table, found)
+    atomic_write_bytes(out / "table.md", (text + "\n").encode())
+    plot_cells(table, found, out / f"{table.metric}.png")
+    atomic_write_json(out / "results.json", {
+        "table": repo_path(table_path),
+        "spec": table.model_dump(mode="json"),
+        "experiments": [vars(f) for f in found],
+    })  # fmt: skip
+    return text

@@ -1,0 +1,353 @@
+"""What DVC holds of a table: each experiment done, queued, running, partial, failed, stale or
+missing; what outlives a machine (resume states, committed results)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.tools.sweeps.table import (
+    DEFAULT_RESUME_ROOT,
+    STATES,
+    SweepError,
+    Table,
+    _leaves,
+    cell_params,
+    teacher_params,
+)
+
+# ---- what DVC holds ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Status:
+    cell: str  # a teacher experiment's: the first cell of its group
+    seed: int | None  # None: a teacher experiment
+    name: str
+    state: str  # one of STATES
+    rev: str | None = None
+    value: float | None = None  # the metric, when done
+    why: str = ""  # what makes it stale or failed
+    steps_to: dict[str, int | None] | None = None  # threshold -> first step (report, when done)
+    diagnostics: dict[str, float | None] | None = None  # curve -> second-half mean (report)
+    round_calls: int | None = None  # the teacher calls of a rounds cell's rounds (when done)
+    teacher: dict[str, Any] | None = None  # a teacher experiment's metrics file (report, done)
+    labels: dict[str, Any] | None = None  # what its label table paid (`label_cost`; report, done)
+    kept: bool = False  # done by the table's committed results (`--results`), not by DVC
+
+
+def _same(actual: Any, expected: Any) -> bool:
+    """A `dvc exp show` value against the table's: numbers compare as floats (DVC's flat rows
+    give 5000 as 5000.0, and 1e-05 as '1e-05'; a nested bool can come as 'True'), a missing
+    key reads 'None', a list comes as its Python repr ("['env', 'kinematic']")."""
+    if expected is None:
+        return actual in (None, "None")
+    if isinstance(expected, bool) and isinstance(actual, str):
+        return actual.lower() == str(expected).lower()
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return actual == expected
+    if isinstance(expected, int | float) and isinstance(actual, int | float | str):
+        try:  # DVC writes 1e-05, which YAML 1.1 (and so `dvc exp show`) reads as a string
+            return float(actual) == float(expected)
+        except ValueError:
+            return False
+    if isinstance(expected, list | tuple) and isinstance(actual, str):
+        try:
+            actual = ast.literal_eval(actual)
+        except (ValueError, SyntaxError):
+            return False
+    if isinstance(expected, list | tuple) and isinstance(actual, list | tuple):
+        return len(actual) == len(expected) and all(map(_same, actual, expected))
+    if isinstance(expected, Mapping) and not expected:
+        return actual in ({}, None, "None")
+    return actual == expected
+
+
+def _column(row: Mapping[str, Any], path: str, key: str) -> Any:
+    """`path`'s `key` in a flat `dvc exp show` row: DVC prefixes a name with its file only where
+    another file has it too (`metrics/teacher/E.json:teacher_id`), so a name that one file
+    alone holds comes bare."""
+    return row.get(f"{path}:{key}", row.get(key))
+
+
+def exp_rows(repo: Path, rev: str | Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    """The experiments of the commit checked out (or of `rev`: one commit or several, as when a
+    cell added later ran on a later commit), by name (dvc.api.exp_show's flat rows). A name held
+    by two of the commits raises: which one the table means is not known."""
+    import dvc.api
+    from dvc.exceptions import DvcException
+
+    try:
+        rows = dvc.api.exp_show(repo=str(repo), revs=rev)
+    except DvcException as exc:
+        raise SweepError(f"{repo}: dvc exp show: {exc}") from exc
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        name = row.get("Experiment")
+        if not name:
+            continue
+        if str(name) in out:
+            where = f"on more than one of the commits {rev}" if rev else "twice on one commit"
+            raise SweepError(
+                f"{repo}: dvc exp show lists experiment {name} {where} (a queue worker taking it "
+                "up lists it for a moment as queued and running): if it stays, remove one "
+                "(dvc exp remove) or read one commit"
+            )
+        if row.get("State") == "Running" and orphaned(repo, str(row.get("rev"))):
+            row = {**row, "State": ORPHANED}
+        out[str(name)] = row
+    return out
+
+
+ORPHANED = "Orphaned"  # DVC says Running; the process it recorded is gone
+ORPHANED_WHY = "its process died with its worker or machine: `queue` runs it again"
+
+
+def orphaned(repo: Path, rev: str) -> bool:
+    """Whether the experiment task `rev` (a queued stash commit) that DVC lists as running has
+    lost its process: the pid DVC's task runner recorded (`.dvc/tmp/exps/run/<rev>/<rev>.json`)
+    is not alive and no return code was written. A SIGKILLed worker, or a machine that stopped,
+    leaves its task so; DVC keeps showing it as running."""
+    import json
+
+    for info in (repo / ".dvc" / "tmp" / "exps" / "run").glob(f"{rev}*/{rev}*.json"):
+        try:
+            proc = json.loads(info.read_text())
+        except (OSError, ValueError):
+            continue
+        pid = proc.get("pid") if isinstance(proc, dict) else None
+        if not isinstance(pid, int) or proc.get("returncode") is not None:
+            continue
+        return not _alive(pid)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs: it exists and is not a zombie (a killed process whose parent
+    died too waits for a reaper, which a container's init may be slow to be)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: trust the signal
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def settled_rows(
+    repo: Path, rev: str | Sequence[str] | None = None, tries: int = 5, every_s: float = 10.0
+) -> dict[str, dict[str, Any]]:
+    """exp_rows, asked again (up to `tries` times, `every_s` apart) when `dvc exp show` meets a
+    queue worker's temporary workspace half made or half gone, as it can while workers run."""
+    for _ in range(tries - 1):
+        try:
+            return exp_rows(repo, rev)
+        except SweepError as exc:
+            print(f"{time.strftime('%H:%M:%S')} {exc} (trying again)", flush=True)
+            time.sleep(every_s)
+    return exp_rows(repo, rev)
+
+
+def _unfinished(
+    cell: str, seed: int | None, name: str, row: Mapping[str, Any], params: dict[str, Any]
+) -> Status | None:
+    """The experiment's status unless it succeeded with `params` (then None: its outputs decide)."""
+    rev, state = str(row.get("rev")), row.get("State")
+    if state in ("Queued", "Running"):
+        return Status(cell, seed, name, state.lower(), rev)
+    if state == ORPHANED:
+        return Status(cell, seed, name, "failed", rev, why=ORPHANED_WHY)
+    # no state: a committed experiment that no local queue ran (`dvc exp pull`)
+    if state not in ("Success", None):
+        return Status(cell, seed, name, "failed", rev,
+                      why=f"state {state}: `dvc queue logs {name}` says why")  # fmt: skip
+    differs = [f"{k}={row.get(k)!r} (table: {v!r})"
+               for k, v in _leaves(params) if not _same(row.get(k), v)]  # fmt: skip
+    return Status(cell, seed, name, "stale", rev, why="; ".join(differs)) if differs else None
+
+
+def statuses(
+    table: Table,
+    rows: Mapping[str, Mapping[str, Any]],
+    cells: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+) -> list[Status]:
+    """Every (cell, seed) of the table against the experiments `rows`."""
+    out = []
+    for cell in cells or table.cells:
+        for seed in table.seeds if seeds is None else seeds:
+            name = table.experiment(cell, seed)
+            row = rows.get(name)
+            if row is None:
+                out.append(Status(cell, seed, name, "missing"))
+                continue
+            unfinished = _unfinished(cell, seed, name, row, cell_params(table, cell, seed))
+            if unfinished is not None:
+                out.append(unfinished)
+                continue
+            rev = str(row.get("rev"))
+            column = f"{table.metrics_file(cell)}:{table.metric}"
+            value = _column(row, table.metrics_file(cell), table.metric)
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                out.append(Status(cell, seed, name, "failed", rev, why=f"no {column}"))
+                continue
+            calls = [_column(row, f"metrics/rounds/{r}.json", "costs.teacher_calls")
+                     for r in table.round_names(cell)]  # fmt: skip
+            known = bool(calls) and all(isinstance(c, int | float) for c in calls)
+            out.append(Status(cell, seed, name, "done", rev, float(value),
+                              round_calls=int(sum(calls)) if known else None))  # fmt: skip
+    return out
+
+
+def teacher_statuses(
+    table: Table, rows: Mapping[str, Mapping[str, Any]], cells: Sequence[str] | None = None
+) -> list[Status]:
+    """Each teacher experiment whose group holds one of `cells` (default: every one) against the
+    experiments `rows`: done once it succeeded with the params the table gives it now and wrote
+    its teacher's id."""
+    out = []
+    for group in table.teacher_groups_of(cells):
+        name = table.teacher_experiment(group)
+        row = rows.get(name)
+        if row is None:
+            out.append(Status(group, None, name, "missing"))
+            continue
+        unfinished = _unfinished(group, None, name, row, teacher_params(table, group))
+        if unfinished is not None:
+            out.append(unfinished)
+            continue
+        rev = str(row.get("rev"))
+        if not isinstance(_column(row, table.teacher_file(group), "teacher_id"), str):
+            out.append(Status(group, None, name, "failed", rev,
+                              why=f"no {table.teacher_file(group)}:teacher_id"))  # fmt: skip
+        else:
+            out.append(Status(group, None, name, "done", rev))
+    return out
+
+
+def all_statuses(
+    table: Table,
+    rows: Mapping[str, Mapping[str, Any]],
+    cells: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+) -> list[Status]:
+    """The cells' experiments, then the teachers' (which have no seed: `seeds` leaves them in)."""
+    return statuses(table, rows, cells, seeds) + teacher_statuses(table, rows, cells)
+
+
+# ---- what outlives a machine: committed results and resume states ---------------------------------
+
+
+def resume_root(path: str | Path | None = None) -> Path:
+    """The resume states' directory: `path`, else $VLMRL_RESUME_ROOT, else DEFAULT_RESUME_ROOT;
+    absolute (the workers run in other directories)."""
+    from pipeline.learn.methods.base import RESUME_ROOT_ENV
+
+    chosen = path or os.environ.get(RESUME_ROOT_ENV) or DEFAULT_RESUME_ROOT
+    return Path(chosen).expanduser().resolve()
+
+
+def resume_progress(table: Table, root: Path) -> dict[tuple[str, int], tuple[int, int | None]]:
+    """(run, seed) -> (step reached, steps) of each resume state under `root` of the table's
+    runs (`<root>/<run>/<fingerprint>/state.json`, pipeline.learn.methods.base.resume_for); a damaged
+    one is skipped (the run starts over from it anyway)."""
+    from pipeline.learn.agents.resume import ResumeStateError, read_header, read_plain
+
+    out: dict[tuple[str, int], tuple[int, int | None]] = {}
+    for cell in table.cells:
+        for state in sorted((root / table.run(cell)).glob("*/state.json")):
+            try:
+                about = (read_header(state.parent) or {}).get("about") or {}
+                plain = read_plain(state.parent) or {}
+            except ResumeStateError:
+                continue
+            seed, step = about.get("seed"), plain.get("step")
+            if isinstance(seed, int) and isinstance(step, int):
+                key = (table.run(cell), seed)
+                if step > out.get(key, (-1, None))[0]:
+                    out[key] = (step, about.get("steps"))
+    return out
+
+
+def with_progress(
+    table: Table, found: list[Status], progress: Mapping[tuple[str, int], tuple[int, int | None]]
+) -> list[Status]:
+    """`found` with each unfinished experiment's resume state: a running one says its step; one
+    that no worker holds (missing, failed: its machine or worker stopped) is `partial`, and the
+    next `queue` goes on from there."""
+    out = []
+    for f in found:
+        at = progress.get((table.run(f.cell), f.seed)) if f.seed is not None else None
+        if at is None or f.state in ("done", "stale", "queued"):
+            out.append(f)
+            continue
+        where = f"at step {at[0]:,}" + (f" of {at[1]:,}" if at[1] else "") + " (resume state)"
+        state = "running" if f.state == "running" else "partial"
+        out.append(dataclasses.replace(f, state=state, why=where))
+    return out
+
+
+def committed(table: Table, results: Path) -> dict[str, Status]:
+    """The experiments that `results/results.json` (a report committed to git) holds as done
+    and that the table still gives the same params: by name. What a machine that stopped had
+    finished is kept there and never run again."""
+    import json
+
+    path = results / "results.json"
+    if not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+        old = Table.model_validate(raw["spec"])
+        experiments = [Status(**e) for e in raw["experiments"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SweepError(f"{path}: not a `vlmrl-sweep report` results file ({exc})") from exc
+    groups = table.teacher_groups()
+    out = {}
+    for e in experiments:
+        if e.state != "done" or e.cell not in table.cells or e.cell not in old.cells:
+            continue
+        if e.seed is None:
+            same = (
+                e.cell in groups
+                and e.cell in old.teacher_groups()
+                and (teacher_params(old, e.cell) == teacher_params(table, e.cell))
+            )
+        else:
+            same = e.seed in table.seeds and (
+                cell_params(old, e.cell, e.seed) == cell_params(table, e.cell, e.seed)
+            )
+        if same and (e.seed is None or old.metric == table.metric):
+            out[e.name] = dataclasses.replace(e, kept=True)
+    return out
+
+
+def with_committed(found: list[Status], kept: Mapping[str, Status]) -> list[Status]:
+    """`found` with each experiment that DVC does not hold as done replaced by its committed
+    result, where there is one."""
+    return [kept.get(f.name, f) if f.state != "done" else f for f in found]
+
+
+def count_line(found: Iterable[Status]) -> str:
+    """How many experiments are in each state, e.g. `3 done, 2 queued`."""
+    states = [f.state for f in found]
+    return ", ".join(f"{states.count(s)} {s}" for s in STATES if s in states)
+
+
+def format_status(table: Table, found: list[Status]) -> str:
+    lines = [f"{f.name:48s} {f.state:8s} "
+             + (f"{table.metric} {f.value:.4g}" if f.value is not None else f.why)
+             + (" (committed)" if f.kept else "")
+             for f in found]  # fmt: skip
+    lines.append(count_line(found))
+    return "\n".join(lines)
