@@ -1123,3 +1123,38 @@ def test_the_seeds_verb_is_vlmrl_seeds(monkeypatch):
     monkeypatch.setattr(experiments, "main", lambda argv: seen.append(argv) or 7)
     assert main(["seeds", "--runs", "cartpole-.*"]) == 7
     assert seen == [["--runs", "cartpole-.*"]]
+
+
+def test_requeueing_after_a_commit_reads_the_commit_the_table_was_queued_on(tmp_path, monkeypatch):
+    """A table queued on one commit and requeued after another (`queue --rev OLD`): what is
+    queued, running or done on OLD is read beside HEAD and not queued twice."""
+    import pipeline.tools.sweeps.cli as cli
+    import pipeline.tools.sweeps.queue as sweeps
+
+    table = Table.model_validate(TABLE)
+    on_old = {r["Experiment"]: r for r in (
+        *(_row(table, "base", s, None, state="Queued") for s in table.seeds),
+        *(_row(table, "more", s, None, state="Running") for s in table.seeds),
+    )}  # fmt: skip
+    asked, ran = [], []
+
+    def settled_rows(repo, rev=None, every_s=10.0):
+        asked.append(rev)
+        return on_old if isinstance(rev, list) and "old-full" in rev else {}
+
+    def run_checked(args, repo):
+        ran.append(args)
+        out = "\n".join("old-full" if a == "543a509" else "head-full" for a in args[2:])
+        return dataclasses.make_dataclass("Done", [("stdout", str)])(out)
+
+    monkeypatch.setattr(sweeps, "settled_rows", settled_rows)
+    monkeypatch.setattr(sweeps, "run_checked", run_checked)
+    monkeypatch.setattr(cli, "run_checked", run_checked)
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(TABLE))
+    assert cli.main(["queue", str(tmp_path / "t.yaml"), "--rev", "543a509"]) == 0
+    assert asked == [["old-full", "head-full"]]
+    assert ran == [["git", "rev-parse", "543a509", "HEAD"]]  # nothing queued: all are on OLD
+    # without --rev only HEAD's experiments count: every one would be queued again
+    asked.clear(), ran.clear()
+    assert cli.main(["queue", str(tmp_path / "t.yaml")]) == 0
+    assert asked == ["head-full"] and len([a for a in ran if a[:3] == ["dvc", "exp", "run"]]) == 6

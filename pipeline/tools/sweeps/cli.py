@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="status / report: the experiments of this commit (default: the one checked out), "
         "e.g. the commit they ran on when a later one changed only docs; repeatable, for a "
-        "cell added on a later commit",
+        "cell added on a later commit. queue: the commits it was queued on, read beside the "
+        "one checked out: what is queued, running or done there is not queued again",
     )
     parser.add_argument(
         "--results",
@@ -131,8 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.commit and args.results is None:
                 raise SweepError("--commit commits the --results directory: give --results DIR")
             workers = Workers(root, args.nice, args.threads)
-            rev = run_checked(["git", "rev-parse", "HEAD"], args.repo).stdout.strip()
-            queued = queue(table, args.repo, args.cell, args.seed, args.force, kept)
+            # the table's experiments on the commits it was queued on, and those queued now
+            revs = [*(args.rev or []), "HEAD"]
+            full = run_checked(["git", "rev-parse", *revs], args.repo).stdout.split()
+            rev = list(dict.fromkeys(full)) if args.rev else full[-1]
+            queued = queue(table, args.repo, args.cell, args.seed, args.force, kept, rev)
             names = ", ".join(s.name for s in queued) or "every one is done or queued"
             print(f"queued {len(queued)} experiment(s): {names}", flush=True)
             if args.jobs:

@@ -56,12 +56,15 @@ def queue(
     seeds: Sequence[int] | None = None,
     force: bool = False,
     kept: Mapping[str, Status] | None = None,
+    rev: str | Sequence[str] | None = None,
 ) -> list[Status]:
     """Queue every (cell, seed) that is not done (`force`: done ones too), queued or running;
     a failed or stale experiment of that name is replaced; the teachers' experiments too. One
-    that `kept` (the committed results) holds is done. Returns what was queued."""
+    that `kept` (the committed results) holds is done. `rev`: the commits whose experiments
+    count (default: the one checked out), e.g. the one a table was queued on and HEAD, so that
+    a commit made while it runs does not queue its experiments twice. Returns what was queued."""
     queued = []
-    found = with_committed(all_statuses(table, settled_rows(repo), cells, seeds), kept or {})
+    found = with_committed(all_statuses(table, settled_rows(repo, rev), cells, seeds), kept or {})
     for status in found:
         if status.state in ("queued", "running") or (status.state == "done" and not force):
             continue
@@ -163,7 +166,7 @@ def wait(
     every_s: float = 10.0,
     jobs: int = 0,
     *,
-    rev: str | None = None,
+    rev: str | Sequence[str] | None = None,
     workers: Workers | None = None,
     kept: Mapping[str, Status] | None = None,
     keep: Keep | None = None,
