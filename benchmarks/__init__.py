@@ -1,7 +1,7 @@
 """Benchmarks: scripts that print figures against a baseline measured in the same run.
 
 `pipeline` comes first, so the code here computes with exactly the kernels the stages and a
-user's own `import pipeline` get (pipeline/core/kernels.py; tests/test_kernels.py checks they match):
+user's own `import pipeline` get (pipeline/core/kernels.py; tests/core/test_kernels.py checks they match):
 a benchmark measures what users run."""
 
 from collections.abc import Callable

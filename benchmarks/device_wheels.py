@@ -52,7 +52,7 @@ from packaging.utils import parse_wheel_filename
 MIB = 1024 * 1024
 CARRY_BYTES = 64 * MIB  # the device tool's carry, working tree included
 TRACE_COMMAND = [
-    "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/test_pixel_methods.py",
+    "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/learn/test_pixel_methods.py",
     "-k", "test_each_pixel_method_trains",
 ]  # fmt: skip
 # dm_control's parts that the control suite (dm_control.suite) never imports or reads

@@ -93,7 +93,7 @@ print(sorted(m for m in {heavy!r} if m in sys.modules))
 def test_stage_one_runs_without_torch(tmp_path):
     """Not only their imports: collecting (random behaviour), verifying, labelling (scripted
     teacher) and masking (scripted back end) load no torch in the process that runs them; the
-    shards are read and written with `tarfile` in webdataset's layout (tests/test_writer.py)."""
+    shards are read and written with `tarfile` in webdataset's layout (tests/teach/test_writer.py)."""
     from tests.conftest import tiny_params_dict, write_params  # here: it imports torch itself
 
     params = tiny_params_dict(("MountainCar-v0",), episodes=1)

@@ -166,3 +166,20 @@ def test_the_checks_see_function_local_imports(tmp_path):
     edges = _edges()
     assert "pipeline.learn.shaping.potential" in edges["pipeline.learn.methods.hybrid_ppo"]
     assert any(t.startswith("pipeline.teach.teachers.") for t in edges["pipeline.teach.teachers"])
+
+
+LONG_MODULE = 450  # lines
+REASON = "Why one module of this length:"
+
+
+def test_a_long_module_says_at_its_top_why_it_is_one_module():
+    """Past ~450 lines a module must say why it is not split (in its docstring, after REASON):
+    the next person to grow it reads the reason, or splits it."""
+    unexplained = []
+    for path in sorted((REPO / "pipeline").rglob("*.py")):
+        source = path.read_text()
+        if len(source.splitlines()) > LONG_MODULE and REASON not in (
+            ast.get_docstring(ast.parse(source)) or ""
+        ):
+            unexplained.append(f"{path.relative_to(REPO)} ({len(source.splitlines())} lines)")
+    assert not unexplained, f"modules over {LONG_MODULE} lines without {REASON!r}: {unexplained}"

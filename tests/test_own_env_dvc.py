@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, send_json, tiny_params_dict, write_params
+from tests.core.test_own_env import FINGER, PENDULUM
 from tests.test_dvc_pipeline import _ran, _run, _scratch_repo
-from tests.test_own_env import FINGER, PENDULUM
 
 pytestmark = pytest.mark.slow
 

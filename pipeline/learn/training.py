@@ -1,6 +1,6 @@
 """Stage two's `train`: one run of params.yaml's `train.<name>` -> an agent checkpoint and its
 learning curve, by the method the run names (pipeline.learn.methods.table). The agent reads cached
-labels only; nothing here, nor anything it imports, imports a teacher (tests/test_training.py
+labels only; nothing here, nor anything it imports, imports a teacher (tests/learn/test_training.py
 checks).
 
 Learning curves are TSVs in dvclive's layout, the one `dvc plots` reads, written by

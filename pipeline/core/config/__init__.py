@@ -13,9 +13,13 @@ envs that are not listed may stay in the file: they are validated but unused.
 
 Unknown keys are errors that name the key and the allowed keys; bad values name the field and
 the allowed range. Every field is documented beside it, with the paper's value where one exists
-(tests/test_config.py fails on a field without a description). Defaults policy: where a paper
+(tests/core/test_config.py fails on a field without a description). Defaults policy: where a paper
 gives a value, it is the field's default in code, and params.yaml overrides it; settings that
 are the user's choice (budgets, seeds, which envs) have no default.
+
+Why one module of this length: `Params` holds the checks that span sections (an env listed
+without its collect entry, a run whose method or round does not exist); each is short, and they
+read together as the contract of params.yaml.
 """
 
 from __future__ import annotations

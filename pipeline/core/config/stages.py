@@ -1,6 +1,10 @@
 """The sections of the stages: collect, label, masks, dataset (stage one); critic, train, evaluate
 (stage two). The agents' hyper-parameters are not here: each method's section is typed by the
-method (pipeline.learn.methods)."""
+method (pipeline.learn.methods).
+
+Why one module of this length: one section class per stage, and most lines are the fields'
+descriptions and paper values, which docs/params.md and the tests read from here.
+"""
 
 from __future__ import annotations
 
@@ -182,7 +186,7 @@ class LabelEnvConfig(Section):
 
 
 # The keys of `label` that decide the label table's bytes: label@<env> depends on these and on
-# `label.per_env.<env>` (dvc.yaml; tests/test_dvc_yaml.py compares the two). `executor` and `ray`
+# `label.per_env.<env>` (dvc.yaml; tests/core/test_config.py compares the two). `executor` and `ray`
 # are not among them: they choose where the calls run, and the table is the same bytes either way.
 LABEL_OUTPUT_KEYS = ("teacher", "tasks", "batch_size", "max_transport_failure_rate")
 

@@ -108,7 +108,7 @@ def dmc_context(env: gym.Env, obs: Any) -> dict[str, Any]:
 
 
 # The suite's observation keys of each shipped task, in the order DMCEnv flattens them: the state
-# observation is these context entries concatenated (tests/test_policy_teacher.py checks both).
+# observation is these context entries concatenated (tests/teach/test_policy_teacher.py checks both).
 DMC_STATE_KEYS: dict[str, tuple[str, ...]] = {
     "cartpole-swingup": ("position", "velocity"),
     "cheetah-run": ("position", "velocity"),

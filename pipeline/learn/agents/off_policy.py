@@ -9,6 +9,9 @@ and pipeline.learn.methods.semore. After SB3's BaseAlgorithm.save/load, where a 
 state dicts.
 
 The one loop that trains them is pipeline.learn.agents.loop.train_off_policy.
+
+Why one module of this length: it is the SAC family's whole shared base, so that a subclass reads
+one file to know everything it inherits (the optimisers, the guidance hooks, save, load, resume).
 """
 
 from __future__ import annotations

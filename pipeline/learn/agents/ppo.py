@@ -4,6 +4,9 @@ entropy bonus, advantage normalisation, orthogonal init, global-norm clipping, a
 
 Hybrid VLM-PPO (seed 000, sec. 4) uses it on MountainCar-v0 with state observations; its shaped
 reward comes from pipeline.learn.shaping, applied by an env wrapper, so this file knows nothing of it.
+
+Why one module of this length: after CleanRL's single-file ppo.py, the implementation details
+above read in one place, in the order they run.
 """
 
 from __future__ import annotations

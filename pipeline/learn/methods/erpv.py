@@ -42,6 +42,10 @@ Paper ambiguities, resolved here:
 - sec. 3.4 says a lower G should raise the entropy, yet alpha_bar = sigmoid(G) grows with G (and
   is always > 0.5 since G > 0). Default (`ver_target: printed`): the equation as printed;
   `text`: alpha_bar = sigmoid(-G). `ver/alpha_target` is logged so that the effect is visible.
+
+Why one module of this length: a method is one module (the method table imports it alone, and
+train@<run> depends on its own method's module only); the paper's ambiguities and their
+resolutions are written below, beside the code.
 """
 
 from __future__ import annotations
@@ -461,7 +465,7 @@ METHOD = ERPv()
 
 # The `erpv` keys that C_V's pre-training reads (pretrain_vlm_critic, the device, the stage's CPU
 # threads), and no other:
-# dvc.yaml's pretrain_critic stage lists them as its params (tests/test_erpv.py checks both).
+# dvc.yaml's pretrain_critic stage lists them as its params (tests/learn/test_erpv.py checks both).
 CRITIC_KEYS = (
     "network", "batch_size", "gamma", "critic_lr", "adam_betas", "target_update_freq",
     "critic_tau", "encoder_tau", "device", "threads",

@@ -82,6 +82,10 @@ first update), and each of its pairs that is not judged reasonable is left out w
 `selective_probability(update)`, once, for the rest of training. `selective_insert` decides.
 `selective_verdicts: reversed` swaps the verdicts in both placements (`read_verdicts`): a control
 beyond the paper, the pool being what the judge rejected.
+
+Why one module of this length: a method is one module (the method table imports it alone, and
+train@<run> depends on its own method's module only), and a third of it is the design notes
+below, kept beside the code they explain.
 """
 
 from __future__ import annotations

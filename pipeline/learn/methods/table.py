@@ -4,8 +4,8 @@ this package, one entry here and one params.yaml section.
 
 A method's module is imported when the method is first used, not with the table: loading an
 agent imports its method alone, and a run's result comes from its own method's code, so that
-dvc.yaml's train@<run> depends on its own method's module, not the others' (tests/
-test_dvc_deps.py). `check_params` types every method's section and so imports each; what it
+dvc.yaml's train@<run> depends on its own method's module, not the others'
+(tests/test_dvc_deps.py). `check_params` types every method's section and so imports each; what it
 decides is the check_params stage's, which every stage depends on."""
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ class PrototypeCache:
         pairwise sums, no BLAS call. A float32 `E @ e` went through OpenBLAS's sgemv, whose
         kernel is chosen per CPU model (Haswell or SkylakeX on x86): its rounding, amplified by the
         cancellation in |E|^2 - 2 E e + |e|^2, changed the potentials and with them the trained
-        weights' bytes from one machine to the next (tests/test_shaping_portable.py)."""
+        weights' bytes from one machine to the next (tests/learn/test_shaping_portable.py)."""
         diff = self._embeddings64 - np.asarray(embedding, np.float64)
         return (diff * diff).sum(axis=1)
 

@@ -4,6 +4,11 @@ What a user checks before trusting (or paying for more of) a teacher's labels: c
 distributions, the parse-status breakdown by taxonomy, latency percentiles (from the call
 telemetry, in a side file: wall-clock values stay out of the DVC output), agreement with the
 scripted reference answers, and frames beside the raw answers for failures and disagreements.
+
+Why one module of this length: it is one page, computed and rendered here; `build_audit` computes
+its sections in the order the page shows them, so that a number and the table it lands in stay
+together. (That function, not the module, is the long part: the next split is one function per
+section.)
 """
 
 from __future__ import annotations

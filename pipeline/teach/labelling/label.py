@@ -9,6 +9,10 @@ inputs write the same bytes on every machine.
 Rows of frames between two queries carry the last queried label of the episode, with
 `queried = False` and `source_key` naming the frame whose label they carry (ERPv C.4: the VLM is
 queried every 10 frames). Every answer becomes a row with a `parse_status`; none is dropped.
+
+Why one module of this length: the label loop, the cache protocol it follows and the failure-rate
+gates the table's guarantees rest on are one unit; the Ray path differs only in where
+`_label_queried` runs.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ files, a shard renamed just before a kill but not yet journaled) and continues w
 episode. Shards end on episode boundaries and episode i is seeded from (seed, i) alone, so a
 resumed collection is byte-identical to an uninterrupted one. Raising `episodes` extends a finished
 collection the same way. The manifest is written last; the journal is then removed.
+
+Why one module of this length: the resume protocol and the loop it constrains (journal, shard
+hashes, per-episode seeds) are only correct together, so they stay in one file.
 """
 
 from __future__ import annotations

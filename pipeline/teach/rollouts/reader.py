@@ -2,7 +2,7 @@
 webdataset groups them (consecutive members `<key>.<ext>` form one sample), so that the stages
 that read rollouts (verify, label, masks, dataset, audit, review) load no torch, which webdataset
 imports (~1.5 s per process). Training reads the dataset's shards with webdataset itself
-(pipeline.dataset.loader); tests/test_writer.py checks both readers see the same samples."""
+(pipeline.dataset.loader); tests/teach/test_writer.py checks both readers see the same samples."""
 
 from __future__ import annotations
 

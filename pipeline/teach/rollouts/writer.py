@@ -56,7 +56,7 @@ class AtomicShardWriter:
     ) -> None:
         """One sample: `<key>.png`, `<key>.json`, and `<key>.<name>` for each extra member, as
         webdataset's `TarWriter(encoder=False, mtime=0.0)` writes it (members in field order,
-        mode 0o444, owner `bigdata`; the same bytes: tests/test_writer.py), without importing
+        mode 0o444, owner `bigdata`; the same bytes: tests/teach/test_writer.py), without importing
         webdataset, which imports torch (~1.5 s per process). mtime fixed: the same samples give
         the same bytes, hence the same sha256 on a rerun."""
         fields = {"png": frame_png, "json": record_json, **(extra or {})}

@@ -87,7 +87,7 @@ def _cartpole(ctx: dict[str, Any], frame: np.ndarray) -> tuple[list[float], str]
     Pumping: pushing the cart against sign(theta_dot cos(theta)) feeds the pole energy; the push
     shrinks as the energy reaches the upright's, and a weak spring keeps the cart on the rail.
     Asked at every agent step this script returns about 800 (uniform random: about 120); held for
-    10 steps, as RAE acts and labels are carried, about 150 (tests/test_teacher_eval.py)."""
+    10 steps, as RAE acts and labels are carried, about 150 (tests/teach/test_teacher_eval.py)."""
     x, cos, sin = ctx["position"]
     cart_v, ang_v = ctx["velocity"]
     theta = float(np.arctan2(sin, cos))  # 0 upright; qpos[1] of the hinge

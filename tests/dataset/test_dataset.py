@@ -6,64 +6,26 @@ import polars as pl
 import pytest
 from datasets import load_dataset
 
-from pipeline.core.config import MasksConfig
 from pipeline.dataset.build import build_dataset
 from pipeline.dataset.loader import iter_raw, iter_stacked
-from pipeline.teach.labelling.label import label_rollouts
-from pipeline.teach.masks import make_mask_backend
-from pipeline.teach.masks.compute import compute_masks
-from pipeline.teach.rollouts.collect import collect
 from pipeline.teach.rollouts.reader import iter_rollouts
-from pipeline.teach.teachers.scripted import ScriptedTeacher
-from tests.conftest import collect_cfg, env_cfg, label_cfg
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ds")
-    collect(
-        "MountainCarContinuous-v0",
-        env_cfg(max_episode_steps=15),
-        collect_cfg(episodes=3),
-        root / "r",
-        progress=False,
-    )
-    label_rollouts(
-        root / "r",
-        label_cfg(),
-        ScriptedTeacher(0.8, 0),
-        root / "lc",
-        root / "labels.parquet",
-        progress=False,
-    )
-    backend = make_mask_backend(MasksConfig(backend="scripted", batch_size=8))
-    compute_masks(
-        root / "r",
-        root / "labels.parquet",
-        backend,
-        root / "mc",
-        root / "masks.parquet",
-        batch_size=8,
-        progress=False,
-    )
-    info = build_dataset(
-        root / "r",
-        root / "labels.parquet",
-        root / "masks.parquet",
-        root / "out",
-        shard_max_samples=20,
-    )
-    return root, info
+def dataset(stage_one_dataset):
+    """The wing's dataset root, and the info that build_dataset wrote beside the data."""
+    info = json.loads((stage_one_dataset / "ds" / "meta" / "info.json").read_text())
+    return stage_one_dataset, info
 
 
 def test_hf_dataset_loads_in_one_line_with_labels_and_masks(dataset, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     root, info = dataset
-    ds = load_dataset(str(root / "out"), cache_dir=str(root / "hf_cache"))["train"]
+    ds = load_dataset(str(root / "ds"), cache_dir=str(root / "hf_cache"))["train"]
     assert ds.num_rows == info["counts"]["samples"] == 3 * 16
     row = ds[0]
     assert row["image"].size == (32, 32) and row["is_first"]
-    assert np.array_equal(np.asarray(row["image"]), next(iter_rollouts(root / "r")).frame())
+    assert np.array_equal(np.asarray(row["image"]), next(iter_rollouts(root / "rollouts")).frame())
     labels = pl.read_parquet(root / "labels.parquet")
     first_action = labels.filter(
         (pl.col("sample_key") == "000000/000000") & (pl.col("task") == "action")
@@ -76,7 +38,7 @@ def test_hf_dataset_loads_in_one_line_with_labels_and_masks(dataset, monkeypatch
 
 def test_card_and_info(dataset):
     root, info = dataset
-    card = (root / "out" / "README.md").read_text()
+    card = (root / "ds" / "README.md").read_text()
     header = card.split("---\n")[1]  # the YAML header the Hub and load_dataset read
     assert "configs:" in header and "path: data/train-*.parquet" in header
     assert "license: mit" in header and "- n<1K" in header
@@ -84,7 +46,7 @@ def test_card_and_info(dataset):
     assert f"gymnasium {info['software']['gymnasium']}" in card
     assert set(info["software"]) >= {"vlmrl-pipeline", "gymnasium", "mujoco"}
     assert "stand-in for a VLM" in card and info["teacher_ids"][0] in card
-    on_disk = json.loads((root / "out" / "meta" / "info.json").read_text())
+    on_disk = json.loads((root / "ds" / "meta" / "info.json").read_text())
     assert on_disk["format_version"] == 3 and on_disk["counts"] == info["counts"]
     assert (
         sum(on_disk["parse_status"]["action"].values())
@@ -103,7 +65,7 @@ def test_the_card_is_hub_ready(dataset, monkeypatch, caplog):
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     root, info = dataset
-    card = DatasetCard.load(root / "out" / "README.md")
+    card = DatasetCard.load(root / "ds" / "README.md")
     data = card.data.to_dict()
     assert data["license"] == "mit" and data["task_categories"] == ["reinforcement-learning"]
     assert data["size_categories"] == ["n<1K"] and info["env_id"] in data["pretty_name"]
@@ -111,9 +73,9 @@ def test_the_card_is_hub_ready(dataset, monkeypatch, caplog):
     assert config["data_files"] == [{"split": "train", "path": "data/train-*.parquet"}]
     # (DatasetCard.validate asks the Hub's endpoint: no network here)
     assert card.text.startswith(f"# {info['env_id']}: rollouts")
-    builder = load_dataset_builder(str(root / "out"))
+    builder = load_dataset_builder(str(root / "ds"))
     with caplog.at_level(logging.WARNING):
-        ds = load_dataset(str(root / "out"))["train"]
+        ds = load_dataset(str(root / "ds"))["train"]
     assert builder.info.features == ds.features  # the card's features are the files'
     assert ds.num_rows == info["counts"]["samples"]
     # datasets reads the card without a warning (it warned of a malformed `splits` field)
@@ -125,8 +87,8 @@ def test_training_shards_stack_frames_within_episodes(dataset):
     assert (
         info["counts"]["wds_shards"] == 2
     )  # 16 samples an episode; closed at the first episode end past 20
-    frames = {s.key: s.frame() for s in iter_rollouts(root / "r")}
-    samples = list(iter_stacked(root / "out" / "wds", stack=3))
+    frames = {s.key: s.frame() for s in iter_rollouts(root / "rollouts")}
+    samples = list(iter_stacked(root / "ds" / "wds", stack=3))
     assert len(samples) == info["counts"]["samples"]
     for sample in samples:
         e, t = sample["episode"], sample["t"]
@@ -134,7 +96,7 @@ def test_training_shards_stack_frames_within_episodes(dataset):
         np.testing.assert_array_equal(sample["obs"], np.stack(expected))
     with_mask = [s for s in samples if s["mask"] is not None]
     assert with_mask and with_mask[0]["mask"].shape == (32, 32)
-    raw = next(iter_raw(root / "out" / "wds"))
+    raw = next(iter_raw(root / "ds" / "wds"))
     assert {"png", "json", "labels.json"} <= set(raw)
 
 
@@ -147,12 +109,12 @@ def test_a_label_has_one_name_in_the_parquet_and_the_shards(dataset):
 
     root, _ = dataset
     table = pl.concat(
-        [pl.read_parquet(p) for p in sorted((root / "out" / "data").glob("*.parquet"))]
+        [pl.read_parquet(p) for p in sorted((root / "ds" / "data").glob("*.parquet"))]
     )
     label_columns = [c for c in table.columns if c not in SAMPLE_COLUMNS]
     assert "a_v" in label_columns and "a_v_status" in label_columns
     rows = {row["key"]: row for row in table.select("key", *label_columns).iter_rows(named=True)}
-    samples = list(iter_stacked(root / "out" / "wds", stack=1))
+    samples = list(iter_stacked(root / "ds" / "wds", stack=1))
     assert len(samples) == len(rows)
     for sample in samples:
         expected = {k: v for k, v in rows[sample["key"]].items() if k != "key"}
@@ -164,11 +126,19 @@ def test_rebuild_replaces_files(dataset, tmp_path):
     root, _ = dataset
     out = tmp_path / "ds"
     build_dataset(
-        root / "r", root / "labels.parquet", root / "masks.parquet", out, shard_max_samples=20
+        root / "rollouts",
+        root / "labels.parquet",
+        root / "masks.parquet",
+        out,
+        shard_max_samples=20,
     )
     (out / "wds" / "shard-000009.tar").write_bytes(b"stale")
     info = build_dataset(
-        root / "r", root / "labels.parquet", root / "masks.parquet", out, shard_max_samples=1000
+        root / "rollouts",
+        root / "labels.parquet",
+        root / "masks.parquet",
+        out,
+        shard_max_samples=1000,
     )
     assert (
         sorted(p.name for p in (out / "wds").iterdir()) == ["shard-000000.tar"]
@@ -180,7 +150,7 @@ def test_shared_dataset_keeps_the_labels_provenance(dataset):
     """Whoever gets the dataset can tell queried frames from carried ones and re-audit the raw
     answers: per task, queried / source_key / teacher_id / raw_text / parse_detail."""
     root, _ = dataset
-    ds = load_dataset(str(root / "out"), cache_dir=str(root / "hf_cache"))["train"]
+    ds = load_dataset(str(root / "ds"), cache_dir=str(root / "hf_cache"))["train"]
     labels = pl.read_parquet(root / "labels.parquet").filter(pl.col("task") == "action")
     by_key = {r["sample_key"]: r for r in labels.iter_rows(named=True)}
     checked = 0
@@ -209,7 +179,7 @@ def test_a_damaged_info_json_is_named_with_the_fix(dataset, tmp_path):
 
     root, _ = dataset
     copy = tmp_path / "ds"
-    shutil.copytree(root / "out", copy)
+    shutil.copytree(root / "ds", copy)
     info = copy / INFO_PATH
     info.write_text(info.read_text()[:-40])  # cut: no longer valid JSON
     with pytest.raises(DatasetError, match=rf"{info} is not valid JSON \(.*\); restore it with `dvc checkout {copy}`"):  # fmt: skip
@@ -230,11 +200,11 @@ def test_a_map_style_dataset_serves_transitions_by_index(dataset):
     from pipeline.dataset.mapstyle import StackedDataset
 
     root, info = dataset
-    ds = StackedDataset(root / "out", obs="pixels", stack=3, labels=("action", "judge"))
+    ds = StackedDataset(root / "ds", obs="pixels", stack=3, labels=("action", "judge"))
     # 3 episodes collected by the fixture: their final samples start no transition
     assert len(ds) == info["counts"]["samples"] - 3
-    stream = {(s["episode"], s["t"]): s for s in iter_stacked(root / "out" / "wds", stack=3)}
-    table = pl.read_parquet(sorted((root / "out" / "data").glob("*.parquet"))).filter(
+    stream = {(s["episode"], s["t"]): s for s in iter_stacked(root / "ds" / "wds", stack=3)}
+    table = pl.read_parquet(sorted((root / "ds" / "data").glob("*.parquet"))).filter(
         ~pl.col("is_last")
     )
     for i, row in enumerate(table.iter_rows(named=True)):

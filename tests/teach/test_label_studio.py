@@ -2,7 +2,7 @@
 lives in its own environment). Point VLMRL_LABEL_STUDIO at its `label-studio` executable:
 
     python3 -m venv /opt/ls && /opt/ls/bin/pip install label-studio
-    VLMRL_LABEL_STUDIO=/opt/ls/bin/label-studio .venv/bin/pytest -m slow tests/test_label_studio.py
+    VLMRL_LABEL_STUDIO=/opt/ls/bin/label-studio .venv/bin/pytest -m slow tests/teach/test_label_studio.py
 
 Export a label table with stages.review, create a project with the exported labelling config,
 import the tasks with their pre-annotations, submit one correction through Label Studio's API,

@@ -1,6 +1,6 @@
 """Labelling rounds (pipeline.loops.rounds): the chain of rounds in params.yaml, the agent acting in
 collect, the dataset parts a round's training reads. The DVC journey (reruns, costs, a killed
-round) is tests/test_rounds_dvc.py (slow)."""
+round) is tests/loops/test_rounds_dvc.py (slow)."""
 
 from __future__ import annotations
 

@@ -30,21 +30,18 @@ from pipeline.teach.labelling.review import (
     value_text,
 )
 from pipeline.teach.labels.schema import label_schema
-from pipeline.teach.rollouts.collect import collect
 from pipeline.teach.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.teach.teachers.baselines import ConstantTeacher, RandomTeacher
 from pipeline.teach.teachers.scripted import ScriptedTeacher
-from tests.conftest import collect_cfg, env_cfg, label_cfg
+from tests.conftest import label_cfg
 
 ENV = "MountainCar-v0"
 TASKS = {"action": 3, "milestone": 2, "objects": 5, "judge": 4}
 
 
 @pytest.fixture(scope="module")
-def rollouts(tmp_path_factory):
-    out = tmp_path_factory.mktemp("rollouts") / ENV
-    collect(ENV, env_cfg(max_episode_steps=20), collect_cfg(episodes=2), out, progress=False)
-    return out
+def rollouts(collected):
+    return collected(ENV, episodes=2, max_episode_steps=20)
 
 
 def _label(rollouts, d, teacher, tasks=TASKS, cache="cache"):

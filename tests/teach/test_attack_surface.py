@@ -5,7 +5,7 @@ disk can do to the pipeline.
   headless Chromium, with every row opened), and the Label Studio export must carry it as data.
 - A saved actor is a shared file: collect acts with an agent directory (safetensors), and loads a
   torch.export file only when trusted (its loader can run code without a pickle; the sympify
-  payload is in tests/test_collect.py); even then nothing is unpickled.
+  payload is in tests/teach/test_collect.py); even then nothing is unpickled.
 - Every call site that could unpickle is listed here with the reason it is safe; a new one fails.
   Resume states and sweep states are read without unpickling (none is listed).
 - An API key reaches no output, cache, telemetry, card, export or log.
@@ -44,27 +44,18 @@ from pipeline.teach.labels.status import ParseStatus
 from pipeline.teach.masks import make_mask_backend
 from pipeline.teach.masks.compute import compute_masks
 from pipeline.teach.rollouts.behaviours import UnsafeActorError, load_actor_program
-from pipeline.teach.rollouts.collect import collect
 from pipeline.teach.teachers import make_teacher
 from pipeline.teach.teachers.base import Reply
 from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.browser import dump_dom
-from tests.conftest import REPO, collect_cfg, env_cfg, label_cfg
+from tests.conftest import REPO, label_cfg
 
 TASKS = {"action": 2, "milestone": 2, "objects": 2, "judge": 2}
 
 
 @pytest.fixture(scope="module")
-def rollouts(tmp_path_factory):
-    out = tmp_path_factory.mktemp("rollouts") / "MountainCarContinuous-v0"
-    collect(
-        "MountainCarContinuous-v0",
-        env_cfg(max_episode_steps=24),
-        collect_cfg(episodes=2),
-        out,
-        progress=False,
-    )
-    return out
+def rollouts(collected):
+    return collected("MountainCarContinuous-v0", episodes=2, max_episode_steps=24)
 
 
 # ---- saved actors: nothing is unpickled ------------------------------------------------------
@@ -166,7 +157,7 @@ def test_a_plain_actor_still_loads(actor):
 
 # (file, enclosing function, call) -> why it never unpickles what someone else wrote. Resume
 # states are not here: they hold no pickle (safetensors + JSON, PPO's envs as plain values;
-# tests/test_resume_state.py), so a garbled or planted one is a warning, never code run.
+# tests/learn/test_resume_state.py), so a garbled or planted one is a warning, never code run.
 SAFE_UNPICKLING = {
     ("pipeline/core/distributed.py", "__call__", "pickle.loads"): (
         "items this process sent to its own Ray actors, in Ray's object store: never a file"
@@ -176,7 +167,7 @@ SAFE_UNPICKLING = {
     ),
     ("pipeline/teach/rollouts/behaviours.py", "load_actor_program", "torch.export.load"): (
         "reached only for a file the user trusts (collect.<env>.trust_checkpoint_code: its sizes "
-        "are sympified, which can run code; tests/test_collect.py); refuses pickled payloads "
+        "are sympified, which can run code; tests/teach/test_collect.py); refuses pickled payloads "
         "first, then loads with torch.load forced to weights_only"
     ),
 }

@@ -32,11 +32,8 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def rollouts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ray-rollouts")
-    collect("MountainCar-v0", env_cfg(max_episode_steps=40), collect_cfg(episodes=2), root,
-            progress=False)  # fmt: skip
-    return root
+def rollouts(collected):
+    return collected("MountainCar-v0", episodes=2, max_episode_steps=40)
 
 
 class CountingTeacher(ScriptedTeacher):
@@ -141,7 +138,7 @@ def test_a_killed_driver_loses_only_unfinished_batches(cluster, rollouts, tmp_pa
     script.write_text(KILLED_DRIVER % (TASKS,))
     cache, table = tmp_path / "cache", tmp_path / "t.parquet"
     address = ray.get_runtime_context().gcs_address
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     log = tmp_path / "driver.log"
     with log.open("w") as out:  # a file, not a pipe: a full pipe would stall the driver
         driver = subprocess.Popen(
@@ -230,7 +227,7 @@ def test_an_actor_knows_the_envs_the_driver_brought(cluster):
     from pipeline.core.config import RayExecutorConfig, parse_params
     from pipeline.core.distributed import map_on_ray
     from tests.conftest import tiny_params_dict
-    from tests.test_own_env import POINT, _with
+    from tests.core.test_own_env import POINT, _with
 
     parse_params(_with(tiny_params_dict(), "point-on-ray", POINT))
     batches = map_on_ray(["point-on-ray"], SchemaReader, "names", RayExecutorConfig(**RAY))

@@ -13,16 +13,8 @@ TASKS = {"action": 2, "milestone": 2, "objects": 4, "judge": 2}
 
 
 @pytest.fixture(scope="module")
-def rollouts(tmp_path_factory):
-    out = tmp_path_factory.mktemp("rollouts") / "MountainCarContinuous-v0"
-    collect(
-        "MountainCarContinuous-v0",
-        env_cfg(max_episode_steps=30),
-        collect_cfg(episodes=2),
-        out,
-        progress=False,
-    )
-    return out
+def rollouts(collected):
+    return collected("MountainCarContinuous-v0", episodes=2, max_episode_steps=30)
 
 
 def _labels(rollouts, tmp_path, teacher):

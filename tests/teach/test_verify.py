@@ -13,10 +13,8 @@ from tests.conftest import collect_cfg, env_cfg
 
 
 @pytest.fixture(scope="module")
-def good_rollouts(tmp_path_factory):
-    out = tmp_path_factory.mktemp("rollouts") / "mc"
-    collect("MountainCar-v0", env_cfg(), collect_cfg(episodes=3), out, progress=False)
-    return out
+def good_rollouts(collected):
+    return collected("MountainCar-v0", episodes=3)
 
 
 @pytest.fixture
@@ -169,10 +167,9 @@ def test_every_stage_that_reads_rollouts_checks_them_against_the_manifest(tmp_pa
     from pipeline.teach.labelling.label import label_rollouts
     from pipeline.teach.masks import make_mask_backend
     from pipeline.teach.masks.compute import compute_masks
-    from pipeline.teach.rollouts.collect import collect
     from pipeline.teach.rollouts.reader import RolloutIntegrityError, iter_rollouts
     from pipeline.teach.teachers.scripted import ScriptedTeacher
-    from tests.conftest import collect_cfg, env_cfg, label_cfg
+    from tests.conftest import label_cfg
 
     good = tmp_path / "good"
     collect("MountainCar-v0", env_cfg(max_episode_steps=10), collect_cfg(episodes=2), good,

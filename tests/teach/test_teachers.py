@@ -4,10 +4,9 @@ import pytest
 from pipeline.core.config import EnvConfig
 from pipeline.core.envs import CONTEXT, KNOWN_ENVS, PIXELS, make_env
 from pipeline.teach.labelling.label import label_rollouts
-from pipeline.teach.rollouts.collect import collect
 from pipeline.teach.rollouts.writer import encode_png
 from pipeline.teach.teachers.scripted import ScriptedTeacher, reference_answer
-from tests.conftest import collect_cfg, env_cfg, label_cfg
+from tests.conftest import label_cfg
 
 ALL_TASKS = {"action": 3, "milestone": 3, "objects": 3, "judge": 3}
 
@@ -16,24 +15,15 @@ RUNS_HERE = [e for e, info in KNOWN_ENVS.items() if info.family != "carla"]  # n
 
 
 @pytest.fixture(scope="module")
-def short_rollouts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("short")
-    for env_id in RUNS_HERE:
-        collect(
-            env_id,
-            env_cfg(image_size=48, max_episode_steps=9),
-            collect_cfg(episodes=1),
-            root / env_id,
-            progress=False,
-        )
-    return root
+def short_rollouts(collected):
+    return {e: collected(e, episodes=1, image_size=48, max_episode_steps=9) for e in RUNS_HERE}
 
 
 @pytest.mark.parametrize("env_id", RUNS_HERE)
 def test_reliable_scripted_teacher_answers_every_task_in_format(env_id, short_rollouts, tmp_path):
     cfg = label_cfg(tasks=ALL_TASKS)
     summary = label_rollouts(
-        short_rollouts / env_id,
+        short_rollouts[env_id],
         cfg,
         ScriptedTeacher(1.0, 0),
         tmp_path / "c",
@@ -51,7 +41,7 @@ def test_reliable_scripted_teacher_answers_every_task_in_format(env_id, short_ro
 def test_unreliable_scripted_teacher_injects_classified_failures(env_id, short_rollouts, tmp_path):
     cfg = label_cfg(tasks={"action": 1, "milestone": 1, "objects": 1, "judge": 1})
     summary = label_rollouts(
-        short_rollouts / env_id,
+        short_rollouts[env_id],
         cfg,
         ScriptedTeacher(0.0, 0),
         tmp_path / "c",
@@ -83,8 +73,8 @@ def test_scripted_answers_are_a_pure_function_of_frame_and_prompt(short_rollouts
     from pipeline.teach.labels.tasks import render_prompt
     from pipeline.teach.rollouts.reader import iter_rollouts, load_manifest
 
-    space = load_manifest(short_rollouts / "CarRacing-v3")["action_space"]
-    sample = next(iter_rollouts(short_rollouts / "CarRacing-v3"))
+    space = load_manifest(short_rollouts["CarRacing-v3"])["action_space"]
+    sample = next(iter_rollouts(short_rollouts["CarRacing-v3"]))
     prompt = render_prompt(
         "action", "CarRacing-v3", space, sample.frame_png, sample.record["context"]
     )

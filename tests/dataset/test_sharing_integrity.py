@@ -1,7 +1,7 @@
 """Sharing that cannot be tampered with (issue 47, item 3): what a collaborator pulls is checked
 against hashes they trust (DVC's records in git, not a file beside the data), a dataset card
 cannot point `load_dataset` at files the dataset does not record, and training shards are checked
-before use. (Two cache segments answering one key differently: tests/test_segments.py.)"""
+before use. (Two cache segments answering one key differently: tests/core/test_segments.py.)"""
 
 import io
 import json
@@ -27,34 +27,9 @@ GUIDE = REPO / "docs" / "guide.md"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """A tiny dataset, built as the dataset stage builds it (the fixture of test_dataset)."""
-    from pipeline.core.config import MasksConfig
-    from pipeline.dataset.build import build_dataset
-    from pipeline.teach.labelling.label import label_rollouts
-    from pipeline.teach.masks import make_mask_backend
-    from pipeline.teach.masks.compute import compute_masks
-    from pipeline.teach.rollouts.collect import collect
-    from pipeline.teach.teachers.scripted import ScriptedTeacher
-    from tests.conftest import collect_cfg, env_cfg, label_cfg
-
-    root = tmp_path_factory.mktemp("sharing")
-    env = env_cfg(max_episode_steps=15)
-    collect("MountainCarContinuous-v0", env, collect_cfg(episodes=3), root / "r", progress=False)
-    label_rollouts(
-        root / "r", label_cfg(), ScriptedTeacher(0.8, 0), root / "lc", root / "labels.parquet",
-        progress=False,
-    )  # fmt: skip
-    backend = make_mask_backend(MasksConfig(backend="scripted", batch_size=8))
-    compute_masks(
-        root / "r", root / "labels.parquet", backend, root / "mc", root / "masks.parquet",
-        batch_size=8, progress=False,
-    )  # fmt: skip
-    build_dataset(
-        root / "r", root / "labels.parquet", root / "masks.parquet", root / "out",
-        shard_max_samples=20,
-    )  # fmt: skip
-    return root / "out"
+def built(stage_one_dataset):
+    """The wing's tiny dataset, built as the dataset stage builds it (read only)."""
+    return stage_one_dataset / "ds"
 
 
 @pytest.fixture

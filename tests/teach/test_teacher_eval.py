@@ -18,7 +18,7 @@ from pipeline.teach.labels.cache import LabelCache
 from pipeline.teach.teacher_eval import evaluate_teacher, play_teacher
 from pipeline.teach.teachers import make_teacher
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPTED = TeacherConfig(backend="scripted", reliability=1.0, seed=0)
 
 # Margin of the teacher's mean return over random's on the same 3 episode seeds (measured means

@@ -20,11 +20,10 @@ from pipeline.core.config import TeacherConfig
 from pipeline.teach.labelling.label import label_rollouts
 from pipeline.teach.labels.status import ParseStatus
 from pipeline.teach.labels.tasks import render_prompt
-from pipeline.teach.rollouts.collect import collect
 from pipeline.teach.rollouts.reader import iter_rollouts, load_manifest
 from pipeline.teach.teachers import make_teacher
 from pipeline.teach.teachers.base import TeacherUnavailableError
-from tests.conftest import collect_cfg, env_cfg, label_cfg, send_json
+from tests.conftest import label_cfg, send_json
 from tests.factories import build_tiny_qwen2_vl
 
 
@@ -49,16 +48,8 @@ def _teacher(base_url, model="tiny", **overrides):
 
 
 @pytest.fixture(scope="module")
-def rollouts(tmp_path_factory):
-    out = tmp_path_factory.mktemp("rollouts") / "MountainCar-v0"
-    collect(
-        "MountainCar-v0",
-        env_cfg(image_size=56, max_episode_steps=10),
-        collect_cfg(episodes=1),
-        out,
-        progress=False,
-    )
-    return out
+def rollouts(collected):
+    return collected("MountainCar-v0", episodes=1, image_size=56, max_episode_steps=10)
 
 
 @pytest.fixture(scope="module")

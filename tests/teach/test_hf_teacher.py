@@ -8,9 +8,8 @@ from pipeline.core.config import TeacherConfig
 from pipeline.teach.labelling.label import label_rollouts
 from pipeline.teach.labels.cache import open_telemetry
 from pipeline.teach.labels.status import ParseStatus
-from pipeline.teach.rollouts.collect import collect
 from pipeline.teach.teachers import make_teacher
-from tests.conftest import collect_cfg, env_cfg, label_cfg
+from tests.conftest import label_cfg
 from tests.factories import build_tiny_qwen2_vl
 
 
@@ -20,16 +19,8 @@ def tiny_vlm(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def rollouts(tmp_path_factory):
-    out = tmp_path_factory.mktemp("rollouts") / "CarRacing-v3"
-    collect(
-        "CarRacing-v3",
-        env_cfg(image_size=56, max_episode_steps=12),
-        collect_cfg(episodes=1),
-        out,
-        progress=False,
-    )
-    return out
+def rollouts(collected):
+    return collected("CarRacing-v3", episodes=1, image_size=56, max_episode_steps=12)
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 
 from pipeline.core.errors import PipelineError
-from tests.test_dataset import dataset  # noqa: F401  (the module-scoped pipeline outputs)
+from tests.dataset.test_dataset import dataset  # noqa: F401  (the module-scoped pipeline outputs)
 
 FIXES = ("dvc repro", "dvc checkout", "--replace", "retrain", "rerun", "fix or delete", "mv ")
 

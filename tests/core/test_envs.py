@@ -16,7 +16,7 @@ CONTEXT_KEYS = {
     "ball_in_cup-catch": {"qpos", "qvel", "position", "velocity"},
     "reacher-easy": {"qpos", "qvel", "position", "to_target", "velocity"},
     "highway-hw": {"speed", "yaw", "lane", "lane_offset", "gap_ahead", "crashed"},
-    # need a CARLA server (tests/test_driving.py covers what needs none)
+    # need a CARLA server (tests/core/test_driving.py covers what needs none)
     "carla-hw": {"speed", "yaw"},
     "carla-jw": {"speed", "yaw"},
 }

@@ -38,10 +38,8 @@ class CountingTeacher:
 
 
 @pytest.fixture(scope="module")
-def rollouts(tmp_path_factory):
-    out = tmp_path_factory.mktemp("rollouts") / MC
-    collect(MC, env_cfg(), collect_cfg(episodes=3), out, progress=False)
-    return out
+def rollouts(collected):
+    return collected(MC, episodes=3)
 
 
 def _label(rollouts, tmp_path, teacher, cfg=None, name="labels.parquet"):

@@ -1,7 +1,7 @@
 """docs/params.md, the params.yaml reference, is generated from the config classes' field
 descriptions (pipeline/core/config and each method's params class) and kept current by this test.
 
-    python -m tests.test_params_reference   # rewrite docs/params.md after changing a field
+    python -m tests.core.test_params_reference   # rewrite docs/params.md after changing a field
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ HEADER = """# params.yaml reference
 
 Every key params.yaml may set, with its type, default and meaning, generated from the config
 classes (`pipeline/core/config/` for the stage sections, each method's params class for the method
-sections) by `python -m tests.test_params_reference`; `tests/test_params_reference.py` fails when
+sections) by `python -m tests.core.test_params_reference`; `tests/core/test_params_reference.py` fails when
 this page and the code disagree. `check_params` refuses a key not listed here, naming the nearest
 one. A method section's keys may also be set for one run under `train.<run>.overrides`.
 """
@@ -111,7 +111,7 @@ def render() -> str:
 
 def test_the_params_reference_is_current():
     assert PAGE.exists() and PAGE.read_text() == render(), (
-        "docs/params.md is out of date: run `python -m tests.test_params_reference`"
+        "docs/params.md is out of date: run `python -m tests.core.test_params_reference`"
     )
 
 

@@ -8,7 +8,7 @@ from pipeline.teach.rollouts.collect import collect
 from pipeline.teach.rollouts.reader import iter_rollouts
 from pipeline.teach.teachers.scripted import ScriptedTeacher
 from tests.conftest import collect_cfg, env_cfg, label_cfg
-from tests.test_label import CountingTeacher
+from tests.teach.test_label import CountingTeacher
 
 MC = "MountainCar-v0"
 
