@@ -136,6 +136,21 @@ def build_stage_one(
     return root / "ds"
 
 
+@pytest.fixture(scope="session")
+def stage_one_dataset(tmp_path_factory) -> Path:
+    """Stage one as its stages chain (`build_stage_one`): three 15-step MountainCarContinuous
+    episodes, the scripted teacher, scripted masks, 20-sample shards. Returns the root holding
+    `rollouts/`, `labels.parquet`, `masks.parquet` and the dataset `ds/`. Read-only by contract:
+    a test that edits the dataset copies it first (tests/dataset/test_sharing_integrity.py,
+    tests/core/test_file_errors.py)."""
+    root = tmp_path_factory.mktemp("stage_one")
+    build_stage_one(
+        root, "MountainCarContinuous-v0", env_cfg(max_episode_steps=15), collect_cfg(episodes=3),
+        shard_max_samples=20,
+    )  # fmt: skip
+    return root
+
+
 def write_params(path: Path, params: dict) -> Path:
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path

@@ -15,7 +15,6 @@ import polars as pl
 import pytest
 
 from pipeline.core.errors import PipelineError
-from tests.dataset.test_dataset import dataset  # noqa: F401  (the module-scoped pipeline outputs)
 
 FIXES = ("dvc repro", "dvc checkout", "--replace", "retrain", "rerun", "fix or delete", "mv ")
 
@@ -127,19 +126,19 @@ KINDS: dict[
     ],
 ] = {
     "rollout manifest": (
-        lambda r: r / "r" / "manifest.json",
+        lambda r: r / "rollouts" / "manifest.json",
         _read_manifest,
         lambda f: f.parent,
         (_missing, _garbage, _cut, _old_version),
     ),
     "rollout shard": (
-        lambda r: r / "r" / "shard-000000.tar",
+        lambda r: r / "rollouts" / "shard-000000.tar",
         _read_rollouts,
         lambda f: f.parent,
         (_missing, _garbage, _cut),
     ),
     "label cache segment": (
-        lambda r: next((r / "lc").glob("segment-*.parquet")),
+        lambda r: next((r / "label_cache").glob("segment-*.parquet")),
         _read_label_cache,
         lambda f: f.parent,
         (_garbage, _cut),
@@ -157,13 +156,13 @@ KINDS: dict[
         (_missing, _garbage, _cut, _old_table),
     ),
     "dataset info.json": (
-        lambda r: r / "out" / "meta" / "info.json",
+        lambda r: r / "ds" / "meta" / "info.json",
         _read_info,
         lambda f: f.parent.parent,
         (_missing, _garbage, _cut, _old_version),
     ),
     "dataset parquet": (
-        lambda r: next((r / "out").rglob("*.parquet")),
+        lambda r: next((r / "ds").rglob("*.parquet")),
         _read_dataset_parquet,
         lambda f: next(p for p in f.parents if (p / "meta").is_dir()),
         (_garbage, _cut),
@@ -188,9 +187,9 @@ CASES = [(kind, damage) for kind, (_, _, _, damages) in KINDS.items() for damage
 @pytest.mark.parametrize(
     ("kind", "damage"), CASES, ids=[f"{k}-{d.__name__.strip('_')}" for k, d in CASES]
 )
-def test_a_damaged_file_is_named_with_the_fix(dataset, tmp_path, kind, damage):  # noqa: F811
+def test_a_damaged_file_is_named_with_the_fix(stage_one_dataset, tmp_path, kind, damage):
     root = tmp_path / "copy"
-    shutil.copytree(dataset[0], root)
+    shutil.copytree(stage_one_dataset, root)
     locate, read, target, _ = KINDS[kind]
     path = locate(root)
     damage(path)
