@@ -15,6 +15,8 @@ from typing import ClassVar
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.core.config import TeacherConfig
 from pipeline.teach.labelling.label import label_rollouts
@@ -110,6 +112,7 @@ class _Scripted(BaseHTTPRequestHandler):
 
     script: ClassVar[list] = []
     seen: ClassVar[list] = []
+    dripped: ClassVar[list] = []  # offsets of the bytes a dripping answer sent
     # GET /v1/models: (status, body); "hang": no answer until the test ends; None: no such
     # endpoint (404)
     models: ClassVar[tuple | str | None] = None
@@ -134,6 +137,12 @@ class _Scripted(BaseHTTPRequestHandler):
             type(self).script.pop(0) if type(self).script else (0, 200, "steer: 0")
         )
         time.sleep(delay)
+        if status == "drip":  # body: where the drip starts ("headers" or "body")
+            self._drip(body)
+            return
+        if status == "raw":  # body: the JSON value sent as the whole completion
+            send_json(self, body)
+            return
         if status != 200:
             self.send_response(status)
             self.end_headers()
@@ -148,13 +157,34 @@ class _Scripted(BaseHTTPRequestHandler):
         }  # fmt: skip
         send_json(self, payload)
 
+    def _drip(self, where):
+        """The completion a byte every 50 ms from `where` on ("headers": from the status line;
+        "body": after the headers), about 100 bytes (5 s): every read gets its byte well within
+        any read timeout, so only a deadline for the whole request cuts it short."""
+        payload = json.dumps({"model": "tiny", "choices": [{"index": 0, "finish_reason": "stop",
+                              "message": {"content": "milestone: BOTTOM"}}]}).encode()  # fmt: skip
+        head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(payload)}\r\n\r\n").encode()  # fmt: skip
+        whole, start = head + payload, len(head) if where == "body" else 0
+        try:
+            self.wfile.write(whole[:start])
+            self.wfile.flush()
+            for i in range(start, len(whole)):
+                self.wfile.write(whole[i : i + 1])
+                self.wfile.flush()
+                type(self).dripped.append(i)
+                time.sleep(0.05)
+        except OSError:  # the client hung up: what the deadline is for
+            pass
+        self.close_connection = True
+
     def log_message(self, *args):
         pass
 
 
 @pytest.fixture
 def scripted_server():
-    _Scripted.script, _Scripted.seen, _Scripted.models = [], [], None
+    _Scripted.script, _Scripted.seen, _Scripted.models, _Scripted.dripped = [], [], None, []
     _Scripted.release = threading.Event()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -365,3 +395,130 @@ def test_the_calls_cost_is_counted_in_tokens_and_seconds(scripted_server, rollou
     )
     row = open_telemetry(tmp_path / "telemetry").get("k-old")
     assert row["latency_s"] == 0.5 and row["prompt_tokens"] is None
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_a_server_that_drips_its_answer_is_cut_off_at_the_deadline(scripted_server, prompt, where):
+    """A byte every 50 ms never trips a 1 s read timeout; the request's deadline (timeout_s for
+    the whole request) ends each attempt before the answer is complete."""
+    url, handler = scripted_server
+    handler.script = [(0, "drip", where)] * 2
+    (reply,) = _teacher(url, timeout_s=1.0, max_retries=1).answer([prompt])
+    assert reply.error == ParseStatus.TIMEOUT and reply.attempts == 2, reply
+    assert "timeout_s=1.0" in reply.error_detail
+
+
+def test_a_huge_answer_is_read_no_further_than_the_cap_and_stored_clipped(
+    scripted_server, rollouts, tmp_path
+):
+    """A 10 MB answer: the body is read to BODY_CAP and no further, the table and the cache keep
+    its first characters and its size, and the row says too_long."""
+    from pipeline.teach.labels.parsers import CLIP_KEEP_CHARS
+    from pipeline.teach.teachers.openai_api import BODY_CAP
+
+    url, handler = scripted_server
+    handler.script = [(0, 200, "a" * 10_000_000)] * 100
+    teacher = _teacher(url, max_retries=0)
+    (reply,) = teacher.answer([render_prompt("milestone", "MountainCar-v0",
+                                             load_manifest(rollouts)["action_space"],
+                                             next(iter_rollouts(rollouts)).frame_png, {})])  # fmt: skip
+    assert reply.error is None and len(reply.text) < CLIP_KEEP_CHARS + 64
+    assert reply.text.endswith(f"[clipped: {BODY_CAP + 1:,} bytes or more]")
+    _label(rollouts, tmp_path, teacher)
+    table = pl.read_parquet(tmp_path / "t.parquet").filter(pl.col("queried"))
+    assert set(table["parse_status"]) == {"too_long"}
+    assert table["raw_text"].str.len_chars().max() < CLIP_KEEP_CHARS + 64
+    assert "bytes or more, over 32,768 characters" in table["parse_detail"][0]
+
+
+MALFORMED = {
+    "empty choices": {"choices": []},
+    "null choices": {"choices": None},
+    "no choices": {"id": "x"},
+    "a number as content": {"choices": [{"message": {"content": 5}, "finish_reason": "stop"}]},
+    "a list as content": {"choices": [{"message": {"content": ["a"]}}]},
+    "a string as choice": {"choices": ["steer: 0"]},
+    "no message": {"choices": [{"finish_reason": "stop"}]},
+    "a list as body": [1, 2],
+    "a string as body": "steer: 0",
+}
+
+
+@pytest.mark.parametrize("body", list(MALFORMED.values()), ids=list(MALFORMED))
+def test_a_completion_without_a_text_answer_gets_a_named_status(scripted_server, prompt, body):
+    url, handler = scripted_server
+    handler.script = [(0, "raw", body)]
+    (reply,) = _teacher(url, max_retries=0).answer([prompt])
+    assert reply.error == ParseStatus.MALFORMED_COMPLETION and reply.text is None, reply
+    assert reply.error_detail
+
+
+def test_a_completion_from_another_model_stops_the_stage_naming_the_setting(
+    scripted_server, prompt
+):
+    """A proxy that routes `tiny` to another model: its answers are not cached as tiny's. An id
+    listed in served_models (a dated snapshot of the same weights) is accepted."""
+    url, handler = scripted_server
+    body = {"model": "other", "choices": [{"message": {"content": "milestone: GOAL"}}]}
+    handler.script = [(0, "raw", body)]
+    with pytest.raises(
+        TeacherUnavailableError,
+        match=r"'other', not 'tiny' \(<teacher>\.openai\.model\).*served_models",
+    ):
+        _teacher(url, max_retries=0).answer([prompt])
+    handler.script = [(0, "raw", body)]
+    (reply,) = _teacher(url, max_retries=0, served_models=["other"]).answer([prompt])
+    assert reply.text == "milestone: GOAL" and reply.error is None
+
+
+# ---- any response shape (hypothesis) ----------------------------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+_CHOICE = st.fixed_dictionaries(
+    {},
+    optional={
+        "message": st.fixed_dictionaries({}, optional={"content": _JSON, "role": _JSON}) | _JSON,
+        "finish_reason": _JSON,
+    },
+)
+_COMPLETION = st.fixed_dictionaries(
+    {},
+    optional={
+        "choices": st.lists(_CHOICE | _JSON, max_size=2) | _JSON,
+        "model": st.just("tiny") | _JSON,
+        "usage": st.fixed_dictionaries(
+            {}, optional={"prompt_tokens": _JSON, "completion_tokens": _JSON}
+        )
+        | _JSON,
+        "system_fingerprint": _JSON,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=_COMPLETION | _JSON | st.binary(max_size=40))
+def test_any_response_body_becomes_an_answer_or_a_named_status(body):
+    """Whatever a server sends with HTTP 200: a reply with text (an answer for the parsers), or
+    a transport-failure status with a detail; or, for a completion naming another model, the
+    error that stops the stage. Never an IndexError, TypeError or AttributeError."""
+    from pipeline.teach.labels.status import TRANSPORT_FAILURES
+    from pipeline.teach.teachers.openai_api import OpenAITeacher
+
+    teacher = OpenAITeacher("http://127.0.0.1:9/v1", "tiny", "r1", None, 1.0, 0, 0.0, 1, 8, False)
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    try:
+        reply = teacher._reply(raw, len(raw), 0.0, 1)
+    except TeacherUnavailableError as exc:
+        assert "served_models" in str(exc)
+        return
+    if reply.error is None:
+        assert isinstance(reply.text, str)
+        assert reply.prompt_tokens is None or reply.prompt_tokens >= 0
+    else:
+        assert reply.error in TRANSPORT_FAILURES and reply.text is None and reply.error_detail

@@ -40,7 +40,12 @@ class OpenAITeacherConfig(Section):
     api_key_env: str | None = Field(
         default=None, description="Environment variable holding the API key; null: no key."
     )
-    timeout_s: float = Field(default=60.0, gt=0, description="Per-request timeout in seconds.")
+    timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Deadline of one request in seconds: connecting, sending and every byte of "
+        "the answer together (a server that drips its answer a byte at a time is cut off).",
+    )
     max_retries: int = Field(default=3, ge=0, le=10, description="Retries after the first attempt.")
     backoff_s: float = Field(
         default=1.0, ge=0, description="First retry delay; doubles each retry."
@@ -50,6 +55,12 @@ class OpenAITeacherConfig(Section):
     json_schema: bool = Field(
         default=False,
         description="Send a JSON-schema response_format (structured output; vLLM supports it).",
+    )
+    served_models: list[str] = Field(
+        default_factory=list,
+        description="Model ids a completion may name besides `model` (a dated snapshot the "
+        "server reports for an alias, e.g. gpt-4o-2024-08-06 for gpt-4o). A completion naming "
+        "any other model stops the stage: its answers would be cached under this teacher's id.",
     )
     max_consecutive_failures: int = Field(
         default=16,

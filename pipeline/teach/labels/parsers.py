@@ -45,6 +45,10 @@ PARSER_VERSION = "5"
 # The longest answer read: max_tokens is at most 4,096, so an honest answer is far shorter; a
 # longer one is an attack or a runaway server and is stored raw, its status `too_long`.
 MAX_ANSWER_CHARS = 32_768
+# What is stored of an answer over the cap (`clip_answer`): its first characters and its size,
+# never the whole (44 answers of 10 MB once held 8.3 GB). The marker is read back as too_long.
+CLIP_KEEP_CHARS = 1_024
+_CLIPPED = re.compile(r"\n\[clipped: (?P<size>[0-9,]+ (?:characters|bytes|bytes or more))\]\Z")
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _NON_FINITE = r"[-+]?(?:nan|inf(?:inity)?)"
@@ -192,12 +196,20 @@ def _without_turn_tokens(text: str) -> str:
     return next((piece for piece in _TURN_TOKEN.split(text) if piece.strip()), "")
 
 
+def clip_answer(text: str, size: str | None = None) -> str:
+    """An answer over `MAX_ANSWER_CHARS` as it is stored: its first `CLIP_KEEP_CHARS` characters
+    and its size (`size`, e.g. "300,000 bytes or more", where the whole was never read)."""
+    return f"{text[:CLIP_KEEP_CHARS]}\n[clipped: {size or f'{len(text):,} characters'}]"
+
+
 def _answer_text(text: str) -> tuple[str | None, ParseResult | None]:
     """The answer a parser reads (reasoning, turn tokens and typographic signs dealt with), or
     the result for an answer with nothing to read."""
-    if len(text) > MAX_ANSWER_CHARS:
+    clipped = _CLIPPED.search(text) if len(text) <= CLIP_KEEP_CHARS + 64 else None
+    if len(text) > MAX_ANSWER_CHARS or clipped:
+        size = clipped["size"] if clipped else f"{len(text):,} characters"
         return None, ParseResult(
-            ParseStatus.TOO_LONG, detail=f"{len(text):,} characters, over {MAX_ANSWER_CHARS:,}"
+            ParseStatus.TOO_LONG, detail=f"{size}, over {MAX_ANSWER_CHARS:,} characters"
         )
     answer, reasoned = _outside_reasoning(text)
     answer = _without_turn_tokens(answer)

@@ -32,6 +32,8 @@ class ParseStatus(StrEnum):
     TRUNCATED = "truncated"  # generation stopped at the token limit before a parseable answer
     HTTP_ERROR = "http_error"  # the server answered with an error
     TIMEOUT = "timeout"  # no answer within the timeout, after all retries
+    # the server answered 200 with no text answer in it: no choices, a content that is not text
+    MALFORMED_COMPLETION = "malformed_completion"
 
     @property
     def has_value(self) -> bool:
@@ -43,4 +45,6 @@ class ParseStatus(StrEnum):
 LABELLED_STATUSES = [str(s) for s in ParseStatus if s.has_value]
 
 # Statuses that mean the teacher never answered: not cached, so a rerun asks again.
-TRANSPORT_FAILURES = frozenset({ParseStatus.HTTP_ERROR, ParseStatus.TIMEOUT})
+TRANSPORT_FAILURES = frozenset(
+    {ParseStatus.HTTP_ERROR, ParseStatus.TIMEOUT, ParseStatus.MALFORMED_COMPLETION}
+)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pipeline.core.errors import PipelineError
+from pipeline.teach.labels.parsers import MAX_ANSWER_CHARS, clip_answer
 from pipeline.teach.labels.status import ParseStatus
 from pipeline.teach.labels.tasks import Prompt
 
@@ -46,7 +47,11 @@ class Reply:
     def __post_init__(self) -> None:
         # a teacher's text is untrusted: whatever a back end decoded, what is stored is UTF-8
         if self.text is not None:
-            object.__setattr__(self, "text", valid_unicode(self.text))
+            text = valid_unicode(self.text)
+            # what is kept of an answer over the cap: its start and its size (parsers.py)
+            object.__setattr__(
+                self, "text", clip_answer(text) if len(text) > MAX_ANSWER_CHARS else text
+            )
         object.__setattr__(self, "error_detail", valid_unicode(self.error_detail))
 
 

@@ -1,9 +1,16 @@
 """Any OpenAI-compatible chat-completions server as teacher (vLLM, `transformers serve`, ...).
 
-Frames go as base64 PNG data URLs; requests run concurrently up to `concurrency`, each with an
-explicit timeout and bounded retries with exponential backoff on timeouts, connection errors, 429
-and 5xx. A request that never gets an answer becomes a reply with status `timeout` or
-`http_error` (recorded, not cached). `finish_reason == "length"` is reported as truncation.
+Frames go as base64 PNG data URLs; requests run concurrently up to `concurrency`, each within a
+deadline (`timeout_s` for connecting, sending and every byte of the answer: deadline.py) and with
+bounded retries with exponential backoff on timeouts, connection errors, 429 and 5xx. A request
+that never gets an answer becomes a reply with status `timeout` or `http_error` (recorded, not
+cached). `finish_reason == "length"` is reported as truncation.
+
+A body is read up to `BODY_CAP` bytes and no further: a longer one is an answer too long to read
+(`too_long`, its first bytes and size kept). A 200 whose JSON holds no text answer (no choices, a
+content that is a number or a list) is `malformed_completion`, a transport failure like the two
+above. A completion that names another model than `model` (or one of `served_models`) stops the
+stage: its answers would be cached under this teacher's id.
 With `json_schema`, a JSON-schema `response_format` asks the server for structured output (vLLM
 supports it); the parsers read JSON objects and the `key: value` text format alike.
 
@@ -21,6 +28,7 @@ that is not a JSON completion (an HTML error page, invalid UTF-8) is an `http_er
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import threading
@@ -30,10 +38,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+import httpx2
+
+from pipeline.teach.labels.parsers import CLIP_KEEP_CHARS, MAX_ANSWER_CHARS, clip_answer
 from pipeline.teach.labels.schema import label_schema
 from pipeline.teach.labels.status import TRANSPORT_FAILURES, ParseStatus
 from pipeline.teach.labels.tasks import Prompt
 from pipeline.teach.teachers.base import Reply, TeacherUnavailableError
+from pipeline.teach.teachers.deadline import deadline, deadline_transport
 
 log = logging.getLogger(__name__)
 # not one INFO line per request, whichever HTTP client the openai package brings (httpx, or its
@@ -42,6 +54,9 @@ for _client in ("httpx", "httpx2"):
     logging.getLogger(_client).setLevel(logging.WARNING)
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+# The most of a completion's body that is read: a longest readable answer JSON-escaped (up to 6
+# bytes a character) plus the envelope. A longer body is refused as too_long, unread past here.
+BODY_CAP = 6 * MAX_ANSWER_CHARS + 65_536
 API_KEY_REDACTED = "<api key>"
 
 
@@ -68,6 +83,28 @@ def response_schema(prompt: Prompt) -> dict[str, Any]:
     }
 
 
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _completion_answer(completion: Any) -> tuple[str, str, str | None]:
+    """(problem, content, finish_reason) of a chat completion: `problem` is "" when its first
+    choice holds a text answer (a null content is the empty answer), else what is wrong."""
+    if not isinstance(completion, dict):
+        return f"a JSON {type(completion).__name__}, not a completion object", "", None
+    choices = completion.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return f"choices is {json.dumps(choices)[:40]}, not a list of choices", "", None
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        return "the first choice has no message object", "", None
+    content, finish = message.get("content"), choice.get("finish_reason")
+    if content is not None and not isinstance(content, str):
+        return f"the message content is a JSON {type(content).__name__}, not text", "", None
+    return "", content or "", finish if isinstance(finish, str) else None
+
+
 class OpenAITeacher:
     def __init__(
         self,
@@ -82,10 +119,11 @@ class OpenAITeacher:
         max_tokens: int,
         json_schema: bool,
         max_consecutive_failures: int = 16,
+        served_models: Sequence[str] = (),
         where: str = "<teacher>.openai",
     ) -> None:
         """`where`: the params.yaml path of these settings, for messages."""
-        from openai import OpenAI
+        from openai import DefaultHttpxClient, OpenAI
 
         api_key = os.environ.get(api_key_env, "") if api_key_env else ""
         if api_key_env and not api_key:
@@ -99,9 +137,12 @@ class OpenAITeacher:
         self._lock = threading.Lock()
         # Retries are ours (counted per row), so the client's own are off.
         self._api_key = api_key
+        # every request within its deadline (deadline.py): httpx alone waits timeout_s per read
         self._client = OpenAI(
-            base_url=base_url, api_key=api_key or "none", timeout=timeout_s, max_retries=0
-        )
+            base_url=base_url, api_key=api_key or "none", timeout=timeout_s, max_retries=0,
+            http_client=DefaultHttpxClient(transport=deadline_transport()),
+        )  # fmt: skip
+        self.served_models = frozenset(served_models)
         self.base_url, self.model = base_url, model
         self.max_retries, self.backoff_s, self.concurrency = max_retries, backoff_s, concurrency
         self.json_schema = json_schema
@@ -149,8 +190,9 @@ class OpenAITeacher:
 
         where, url = self.where, self.base_url
         try:
-            served = [m.id for m in self._client.models.list().data]
-        except openai.APITimeoutError:
+            with deadline(self.timeout_s):
+                served = [m.id for m in self._client.models.list().data]
+        except (openai.APITimeoutError, httpx2.TimeoutException):
             raise TeacherUnavailableError(
                 f"{url} did not answer within {self.timeout_s} s ({where}.timeout_s): is it "
                 "overloaded or hung? A slow model may need a larger timeout_s"
@@ -209,6 +251,20 @@ class OpenAITeacher:
             return replace(reply, error_detail=self._redact(reply.error_detail))
         return replace(reply, text=self._redact(reply.text))
 
+    def _post(self, request: dict[str, Any]) -> tuple[bytes, int]:
+        """POST one completion request within the deadline; the body's first `BODY_CAP` bytes
+        and how many bytes were read (`BODY_CAP + 1` or more: the rest was never read)."""
+        with deadline(self.timeout_s):
+            create = self._client.chat.completions.with_streaming_response.create
+            with create(**request) as response:
+                body, size = bytearray(), 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    body += chunk[: max(0, BODY_CAP - len(body))]
+                    if size > BODY_CAP:
+                        break  # the connection is closed with the response: nothing more read
+        return bytes(body), size
+
     def _ask_once(self, prompt: Prompt) -> Reply:
         import openai
 
@@ -217,35 +273,68 @@ class OpenAITeacher:
         started = time.perf_counter()
         for attempt in range(1, self.max_retries + 2):
             try:
-                response = self._client.chat.completions.create(**request)
-            except openai.APITimeoutError as exc:
-                error, detail = ParseStatus.TIMEOUT, f"no answer within the timeout ({exc})"
-            except openai.APIConnectionError as exc:
+                body, size = self._post(request)
+            except (openai.APITimeoutError, httpx2.TimeoutException) as exc:
+                error = ParseStatus.TIMEOUT
+                detail = f"no answer within timeout_s={self.timeout_s} ({exc})"
+            except (openai.APIConnectionError, httpx2.TransportError) as exc:
                 error, detail = ParseStatus.HTTP_ERROR, f"cannot reach {self.base_url}: {exc}"
             except openai.APIStatusError as exc:
-                error, detail = ParseStatus.HTTP_ERROR, f"HTTP {exc.status_code}: {exc.message}"
+                error = ParseStatus.HTTP_ERROR
+                detail = f"HTTP {exc.status_code}: {str(exc.message)[:500]}"
                 if exc.status_code not in _RETRY_STATUS:
                     return Reply(None, None, error, detail, time.perf_counter() - started, attempt)
-            except ValueError as exc:  # invalid UTF-8, not JSON: the body is no answer to read
-                detail = f"the server's body is not a JSON completion ({type(exc).__name__}: {exc})"
-                return Reply(None, None, ParseStatus.HTTP_ERROR, detail[:500],
-                             time.perf_counter() - started, attempt)  # fmt: skip
             else:
-                choice = response.choices[0]
-                usage = getattr(response, "usage", None)
-                return Reply(
-                    text=choice.message.content or "",
-                    finish_reason=choice.finish_reason,
-                    latency_s=time.perf_counter() - started,
-                    attempts=attempt,
-                    # the server's build (vLLM, OpenAI): recorded with the answer where given
-                    system_fingerprint=getattr(response, "system_fingerprint", None),
-                    prompt_tokens=getattr(usage, "prompt_tokens", None),
-                    completion_tokens=getattr(usage, "completion_tokens", None),
-                )
+                return self._reply(body, size, time.perf_counter() - started, attempt)
             if attempt <= self.max_retries:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
         return Reply(None, None, error, detail, time.perf_counter() - started, self.max_retries + 1)
+
+    def _reply(self, body: bytes, size: int, latency_s: float, attempts: int) -> Reply:
+        """The reply a completion's body makes: its answer text, or a named status for a body
+        that holds none (not JSON: http_error; no choices, a content that is not text:
+        malformed_completion). A body over `BODY_CAP` is an answer too long to read: its first
+        bytes and size are kept (too_long)."""
+        if size > BODY_CAP:
+            head = body[:CLIP_KEEP_CHARS].decode("utf-8", errors="replace")
+            text = clip_answer(head, f"{BODY_CAP + 1:,} bytes or more")
+            return Reply(text, "stop", latency_s=latency_s, attempts=attempts)
+
+        def failed(status: ParseStatus, detail: str) -> Reply:
+            return Reply(None, None, status, detail[:500], latency_s, attempts)
+
+        try:
+            completion = json.loads(body)
+        except ValueError as exc:  # invalid UTF-8, not JSON: the body is no answer to read
+            return failed(
+                ParseStatus.HTTP_ERROR,
+                f"the server's body is not a JSON completion ({type(exc).__name__}: {exc})",
+            )
+        problem, content, finish = _completion_answer(completion)
+        if problem:
+            return failed(ParseStatus.MALFORMED_COMPLETION, f"{problem}: {body[:200]!r}")
+        served = completion.get("model")
+        if served is not None and not isinstance(served, str):
+            return failed(ParseStatus.MALFORMED_COMPLETION, f"the model id is {served!r:.80}")
+        if served is not None and served != self.model and served not in self.served_models:
+            raise TeacherUnavailableError(
+                f"{self.base_url} answered as model {str(served)[:100]!r}, not {self.model!r} "
+                f"({self.where}.model): its answers would be cached as {self.teacher_id}'s. Serve "
+                f"{self.model!r}, or list {str(served)[:100]!r} in {self.where}.served_models if "
+                "the server reports that id for the same weights"
+            )
+        usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
+        fingerprint = completion.get("system_fingerprint")
+        return Reply(
+            text=content,
+            finish_reason=finish,
+            latency_s=latency_s,
+            attempts=attempts,
+            # the server's build (vLLM, OpenAI): recorded with the answer where given
+            system_fingerprint=fingerprint if isinstance(fingerprint, str) else None,
+            prompt_tokens=_count(usage.get("prompt_tokens")),
+            completion_tokens=_count(usage.get("completion_tokens")),
+        )
 
     def answer(self, prompts: Sequence[Prompt]) -> list[Reply]:
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
