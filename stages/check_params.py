@@ -4,12 +4,13 @@ Every stage depends on its output, so DVC runs it first and stops at a bad value
 project's message (one line per problem: the key, the bad value, the allowed values or the fix)
 before it deletes any other stage's outputs or reaches a params key that does not exist. It
 reads each listed env's corrections file (`corrections/<env>.jsonl`, which the label stage
-overlays) for the same reason: a malformed line stops the pipeline here, not after DVC has
-deleted the env's label table. Its output is constant, so a valid change of params reruns only
+overlays) for the same reason, and parses each answer as the label stage will (against the env's
+rollouts, where they exist): a malformed line or an answer that is no valid label stops the
+pipeline here, not after DVC has deleted the env's label table. Its output is constant, so a valid change of params reruns only
 the stages that read it.
 
     python -m stages.check_params --params params.yaml --out data/params_checked.json \\
-        --teachers data/policy_teachers
+        --rollouts data/rollouts --teachers data/policy_teachers
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from pipeline.core.config import load_params
 from pipeline.core.errors import PipelineError, print_error
 from pipeline.core.io import atomic_write_json
 from pipeline.learn.methods.table import check_params, policy_teacher_spec
-from pipeline.teach.labelling.corrections import corrections_path, read_corrections
+from pipeline.teach.labelling.corrections import (
+    check_corrections,
+    corrections_path,
+    read_corrections,
+)
+from pipeline.teach.rollouts.format import MANIFEST_NAME
+from pipeline.teach.rollouts.reader import load_manifest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="marker file to write when params are valid")
     parser.add_argument(
         "--corrections", default="corrections", help="directory of <env>.jsonl corrections"
+    )
+    parser.add_argument(
+        "--rollouts",
+        type=Path,
+        default=Path("data/rollouts"),
+        help="directory of <env> rollouts: where one exists, each correction's answer is parsed "
+        "against its action space, as the label stage will",
     )
     parser.add_argument(
         "--teachers",
@@ -59,8 +73,12 @@ def main(argv: list[str] | None = None) -> int:
             )
     for env_id in params.envs:
         path = corrections_path(env_id, args.corrections)
+        manifest = args.rollouts / env_id / MANIFEST_NAME
         try:
-            read_corrections(path)
+            if manifest.exists():  # the label stage will parse them against these rollouts
+                check_corrections(path, env_id, load_manifest(manifest.parent)["action_space"])
+            else:  # no rollouts yet: no label table for DVC to delete either
+                read_corrections(path)
         except PipelineError as exc:
             print_error(f"{exc}\nNothing was run: fix {path} and rerun.")
             return 2

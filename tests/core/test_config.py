@@ -351,6 +351,39 @@ def test_a_malformed_corrections_file_stops_the_gate(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [("push: sideways", "is not a valid action label for MountainCar-v0: invalid_choice"),
+     ("a" * 5_000_000, "an answer of 5,000,000 characters, over the 32,768")],
+    ids=["invalid-choice", "5-MB-answer"],
+)  # fmt: skip
+def test_a_correction_that_is_no_valid_label_stops_the_gate(tmp_path, capsys, answer, expected):
+    """Parsed as the label stage will parse it (against the env's rollouts), before DVC deletes
+    the label table; the message quotes at most a clip of the answer."""
+    import json
+
+    from pipeline.teach.rollouts.collect import collect
+    from stages import check_params as check_params_stage
+    from tests.conftest import collect_cfg, env_cfg
+
+    collect("MountainCar-v0", env_cfg(max_episode_steps=5), collect_cfg(episodes=1),
+            tmp_path / "rollouts" / "MountainCar-v0", progress=False)  # fmt: skip
+    path = write_params(tmp_path / "params.yaml", tiny_params_dict(("MountainCar-v0",)))
+    corrections = tmp_path / "corrections"
+    corrections.mkdir()
+    line = {"sample_key": "000000/000001", "task": "action", "frame_sha256": "0" * 64,
+            "answer": answer, "reviewer": "ana"}  # fmt: skip
+    (corrections / "MountainCar-v0.jsonl").write_text(json.dumps(line) + "\n")
+    argv = ["--params", str(path), "--out", str(tmp_path / "c.json"), "--corrections",
+            str(corrections), "--rollouts", str(tmp_path / "rollouts")]  # fmt: skip
+    assert check_params_stage.main(argv) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Nothing was run" in err and len(err) < 2_000, err[:2_000]
+    line["answer"] = "push: left"  # the same line with a valid answer passes
+    (corrections / "MountainCar-v0.jsonl").write_text(json.dumps(line) + "\n")
+    assert check_params_stage.main(argv) == 0
+
+
 def test_an_unset_api_key_is_named_by_the_gate(tmp_path, capsys, monkeypatch):
     """A warning, not a refusal: a run the cache answers alone needs no key."""
     from stages import check_params as check_params_stage

@@ -27,10 +27,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_bytes
-from pipeline.teach.labels.tasks import TASKS
+from pipeline.teach.labels.parsers import MAX_ANSWER_CHARS
+from pipeline.teach.labels.tasks import TASKS, parse_answer
 
 CORRECTIONS_DIR = Path("corrections")
 HUMAN_PREFIX = "human:"
@@ -97,11 +99,37 @@ def read_corrections(path: str | Path) -> dict[tuple[str, str], Correction]:
             check_reviewer(obj["reviewer"])
         except CorrectionsError as exc:
             raise CorrectionsError(f"{where}: {exc}") from None
+        if len(obj["answer"]) > MAX_ANSWER_CHARS:
+            raise CorrectionsError(
+                f"{where}: an answer of {len(obj['answer']):,} characters, over the "
+                f"{MAX_ANSWER_CHARS:,} any answer may have; fix or delete the line"
+            )
         key = (obj["sample_key"], obj["task"])
         if key in out:
             raise CorrectionsError(f"{where}: a second correction of {key}; keep one")
         out[key] = Correction(**obj)
     return out
+
+
+def check_corrections(path: str | Path, env_id: str, space: dict[str, Any]) -> int:
+    """Read the file and parse each answer as the label stage will (`space`: the rollouts'
+    action space): a correction that is no valid label is refused here, before DVC deletes
+    the label table to rebuild it. Returns how many corrections the file holds."""
+    corrections = read_corrections(path)
+    for (sample_key, task), c in corrections.items():
+        parsed = parse_answer(task, c.answer, env_id, space)
+        if not parsed.status.has_value:
+            raise CorrectionsError(
+                f"{path}: the correction of {sample_key} ({task}), {clip(c.answer)}, is not a "
+                f"valid {task} label for {env_id}: {parsed.status}, {clip(parsed.detail)}; fix or "
+                "delete its line"
+            )
+    return len(corrections)
+
+
+def clip(text: str, chars: int = 120) -> str:
+    """`text` quoted for a message, at most `chars` of it (a correction may be any size)."""
+    return repr(text) if len(text) <= chars else f"{text[:chars]!r}... ({len(text):,} characters)"
 
 
 def write_corrections(path: str | Path, corrections: Iterable[Correction]) -> None:

@@ -35,7 +35,12 @@ from pipeline.core.config import LabelConfig
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_bytes, check_writable
 from pipeline.core.tables import LABEL_TABLE_SCHEMA
-from pipeline.teach.labelling.corrections import Correction, CorrectionsError, read_corrections
+from pipeline.teach.labelling.corrections import (
+    Correction,
+    CorrectionsError,
+    clip,
+    read_corrections,
+)
 from pipeline.teach.labels.cache import CachedAnswer, LabelCache, cache_key
 from pipeline.teach.labels.parsers import PARSER_VERSION
 from pipeline.teach.labels.status import LABELLED_STATUSES, TRANSPORT_FAILURES, ParseStatus
@@ -180,8 +185,8 @@ def _overlay_corrections(
         parsed = parse_answer(c.task, c.answer, env_id, space)
         if not parsed.status.has_value:
             raise CorrectionsError(
-                f"{source}: the correction of {key} ({c.answer!r}) is not a valid {c.task} "
-                f"label: {parsed.detail}"
+                f"{source}: the correction of {key} ({clip(c.answer)}) is not a valid {c.task} "
+                f"label: {clip(parsed.detail)}"
             )
         row.update(
             dict.fromkeys(VALUE_COLUMNS),
