@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from pipeline.core.config import load_params
+from pipeline.core.envs.dmc import dmc_task_problem
 from pipeline.core.errors import PipelineError, print_error
 from pipeline.core.io import atomic_write_json
 from pipeline.learn.methods.table import check_params, policy_teacher_spec
@@ -29,6 +30,7 @@ from pipeline.teach.labelling.corrections import (
     corrections_path,
     read_corrections,
 )
+from pipeline.teach.labels.tasks import schema_problems
 from pipeline.teach.rollouts.format import MANIFEST_NAME
 from pipeline.teach.rollouts.reader import load_manifest
 
@@ -71,6 +73,17 @@ def main(argv: list[str] | None = None) -> int:
                 "must call this teacher will stop until it is (cached answers need no key)",
                 file=sys.stderr,
             )
+    problems = []
+    for env_id in params.envs:  # what the config alone cannot check: labels that parse back,
+        problems += schema_problems(env_id, f"env.{env_id}.labels")  # tasks that exist
+        make = params.env[env_id].make
+        if make is not None and make.dm_control:
+            problems += filter(
+                None, [dmc_task_problem(make.dm_control, f"env.{env_id}.make.dm_control")]
+            )
+    if problems:
+        print_error("\n".join(problems) + f"\nNothing was run: fix {args.params} and rerun.")
+        return 2
     for env_id in params.envs:
         path = corrections_path(env_id, args.corrections)
         manifest = args.rollouts / env_id / MANIFEST_NAME

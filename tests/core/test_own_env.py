@@ -16,7 +16,7 @@ from pipeline.core.envs import make_env, state_from_context
 from pipeline.teach.labels.schema import label_schema
 from pipeline.teach.labels.tasks import render_prompt
 from pipeline.teach.rollouts.format import action_space_spec
-from tests.conftest import REPO, tiny_params_dict
+from tests.conftest import REPO, tiny_params_dict, write_params
 
 PENDULUM = {
     "image_size": 32, "action_repeat": 2, "max_episode_steps": 40, "include_state": True,
@@ -227,3 +227,41 @@ def test_adding_an_env_changes_no_stage_of_another_env(tmp_path):
     new = sorted(set(after) - set(before))
     assert new and all(name.endswith("@Pendulum-v1") for name in new), new
     assert "label@Pendulum-v1" in new and "audit@Pendulum-v1" in new
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [({"milestones": {"down": 0.0, "Up": 0.5, "swing-up": 1.0}}, "env.pend.labels.milestones: 'swing-up' does not parse back"),
+     ({"milestones": {"UP": 0.0, "Up": 1.0}}, "env.pend.labels.milestones: 'Up' does not parse back (reads as 'UP')"),
+     ({"objects": ["pendulum, rod"]}, "env.pend.labels.objects: 'pendulum, rod' does not parse back")],
+    ids=["hyphen", "case-twins", "comma-phrase"],
+)  # fmt: skip
+def test_a_label_schema_whose_names_do_not_parse_back_stops_the_gate(
+    tmp_path, capsys, change, expected
+):
+    """Names the parsers cannot match would make every correct answer invalid_choice or
+    ambiguous, silently: the gate answers each name as the prompts ask and parses it back."""
+    from stages import check_params as check_params_stage
+
+    env = copy.deepcopy(PENDULUM)
+    env["labels"].update(change)
+    env["labels"].pop("prompts")
+    path = write_params(tmp_path / "p.yaml", _with(tiny_params_dict(), "pend", env))
+    assert check_params_stage.main(["--params", str(path), "--out", str(tmp_path / "c")]) == 2
+    assert expected in capsys.readouterr().err
+    env["labels"]["milestones"] = PENDULUM["labels"]["milestones"]
+    env["labels"]["objects"] = PENDULUM["labels"]["objects"]
+    path = write_params(tmp_path / "p.yaml", _with(tiny_params_dict(), "pend", env))
+    assert check_params_stage.main(["--params", str(path), "--out", str(tmp_path / "c")]) == 0
+
+
+def test_a_dm_control_task_that_does_not_exist_stops_the_gate(tmp_path, capsys):
+    from stages import check_params as check_params_stage
+
+    env = copy.deepcopy(FINGER)
+    env["make"]["dm_control"] = "finger-spinn"
+    path = write_params(tmp_path / "p.yaml", _with(tiny_params_dict(), "fing", env))
+    assert check_params_stage.main(["--params", str(path), "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert "env.fing.make.dm_control: 'finger-spinn' is no dm_control suite task" in err
+    assert "did you mean finger-spin" in err

@@ -126,3 +126,19 @@ def dmc_state_from_context(env_id: str, ctx: dict[str, Any]) -> np.ndarray:
     return np.concatenate(
         [np.asarray(ctx[key], dtype=np.float32).ravel() for key in DMC_STATE_KEYS[env_id]]
     )
+
+
+def dmc_task_problem(target: str, where: str) -> str | None:
+    """Why `target` (`domain-task`) is no dm_control suite task, naming the closest ones; None
+    when it is one. `where`: its params key, for the message."""
+    import difflib
+
+    from dm_control import suite
+
+    domain, _, task = target.partition("-")
+    if (domain, task) in suite.ALL_TASKS:
+        return None
+    known = [f"{d}-{t}" for d, t in suite.ALL_TASKS]
+    close = difflib.get_close_matches(target, known, n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(sorted(known))}"
+    return f"{where}: {target!r} is no dm_control suite task; {hint}"

@@ -169,3 +169,42 @@ def parse_answer(
     if task == "judge":
         return parse_judge(text)
     raise ValueError(f"unknown label task {task!r}; known: {', '.join(TASKS)}")
+
+
+def schema_problems(env_id: str, where: str) -> list[str]:
+    """Each label the env's schema declares, answered exactly as the prompts ask for it
+    (`milestone: <name>`, `<action>: <choice>`, `objects: <phrase>`), must parse back to
+    itself; a name the parsers cannot match (`swing-up`, two names differing in case) would
+    turn every correct answer into invalid_choice or ambiguous. `where`: the params key of the
+    schema, for messages."""
+    schema = label_schema(env_id)
+    problems = []
+    for name in schema.milestones:
+        got = parse_milestone(f"milestone: {name}", schema)
+        if got.status != "ok" or got.value is None or got.value[0] != name:
+            read = f"reads as {got.value[0]!r}" if got.value else f"{got.status}: {got.detail}"
+            problems.append(f"{where}.milestones: {name!r} does not parse back ({read}); use "
+                            "letters, digits and '_', distinct in any case")  # fmt: skip
+    if schema.action_choices is not None:
+        space = {"type": "discrete", "n": len(schema.action_choices), "start": 0}
+        for index, choice in enumerate(schema.action_choices):
+            got = parse_action(f"{schema.action_names[0]}: {choice}", schema, space)
+            if got.status != "ok" or got.value != index:
+                read = (f"reads as {schema.action_choices[got.value]!r}" if got.value is not None
+                        else f"{got.status}: {got.detail}")  # fmt: skip
+                problems.append(f"{where}.action_choices: {choice!r} does not parse back ({read}); "
+                                "use one word each, distinct in any case")  # fmt: skip
+    else:
+        n = len(schema.action_names)
+        space = {"type": "box", "shape": [n], "low": [-1.0] * n, "high": [1.0] * n}
+        answer = "\n".join(f"{name}: 0.5" for name in schema.action_names)
+        got = parse_action(answer, schema, space)
+        if got.status != "ok":
+            problems.append(f"{where}.action_names: {list(schema.action_names)} do not parse "
+                            f"back from one `name: value` line each ({got.status}: {got.detail})")  # fmt: skip
+    for phrase in schema.objects:
+        got = parse_objects(f"objects: {phrase}")
+        if got.status != "ok" or got.value != [phrase]:
+            problems.append(f"{where}.objects: {phrase!r} does not parse back ({got.status}: "
+                            f"{got.detail})")  # fmt: skip
+    return problems
