@@ -227,7 +227,7 @@ def read_info(dataset_dir: str | Path) -> dict[str, Any]:
         )
     try:
         info = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise DatasetError(
             f"{path} is not valid JSON ({exc}); restore it with `dvc checkout {Path(dataset_dir)}` "
             f"or rebuild the dataset (`dvc repro dataset@<env>`)"

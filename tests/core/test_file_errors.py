@@ -35,6 +35,10 @@ def _old_table(path: Path) -> None:  # a label / mask table of before telemetry 
     pl.read_parquet(path).with_columns(pl.lit(0.1).alias("latency_s")).write_parquet(path)
 
 
+def _nested(path: Path) -> None:  # valid JSON nested past the decoder's recursion limit
+    path.write_text("[" * 200_000 + "]" * 200_000)
+
+
 def _old_version(path: Path) -> None:  # a JSON file of the previous format version
     obj = json.loads(path.read_text())
     obj["format_version"] -= 1
@@ -129,7 +133,7 @@ KINDS: dict[
         lambda r: r / "rollouts" / "manifest.json",
         _read_manifest,
         lambda f: f.parent,
-        (_missing, _garbage, _cut, _old_version),
+        (_missing, _garbage, _cut, _old_version, _nested),
     ),
     "rollout shard": (
         lambda r: r / "rollouts" / "shard-000000.tar",
@@ -159,7 +163,7 @@ KINDS: dict[
         lambda r: r / "ds" / "meta" / "info.json",
         _read_info,
         lambda f: f.parent.parent,
-        (_missing, _garbage, _cut, _old_version),
+        (_missing, _garbage, _cut, _old_version, _nested),
     ),
     "dataset parquet": (
         lambda r: next((r / "ds").rglob("*.parquet")),
@@ -171,7 +175,7 @@ KINDS: dict[
         lambda r: _agent(r) / "agent.json",
         _read_checkpoint,
         lambda f: f.parent,
-        (_missing, _garbage, _cut, _old_version),
+        (_missing, _garbage, _cut, _old_version, _nested),
     ),
     "checkpoint weights": (
         lambda r: next(_agent(r).glob("*.safetensors")),

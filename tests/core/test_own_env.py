@@ -119,6 +119,11 @@ def test_a_builder_that_cannot_be_found_names_its_setting():
         ({"gym": "NoSuchEnv-v9"}, r"env.x.make.gym: gymnasium cannot make 'NoSuchEnv-v9'"),
         ({"factory": "tests.toy_envs:nothing"}, r"env.x.make.factory: .* has no 'nothing'"),
         ({"gym": "A-v0", "package": "no_such_package"}, r"cannot import 'no_such_package'"),
+        (
+            {"factory": "tests.toy_envs:make_drawn_point_mass", "kwargs": {"horizont": 5}},
+            r"env.x.make.factory: tests.toy_envs:make_drawn_point_mass\(\*\*env.x.make.kwargs\) "
+            r"raised TypeError: .*horizont",
+        ),
     ):
         env = {**copy.deepcopy(PENDULUM), "make": make}
         params = parse_params(_with(tiny_params_dict(), "x", env))

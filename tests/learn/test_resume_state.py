@@ -82,6 +82,15 @@ def test_a_garbled_state_is_named_and_the_run_starts_over(whole, tmp_path, caplo
     assert f"{path} is not valid JSON" in caplog.text and "starting over" in caplog.text
 
 
+def test_a_state_nested_past_the_recursion_limit_is_named(tmp_path):
+    """Valid JSON, 200,000 levels deep: a named error, not a RecursionError traceback."""
+    from pipeline.learn.agents.resume import ResumeStateError, read_header
+
+    (tmp_path / Resume.STATE).write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ResumeStateError, match="is not valid JSON"):
+        read_header(tmp_path)
+
+
 def test_damaged_tensors_are_named_and_the_run_starts_over(tmp_path, caplog):
     resume = Resume(tmp_path, "f", every=1)
     resume.save(STATE)
@@ -96,6 +105,38 @@ def test_damaged_tensors_are_named_and_the_run_starts_over(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         assert resume.load() is None
     assert f"{tensors} does not exist" in caplog.text
+
+
+def test_a_full_disk_during_a_save_is_one_named_error_and_keeps_the_last_state(
+    tmp_path, monkeypatch
+):
+    """ENOSPC while the new state's files are written: ResumeSaveError naming the folder and
+    the fix; the previous state still loads, and no orphan tensors file is left."""
+    import errno
+    from pathlib import Path
+
+    import pipeline.core.io as core_io
+    from pipeline.learn.agents.resume import ResumeSaveError
+
+    Resume(tmp_path, "f", every=1).save(STATE)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    real = core_io.atomic_write_bytes
+
+    def full(path, data):
+        if Path(path).name == Resume.STATE:  # the tensors land, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data)
+
+    # resume.py's atomic_write_json writes through core.io's atomic_write_bytes: state.json fails
+    monkeypatch.setattr(core_io, "atomic_write_bytes", full)
+    changed = {**STATE, "step": -1}
+    with pytest.raises(
+        ResumeSaveError, match=rf"cannot save the resume state in {tmp_path} \(No space left"
+    ):
+        Resume(tmp_path, "f", every=1).save(changed)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert Resume(tmp_path, "f", every=1).load() is not None
 
 
 def test_a_state_round_trips_exactly(tmp_path):

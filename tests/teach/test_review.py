@@ -218,6 +218,13 @@ def _exported_milestones(rollouts, tmp_path):
     return json.loads((tmp_path / "ls" / "milestone.json").read_text())
 
 
+def test_an_export_nested_past_the_recursion_limit_is_named(rollouts, tmp_path):
+    export = tmp_path / "e.json"
+    export.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ReviewImportError, match=rf"{export}: not a Label Studio JSON export"):
+        import_label_studio(export, rollouts, "bob", corrections=tmp_path / "c.jsonl")
+
+
 def test_corrections_of_other_frames_or_tasks_are_refused_or_reported(rollouts, tmp_path):
     items = _exported_milestones(rollouts, tmp_path)
     items[0]["annotations"] = _choice("milestone", "GOAL")

@@ -114,7 +114,13 @@ def make_brought_base(info: EnvInfo, max_episode_steps: int | None) -> gym.Env:
     factory = getattr(factory_module, name, None)
     if factory is None:
         raise BroughtEnvError(f"{where}.factory: module {module!r} has no {name!r}")
-    env = factory(**info.kwargs)
+    try:
+        env = factory(**info.kwargs)
+    except Exception as exc:  # the user's code: its error, named with the key that calls it
+        raise BroughtEnvError(
+            f"{where}.factory: {info.target}(**{where}.kwargs) raised {type(exc).__name__}: "
+            f"{exc}; fix the factory or its kwargs"
+        ) from exc
     if not isinstance(env, gym.Env):
         raise BroughtEnvError(
             f"{where}.factory: {info.target} returned {type(env).__name__}, not a gymnasium Env"

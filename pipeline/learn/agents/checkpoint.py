@@ -112,7 +112,7 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
         )
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise CheckpointError(
             f"{path} is not valid JSON ({exc}): the checkpoint is damaged; restore it with "
             f"`dvc checkout {directory}` or retrain it (`dvc repro`)"

@@ -33,6 +33,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_bytes, atomic_write_json
 from pipeline.learn.agents.state_io import decode_plain, decode_state, encode_state
 
@@ -51,6 +52,11 @@ class ResumeStateError(ValueError):
     """A resume state's files are damaged or of another format; the message names the file."""
 
 
+class ResumeSaveError(PipelineError, OSError):
+    """A resume state could not be written (a full disk, a read-only folder); the last complete
+    state is still there."""
+
+
 def read_header(directory: str | Path) -> dict[str, Any] | None:
     """`state.json` of the resume state in `directory`, checked for its format; None where there
     is none. ResumeStateError where it is damaged or of another format."""
@@ -59,7 +65,7 @@ def read_header(directory: str | Path) -> dict[str, Any] | None:
         return None
     try:
         header = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ResumeStateError(f"{path} is not valid JSON ({exc})") from None
     if not isinstance(header, dict) or header.get("format_version") != FORMAT_VERSION:
         found = header.get("format_version") if isinstance(header, dict) else None
@@ -163,7 +169,6 @@ class Resume:
         data = save_safetensors(tensors)
         digest = hashlib.sha256(data).hexdigest()
         name = f"state.{digest[:16]}.safetensors"
-        atomic_write_bytes(self.directory / name, data)
         header = {
             "format_version": FORMAT_VERSION,
             "fingerprint": self.fingerprint,
@@ -172,7 +177,21 @@ class Resume:
             "about": self.about,
             "state": skeleton,
         }
-        atomic_write_json(self.directory / self.STATE, header)
+        try:
+            atomic_write_bytes(self.directory / name, data)
+            atomic_write_json(self.directory / self.STATE, header)
+        except OSError as exc:  # ENOSPC, EROFS, EACCES: nothing half-written stays
+            try:
+                current = read_header(self.directory)
+            except ResumeStateError:
+                current = None
+            if current is None or current.get("tensors") != name:  # not the state's tensors
+                (self.directory / name).unlink(missing_ok=True)
+            raise ResumeSaveError(
+                f"cannot save the resume state in {self.directory} ({exc.strerror or exc}, "
+                f"{len(data):,} bytes of tensors): free space there or set VLMRL_RESUME_ROOT to "
+                "another folder, then rerun; the run goes on from its last complete state"
+            ) from exc
         for stale in self.directory.glob("state.*.safetensors"):
             if stale.name != name:
                 stale.unlink(missing_ok=True)

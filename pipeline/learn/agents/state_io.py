@@ -132,7 +132,7 @@ def load_plain_state(directory: str | Path, name: str) -> dict[str, Any]:
         return decode_plain(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         raise StateFileError(f"{path} does not exist: {fix}") from None
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as exc:
         raise StateFileError(f"{path} is not a training state ({exc}): {fix}") from None
 
 
@@ -147,7 +147,14 @@ def load_state(directory: str | Path, name: str) -> dict[str, Any]:
         return _decode(skeleton, tensors)
     except FileNotFoundError as exc:
         raise StateFileError(f"{exc.filename} does not exist: {fix}") from None
-    except (ValueError, KeyError, TypeError, SafetensorError, UnicodeDecodeError) as exc:
+    except (
+        ValueError,
+        KeyError,
+        TypeError,
+        SafetensorError,
+        UnicodeDecodeError,
+        RecursionError,
+    ) as exc:
         raise StateFileError(
             f"{skeleton_path} / {tensors_path.name} is not a training state ({exc}): {fix}"
         ) from None

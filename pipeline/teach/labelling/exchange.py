@@ -288,7 +288,7 @@ def import_label_studio(
     path = Path(corrections) if corrections is not None else corrections_path(env_id)
     try:
         exported = json.loads(Path(export_path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ReviewImportError(f"{export_path}: not a Label Studio JSON export ({exc})") from None
     if not isinstance(exported, list):
         raise ReviewImportError(f"{export_path}: expected a JSON list of tasks (Label Studio's JSON export)")  # fmt: skip

@@ -177,7 +177,7 @@ def read_selection(path: str | Path) -> list[tuple[str, str]]:
     try:
         entries = json.loads(Path(path).read_text())
         pairs = [(str(e["sample_key"]), str(e["task"])) for e in entries]
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+    except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:
         raise PipelineError(
             f"{path}: not a selection the audit page exports (a JSON list of objects with "
             f"`sample_key` and `task`): {type(exc).__name__}: {exc}. Export it again with the "

@@ -183,7 +183,7 @@ def _load_previous(out_dir: Path) -> dict[str, Any] | None:
         if path.exists():
             try:
                 return json.loads(path.read_text())
-            except json.JSONDecodeError as exc:
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
                 raise CollectError(
                     f"{path} is not valid JSON ({exc}); rerun with --replace to recollect"
                 ) from exc

@@ -89,7 +89,7 @@ def load_manifest(rollout_dir: str | Path) -> dict[str, Any]:
         )
     try:
         manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise RolloutIntegrityError(f"{path} is not valid JSON ({exc}); {_fix(Path(rollout_dir))}") from None  # fmt: skip
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
     if version != FORMAT_VERSION:

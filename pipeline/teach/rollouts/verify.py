@@ -149,7 +149,7 @@ def verify_rollouts(rollout_dir: str | Path, *, check_frames: bool = True) -> Ve
             manifest["format_version"], manifest["shards"], manifest["episodes"], manifest["totals"]
         )  # fmt: skip
         manifest["observation"]["pixels"], manifest["action_space"]["type"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, RecursionError) as exc:
         problems.append(f"{MANIFEST_NAME}: unreadable or incomplete ({type(exc).__name__}: {exc})")
         return report
     if version != FORMAT_VERSION:
