@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from pipeline.core.config import ConfigError, parse_params
+from pipeline.core.io import sha256_file
 from pipeline.learn.agents.checkpoint import CheckpointError
 from pipeline.learn.agents.off_policy import NetworkParams, SACParams
 from pipeline.learn.agents.ppo import ActorCritic
@@ -163,8 +164,9 @@ def test_checkpoint_behaviour_runs_a_saved_actor(tmp_path):
     path = tmp_path / "actor.pt2"
     torch.export.save(torch.export.export(actor, (torch.zeros(1, 2),)), path)
     cfg = collect_cfg(
-        behaviour="checkpoint", checkpoint=str(path), episodes=1, trust_checkpoint_code=True
-    )
+        behaviour="checkpoint", checkpoint=str(path), episodes=1,
+        trust_checkpoint_code=sha256_file(path),
+    )  # fmt: skip
     collect("MountainCarContinuous-v0", env_cfg(), cfg, tmp_path / "out", progress=False)
     samples = list(iter_rollouts(tmp_path / "out"))
     assert verify_rollouts(tmp_path / "out").ok
@@ -179,7 +181,9 @@ def test_checkpoint_behaviour_runs_a_saved_actor(tmp_path):
 def test_checkpoint_that_is_not_an_actor_is_a_clear_error(tmp_path):
     bogus = tmp_path / "actor.pt2"
     bogus.write_bytes(b"not a program")
-    cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(bogus), trust_checkpoint_code=True)
+    cfg = collect_cfg(
+        behaviour="checkpoint", checkpoint=str(bogus), trust_checkpoint_code=sha256_file(bogus)
+    )
     with pytest.raises(ValueError, match=r"is not a torch\.export program"):
         collect(MC, env_cfg(), cfg, tmp_path / "out", progress=False, load_policy=load_policy)
 
@@ -231,7 +235,8 @@ def test_a_sympify_payload_runs_nothing_without_the_trust_setting(tmp_path, monk
     # refused by the params check, before DVC runs anything
     raw = tiny_params_dict((MCC,), behaviour="checkpoint", checkpoint="actor.pt2")
     with pytest.raises(
-        ConfigError, match=r"collect\.MountainCarContinuous-v0: .*trust_checkpoint_code: true"
+        ConfigError,
+        match=r"collect\.MountainCarContinuous-v0: .*trust_checkpoint_code: [0-9a-f]{64}",
     ):
         parse_params(raw)
     # and by collect, for a file that appeared after the params were read
@@ -252,7 +257,21 @@ def test_a_sympify_payload_runs_nothing_without_the_trust_setting(tmp_path, monk
     capsys.readouterr()
     assert main(["--params", str(params), "--env", MCC, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "trust_checkpoint_code: true" in err, err
+    assert err.startswith("error: ") and "trust_checkpoint_code: " in err, err
+    assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_file_is_trusted_by_its_sha256_not_its_path(tmp_path):
+    """`true` trusts a path, whose file may change: refused, with the sha256 to record; a file
+    that changed after its sha256 was recorded is refused before it is loaded."""
+    marker = tmp_path / "ran"
+    path = _sympify_payload(tmp_path / "actor.pt2", marker)
+    digest = sha256_file(path)
+    with pytest.raises(ValueError, match=rf"not `true`: set `trust_checkpoint_code: {digest}`"):
+        collect_cfg(behaviour="checkpoint", checkpoint=str(path), trust_checkpoint_code=True)
+    cfg = collect_cfg(behaviour="checkpoint", checkpoint=str(path), trust_checkpoint_code="0" * 64)
+    with pytest.raises(CheckpointSourceError, match=rf"has sha256 {digest}, not the one trusted"):
+        collect(MCC, env_cfg(), cfg, tmp_path / "out", progress=False, load_policy=load_policy)
     assert not marker.exists() and not (tmp_path / "out").exists()
 
 

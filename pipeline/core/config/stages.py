@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from pipeline.core.config.base import Section
 from pipeline.core.config.teachers import TeacherConfig
+from pipeline.core.io import sha256_file
 
 # `agent`: an agent of this pipeline acts (a labelling round's previous agent, which the round
 # stage passes to collect); it cannot be chosen in `collect.<env>`
@@ -22,12 +23,14 @@ Behaviour = Literal["random", "checkpoint", "teacher", "rae", "agent"]
 
 
 def untrusted_checkpoint_message(checkpoint: str, where: str = "") -> str:
-    """Why a checkpoint file is refused without `trust_checkpoint_code`, and the two fixes."""
+    """Why a checkpoint file is refused without `trust_checkpoint_code`, and the two fixes (the
+    second with the file's sha256 as it is now, which trusting it records)."""
     key = f"{where}.trust_checkpoint_code" if where else "trust_checkpoint_code"
+    digest = sha256_file(checkpoint) if Path(checkpoint).is_file() else "<its sha256>"
     return (
         f"checkpoint {checkpoint} is a file (a torch.export program), and loading one can run code "
         f"from it; point `checkpoint` at an agent directory (models/<run>) or, for a file you "
-        f"trust, set `{key}: true`"
+        f"trust, set `{key}: {digest}` (its sha256 now: a changed file is refused)"
     )
 
 
@@ -56,16 +59,19 @@ class CollectConfig(Section):
         description="Behaviour `checkpoint` (and an rae `checkpoint` explorer): an agent checkpoint "
         "directory (`models/<run>`, what train@<run> writes: safetensors weights and a known "
         "architecture, loaded without running anything from the files), or, only with "
-        "`trust_checkpoint_code: true`, a torch.export program file (`.pt2`). Must be null for "
-        "other behaviours.",
+        "`trust_checkpoint_code: <its sha256>`, a torch.export program file (`.pt2`). Must be "
+        "null for other behaviours.",
     )
-    trust_checkpoint_code: bool = Field(
-        default=False,
-        description="Allow `checkpoint` to be a torch.export program file. Loading one can run "
-        "code from the file (torch's deserializer evaluates the program's symbolic sizes as "
-        "Python expressions; torch documents torch.export.load as unsafe for untrusted files), so "
-        "set it only for a file you made or trust. Not needed for an agent directory; default "
-        "false. It does not change the data, so it is not part of the collection's fingerprint.",
+    trust_checkpoint_code: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="The sha256 of the torch.export program file (`.pt2`) that `checkpoint` may "
+        "be: that file, those bytes, and no other. Loading one can run code from the file "
+        "(torch's deserializer evaluates the program's symbolic sizes as Python expressions; "
+        "torch documents torch.export.load as unsafe for untrusted files), so set it only for a "
+        "file you made or trust; a file that changed at the trusted path is refused. Not needed "
+        "for an agent directory; default null. It does not change the data, so it is not part "
+        "of the collection's fingerprint.",
     )
     teacher_every_k: int = Field(
         default=10,
@@ -95,6 +101,21 @@ class CollectConfig(Section):
         "(1, n)) or `pixels` (uint8, (1, 3, H, W)). An agent directory reads what it was trained "
         "on (its agent.json).",
     )
+
+    @field_validator("trust_checkpoint_code", mode="before")
+    @classmethod
+    def _trust_by_hash(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is False:
+            return None
+        if value is True:  # a path alone is no trust: the file there may change
+            checkpoint = info.data.get("checkpoint")
+            digest = sha256_file(checkpoint) if checkpoint and Path(checkpoint).is_file() else None
+            raise ValueError(
+                "trust a checkpoint file by its sha256, not `true`: set `trust_checkpoint_code: "
+                f"{digest or '<sha256 of the file>'}`"
+                + (f" (the sha256 of {checkpoint} now)" if digest else "")
+            )
+        return value
 
     @property
     def uses_checkpoint(self) -> bool:

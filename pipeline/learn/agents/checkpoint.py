@@ -10,6 +10,7 @@ complete checkpoint. `pipeline.learn.methods.table.load_agent` reads any agent's
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from safetensors import SafetensorError
 
 from pipeline.core.errors import PipelineError
-from pipeline.core.io import atomic_write_bytes, atomic_write_json
+from pipeline.core.io import atomic_write_bytes
 from pipeline.core.policy import AGENT_JSON, AGENT_WEIGHTS
 
 if TYPE_CHECKING:  # torch is imported where tensors are read or written: `read_meta` and the
@@ -26,7 +27,9 @@ if TYPE_CHECKING:  # torch is imported where tensors are read or written: `read_
     from torch import nn
 
 # 2: one layout for all agents (was model.safetensors + config.json for SAC, agent.* for PPO)
-FORMAT_VERSION = 2
+# 3: the weights' metadata holds agent.json's sha256 (an edited agent.json is refused)
+FORMAT_VERSION = 3
+AGENT_JSON_SHA256 = "agent_json_sha256"  # the key in agent.safetensors' `__metadata__`
 
 
 class CheckpointError(PipelineError, ValueError):
@@ -98,8 +101,14 @@ def write_checkpoint(
     from safetensors.torch import save as save_safetensors
 
     directory = Path(directory)
-    atomic_write_bytes(directory / AGENT_WEIGHTS, save_safetensors(tensors))
-    atomic_write_json(directory / AGENT_JSON, {**meta, "format_version": FORMAT_VERSION})
+    # atomic_write_json's bytes, hashed into the weights: agent.json and the weights they were
+    # written with are one checkpoint, and an edit to either half is refused (`read_meta`)
+    text = json.dumps({**meta, "format_version": FORMAT_VERSION}, indent=2, sort_keys=True) + "\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    atomic_write_bytes(
+        directory / AGENT_WEIGHTS, save_safetensors(tensors, metadata={AGENT_JSON_SHA256: digest})
+    )
+    atomic_write_bytes(directory / AGENT_JSON, text.encode())
 
 
 def read_meta(directory: str | Path) -> dict[str, Any]:
@@ -124,7 +133,35 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
             f"{path}: checkpoint format {meta.get('format_version')}, this code reads "
             f"{FORMAT_VERSION}; retrain it (`dvc repro`)"
         )
+    weights = Path(directory) / AGENT_WEIGHTS
+    if weights.exists():  # (a missing one is named where the weights are read)
+        recorded = _weights_metadata(weights).get(AGENT_JSON_SHA256)
+        if recorded != hashlib.sha256(path.read_bytes()).hexdigest():
+            raise CheckpointError(
+                f"{path} is not the agent.json its weights ({weights.name}) were written with "
+                f"(edited since, or from another checkpoint): its values (action bounds, "
+                f"shapes, config) cannot be trusted; restore it with `dvc checkout {directory}` "
+                "or retrain it (`dvc repro`)"
+            )
     return meta
+
+
+def _weights_metadata(weights: Path) -> dict[str, str]:
+    """The `__metadata__` of a safetensors file, from its header alone (no tensor is read, and
+    no torch import: stages that only read agent.json call this)."""
+    fix = f"restore it with `dvc checkout {weights.parent}` or retrain it (`dvc repro`)"
+    try:
+        with weights.open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 2 <= size <= 100_000_000:
+                raise ValueError(f"a header of {size:,} bytes")
+            header = json.loads(f.read(size))
+        metadata = header.get("__metadata__") or {}
+        if not isinstance(metadata, dict):
+            raise ValueError("__metadata__ is not an object")
+    except (OSError, ValueError, AttributeError, RecursionError) as exc:
+        raise CheckpointError(f"{weights} is damaged ({exc}); {fix}") from None
+    return metadata
 
 
 def weights_path(directory: str | Path) -> Path:

@@ -88,6 +88,13 @@ def check_checkpoint_source(cfg: CollectConfig, env_id: str) -> Path | None:
         )
     if not cfg.trust_checkpoint_code:
         raise CheckpointSourceError(f"{where}: {untrusted_checkpoint_message(str(path), where)}")
+    digest = sha256_file(path)
+    if digest != cfg.trust_checkpoint_code:
+        raise CheckpointSourceError(
+            f"{where}.checkpoint: {path} has sha256 {digest}, not the one trusted in "
+            f"{where}.trust_checkpoint_code ({cfg.trust_checkpoint_code}): the file changed since "
+            "it was trusted; check where it came from before recording its new sha256"
+        )
     return path
 
 
