@@ -5,12 +5,14 @@ datasets (every file against meta/info.json, the card's `configs` against the fi
 and, inside a DVC repository, every file against the hashes DVC recorded for it).
 
     vlmrl-verify data/rollouts/* --caches data/label_cache/* data/mask_cache/* \\
-        --datasets data/datasets/*
+        --datasets data/datasets/* --models models/* models/critics/*
 
 meta/info.json travels beside the data, so whoever can rewrite the data (e.g. with write access to
 a DVC remote only) can rewrite it too. `dvc.lock` is in git: the md5 of the dataset folder's file
 listing it records, and through that listing every file's md5 (the card included), say what was
-shared, whatever the remote or the local DVC cache now hold.
+shared, whatever the remote or the local DVC cache now hold. Agent and critic checkpoints
+(`--models`) are checked the same way against dvc.lock, and their agent.json against the sha256
+their weights carry.
 """
 
 from __future__ import annotations
@@ -185,6 +187,21 @@ def _check_dataset(directory: str) -> tuple[str, list[str]]:
     return checked, verify_dataset(directory) + problems
 
 
+def _check_model(directory: str) -> tuple[str, list[str]]:
+    """An agent or critic checkpoint: its agent.json against the sha256 its weights carry, and
+    every file against the md5 dvc.lock records (a checkpoint that reached you through a DVC
+    remote is the one the commit built)."""
+    from pipeline.learn.agents.checkpoint import CheckpointError, read_meta
+
+    checked, problems = verify_against_dvc(directory)
+    checked = checked.replace("meta/info.json", "the sha256 in its weights", 1)
+    try:
+        read_meta(directory)
+    except CheckpointError as exc:
+        problems.insert(0, str(exc))
+    return checked, problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -192,15 +209,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("rollout_dirs", nargs="*", help="directories written by collect")
     parser.add_argument("--caches", nargs="+", default=[], help="label / mask cache directories")
     parser.add_argument("--datasets", nargs="+", default=[], help="dataset directories")
+    parser.add_argument(
+        "--models", nargs="+", default=[], help="agent / critic checkpoint directories"
+    )
     parser.add_argument("--json", help="write the rollout reports to this file")
     parser.add_argument("--no-frames", action="store_true", help="skip decoding every PNG")
     args = parser.parse_args(argv)
-    if not (args.rollout_dirs or args.caches or args.datasets):
-        parser.error("give rollout directories, --caches and/or --datasets")
+    if not (args.rollout_dirs or args.caches or args.datasets or args.models):
+        parser.error("give rollout directories, --caches, --datasets and/or --models")
     ok = True
     for kind, directories, check in (
         ("cache", args.caches, lambda d: ("", verify_store(d))),
         ("dataset", args.datasets, _check_dataset),
+        ("model", args.models, _check_model),
     ):
         for directory in directories:
             checked, problems = check(directory)

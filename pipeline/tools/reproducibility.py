@@ -18,6 +18,21 @@
 command, params and data deps, and every data output, exactly; each network metric file's
 structure and settings exactly, its returns within the tolerance, and prints every difference it
 allowed. `vlmrl-lockcheck` runs it; CI runs it after the quick start.
+
+What the check guarantees, and what it does not:
+- Every output on disk is the one its stage wrote: `dvc status` must report no output changed
+  against the workspace's dvc.lock (a file edited after `dvc repro`, a model or a report).
+- On a machine whose kernel fingerprint (`machine_fingerprint`: CPU model and vector
+  extensions, torch's build and CPU capability, numpy, core count) equals the one recorded with
+  the committed build (`LOCK_MACHINE`), network outputs must be the same bytes too: nothing is
+  allowed to differ.
+- On another machine, a network output may differ in its bytes; each evaluation's mean return
+  is held to that run's own tolerance (`RUN_RETURN_TOLERANCE`: 4 std, ddof 1, of the run's
+  returns over three seeds), else its env's (`RETURN_TOLERANCE`). There, a tampered network
+  output whose return stays within that spread (e.g. a model changed and re-committed with
+  `dvc commit`) is not caught: the check is a reproducibility check, not a signature. Sharing
+  that must resist tampering checks files against a dvc.lock from a trusted commit
+  (`vlmrl-verify --datasets ... --models ...`).
 """
 
 from __future__ import annotations
@@ -60,6 +75,25 @@ RETURN_TOLERANCE: dict[str, float] = {
     "highway-hw": 2467.9,
 }
 DEFAULT_RETURN_TOLERANCE = math.inf  # an env nobody measured: structure and finiteness only
+# The same, per evaluation: 4 std (ddof 1) of the run's own return_mean over seeds 0-2
+# (benchmarks/results/reproducibility/spread.txt); a run without an entry takes its env's.
+# The measured change of kernels moved each run by less than its entry (the spread's last
+# column: at most 38.8 for cartpole-swingup-erpv's 165.0).
+RUN_RETURN_TOLERANCE: dict[str, float] = {
+    "metrics/eval/CarRacing-v3-semore.json": 45.6,
+    "metrics/eval/MountainCar-v0-hybrid_ppo.json": 27.3,
+    "metrics/eval/MountainCar-v0-ppo.json": 5.9,
+    "metrics/eval/MountainCarContinuous-v0-erpv.json": 44.6,
+    "metrics/eval/MountainCarContinuous-v0-sac.json": 0.7,
+    "metrics/eval/cartpole-swingup-erpv.json": 165.0,
+    "metrics/eval/cartpole-swingup-sac.json": 57.5,
+    "metrics/eval/highway-hw-erpv.json": 2456.5,
+    "metrics/eval/highway-hw-semore.json": 2191.7,
+}
+# The kernel fingerprint of the machine that built the committed dvc.lock (`--record-machine`)
+LOCK_MACHINE = "dvc.lock.machine.json"
+_KERNEL_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+                 "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")  # fmt: skip
 
 
 @dataclass
@@ -179,16 +213,67 @@ def compare_metrics(
         report.allowed.append(f"{label}: {before:.6g} -> {after:.6g}{within}")
 
 
+def machine_fingerprint() -> dict[str, Any]:
+    """What decides the bytes a network computes on this machine: the CPU's model and the vector
+    extensions the kernels choose by, torch's build and the CPU capability it dispatches to,
+    numpy's version and the core count."""
+    import hashlib
+    import os
+    import platform
+
+    import numpy
+    import torch
+
+    cpuinfo = Path("/proc/cpuinfo")
+    text = cpuinfo.read_text() if cpuinfo.exists() else ""
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                  if line.startswith("model name")), platform.processor())  # fmt: skip
+    flags = next((set(line.split(":", 1)[1].split()) for line in text.splitlines()
+                  if line.startswith("flags")), set())  # fmt: skip
+    return {
+        "cpu": model,
+        "cpu_flags": sorted(flags & set(_KERNEL_FLAGS)),
+        "cores": os.cpu_count(),
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch_build_sha256": hashlib.sha256(torch.__config__.show().encode()).hexdigest(),
+        "numpy": numpy.__version__,
+    }
+
+
+def modified_outputs(status: Mapping[str, Any]) -> list[str]:
+    """The outputs `dvc status --json` reports changed on disk against the workspace's
+    dvc.lock, `path (what)` each."""
+    found = []
+    for entries in status.values():
+        for entry in entries if isinstance(entries, list) else []:
+            changed = entry.get("changed outs") if isinstance(entry, dict) else None
+            for path, what in (changed or {}).items():
+                found.append(f"{path} ({what})")
+    return sorted(found)
+
+
 def check_rebuild(
     committed_lock: str,
     rebuilt_lock: str,
     changed: Iterable[str],
     committed_text: Callable[[str], str],
     read_text: Callable[[str], str],
+    modified: Iterable[str] = (),
+    exact: bool = False,
 ) -> Report:
     """The policy applied to a rebuild: `changed` are the paths git reports modified or new,
-    `committed_text(path)` a file's committed text, `read_text(path)` the workspace's."""
+    `committed_text(path)` a file's committed text, `read_text(path)` the workspace's;
+    `modified`: outputs that differ from what the workspace's dvc.lock records for them
+    (`modified_outputs`); `exact`: this machine's kernels are the committed build's, so network
+    outputs must be the same bytes as well."""
     report = Report()
+    for line in modified:
+        report.problems.append(
+            f"{line}: not what its stage wrote (dvc status); restore it with `dvc checkout` "
+            "or rerun its stage"
+        )
     before = yaml.safe_load(committed_lock) or {}
     network = compare_locks(before, yaml.safe_load(rebuilt_lock) or {}, report)
     stages = before.get("stages", {})
@@ -203,18 +288,35 @@ def check_rebuild(
         if path not in env_of_file or not path.endswith(".json"):
             report.problems.append(f"{path}: changed, and it is not a network stage's metrics")
             continue
-        tolerance = RETURN_TOLERANCE.get(env_of_file[path], DEFAULT_RETURN_TOLERANCE)
+        tolerance = RUN_RETURN_TOLERANCE.get(
+            path, RETURN_TOLERANCE.get(env_of_file[path], DEFAULT_RETURN_TOLERANCE)
+        )
         try:
             old, new = json.loads(committed_text(path)), json.loads(read_text(path))
         except (json.JSONDecodeError, OSError, subprocess.CalledProcessError) as exc:
             report.problems.append(f"{path}: unreadable ({exc})")
             continue
         compare_metrics(path, old, new, tolerance, report)
+    if exact:  # the committed build's kernels: every network difference breaks the policy
+        report.problems += [f"{line} (this machine's kernels are the committed build's: "
+                            "network outputs must be the same bytes)" for line in report.allowed]  # fmt: skip
+        report.allowed = []
     return report
 
 
 def _git(*args: str) -> str:
     return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout
+
+
+def _committed(rev: str) -> bool:
+    """Whether `rev` holds LOCK_MACHINE."""
+    found = subprocess.run(["git", "cat-file", "-e", f"{rev}:{LOCK_MACHINE}"], capture_output=True)
+    return found.returncode == 0
+
+
+def _dvc_status() -> dict[str, Any]:
+    out = subprocess.run(["dvc", "status", "--json"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout or "{}")
 
 
 def changed_paths() -> list[str]:
@@ -233,19 +335,43 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rev", default="HEAD", help="the commit to compare with (HEAD)")
     parser.add_argument("--quiet", action="store_true", help="do not list allowed differences")
+    parser.add_argument(
+        "--record-machine",
+        action="store_true",
+        help=f"write this machine's kernel fingerprint to {LOCK_MACHINE} (after a full `dvc "
+        "repro`, to commit with dvc.lock) and check nothing",
+    )
     args = parser.parse_args(argv)
+    if args.record_machine:
+        Path(LOCK_MACHINE).write_text(json.dumps(machine_fingerprint(), indent=2) + "\n")
+        print(f"wrote {LOCK_MACHINE}: commit it with dvc.lock")
+        return 0
     try:
         committed_lock = _git("show", f"{args.rev}:dvc.lock")
         changed = changed_paths()
+        recorded = _git("show", f"{args.rev}:{LOCK_MACHINE}") if _committed(args.rev) else None
     except subprocess.CalledProcessError as exc:
         print(f"error: git failed ({exc.stderr.strip()}): run from a git checkout", file=sys.stderr)
         return 2
+    exact = recorded is not None and json.loads(recorded) == machine_fingerprint()
+    try:
+        modified = modified_outputs(_dvc_status()) if Path(".dvc").is_dir() else []
+    except (subprocess.CalledProcessError, json.JSONDecodeError) as exc:
+        print(f"error: dvc status failed ({exc}): run from the repository root", file=sys.stderr)
+        return 2
+    print(
+        f"{'exact' if exact else 'tolerance'} check: this machine's kernels "
+        + ("are" if exact else "are not known to be")
+        + f" those of {args.rev}'s build ({LOCK_MACHINE})"
+    )
     report = check_rebuild(
         committed_lock,
         Path("dvc.lock").read_text(),
-        changed,
+        [path for path in changed if path != LOCK_MACHINE],
         lambda path: _git("show", f"{args.rev}:{path}"),
         lambda path: Path(path).read_text(),
+        modified,
+        exact,
     )
     if not args.quiet:
         for line in report.allowed:

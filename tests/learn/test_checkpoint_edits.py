@@ -12,7 +12,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from pipeline.learn.agents.checkpoint import AGENT_JSON, AGENT_WEIGHTS, CheckpointError
+from pipeline.learn.agents.checkpoint import (
+    AGENT_JSON,
+    AGENT_WEIGHTS,
+    CheckpointError,
+    read_checkpoint,
+    write_checkpoint,
+)
 from pipeline.learn.agents.off_policy import NetworkParams, SACParams
 from pipeline.learn.agents.ppo import ActorCritic
 from pipeline.learn.agents.sac import SACAgent
@@ -103,14 +109,18 @@ def test_an_edited_agent_json_is_refused_naming_it(tmp_path, edit):
 
 def test_edited_action_bounds_are_not_served(tmp_path):
     """The bounds in agent.json scale every action; edited, the agent would act at another scale
-    (and it did: the edit was served)."""
+    (and it did: the edit was served). The file no longer matches the sha256 its weights carry:
+    refused on load; and bounds that disagree with the env are refused at evaluation too."""
     directory = _sac(tmp_path)
     meta = json.loads((directory / AGENT_JSON).read_text())
-    meta["action_high"] = [5.0]
-    (directory / AGENT_JSON).write_text(json.dumps(meta))
+    agent = load_agent(directory)
+    meta["action_high"] = [9.0]
+    (directory / AGENT_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    with pytest.raises(CheckpointError, match=r"agent\.json is not the agent\.json its weights"):
+        load_agent(directory)
     env_cfg = tiny_env_cfg(max_episode_steps=5)
-    with pytest.raises(EvaluationError, match=r"action bounds .*5\.0.* are not Mountain"):
-        evaluate_policy(deployed(load_agent(directory), meta), MCC, env_cfg, 1, 0)
+    with pytest.raises(EvaluationError, match=r"action bounds .*9\.0.* are not Mountain"):
+        evaluate_policy(deployed(agent, meta), MCC, env_cfg, 1, 0)
 
 
 def test_a_checkpoint_saved_before_a_new_setting_still_loads(tmp_path):
@@ -123,9 +133,9 @@ def test_a_checkpoint_saved_before_a_new_setting_still_loads(tmp_path):
     agent = SACAgent((2,), gym.spaces.Box(-1.0, 1.0, (1,), np.float32),
                      ERPvParams(network=network))  # fmt: skip
     agent.save(tmp_path / "erpv", {"run": "r", "env": MCC, "method": "erpv", "obs": "state"})
-    meta = json.loads((tmp_path / "erpv" / AGENT_JSON).read_text())
-    del meta["config"]["vpg_weight"]
-    (tmp_path / "erpv" / AGENT_JSON).write_text(json.dumps(meta))
+    meta, tensors = read_checkpoint(tmp_path / "erpv")
+    del meta["config"]["vpg_weight"]  # as an agent saved before the option wrote it
+    write_checkpoint(tmp_path / "erpv", tensors, meta)
     loaded = load_agent(tmp_path / "erpv")
     x = np.array([0.1, 0.0], np.float32)
     np.testing.assert_array_equal(loaded.act(x, True), agent.act(x, True))
@@ -134,3 +144,36 @@ def test_a_checkpoint_saved_before_a_new_setting_still_loads(tmp_path):
                      ERPvParams(network=network, vpg_weight="q_scaled"))  # fmt: skip
     with pytest.raises(CheckpointError, match="another config"):
         other.load_weights(tmp_path / "erpv")
+
+
+def test_agent_json_and_weights_of_two_checkpoints_do_not_mix(tmp_path):
+    """Each weights file carries the sha256 of the agent.json written with it: a copied-in
+    agent.json (another run of the same method) and weights whose header lost the hash are both
+    refused, naming the file."""
+    import shutil
+
+    a, b = _sac(tmp_path / "a"), _sac(tmp_path / "b")
+    meta_b, tensors_b = read_checkpoint(b)
+    write_checkpoint(b, tensors_b, {**meta_b, "run": "b"})
+    shutil.copy(b / AGENT_JSON, a / AGENT_JSON)
+    with pytest.raises(CheckpointError, match=rf"{a / AGENT_JSON} is not the agent\.json"):
+        load_agent(a)
+    _edit_header(b / AGENT_WEIGHTS, lambda header: header.pop("__metadata__"))
+    with pytest.raises(CheckpointError, match=rf"{b / AGENT_JSON} is not the agent\.json"):
+        load_agent(b)
+
+
+def test_vlmrl_verify_checks_a_checkpoint(tmp_path, capsys):
+    from pipeline.tools.integrity import main as verify_main
+
+    directory = _sac(tmp_path)
+    assert verify_main(["--models", str(directory)]) == 0
+    assert (
+        f"{directory} (model): ok; checked against the sha256 in its weights"
+        in capsys.readouterr().out
+    )
+    meta = json.loads((directory / AGENT_JSON).read_text())
+    meta["action_high"] = [9.0]
+    (directory / AGENT_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    assert verify_main(["--models", str(directory)]) == 1
+    assert "is not the agent.json its weights" in capsys.readouterr().out

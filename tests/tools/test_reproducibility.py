@@ -187,3 +187,73 @@ def test_the_command_checks_a_git_workspace(tmp_path, monkeypatch, capsys):
         and "> the tolerance 50" in out
         and "allowed" not in out.split("\n")[0]
     )
+
+
+def test_a_run_is_held_to_its_own_spread_before_its_envs(monkeypatch):
+    """The tampered cartpole return of the issue (254.9 -> 854.9) was within the env's 636.6;
+    the run's own 4 std over its seeds (57.5 for cartpole-swingup-sac) refuses it."""
+    monkeypatch.setitem(reproducibility.RETURN_TOLERANCE, "cart", 1000.0)
+    monkeypatch.setitem(reproducibility.RUN_RETURN_TOLERANCE, "metrics/eval/cart-sac.json", 57.5)
+    after = {**EVAL, "return_mean": 800.0}
+    report = _check(
+        _lock(), _lock("m2", eval_md5="e2"), {"metrics/eval/cart-sac.json": (EVAL, after)}
+    )
+    assert report.problems == [
+        "metrics/eval/cart-sac.json:return_mean: 200 -> 800, |difference| 600 > the tolerance 57.5"
+    ]
+
+
+def test_on_the_build_machines_kernels_every_network_difference_is_a_problem(monkeypatch):
+    monkeypatch.setitem(reproducibility.RETURN_TOLERANCE, "cart", 50.0)
+    after = {**EVAL, "return_mean": 201.0}
+    files = {"metrics/eval/cart-sac.json": (EVAL, after)}
+    report = check_rebuild(
+        yaml.safe_dump(_lock()), yaml.safe_dump(_lock("m2", eval_md5="e2")),
+        ["dvc.lock", *files], lambda p: json.dumps(files[p][0]), lambda p: json.dumps(files[p][1]),
+        exact=True,
+    )  # fmt: skip
+    assert report.allowed == []
+    assert any("models/cart-sac m1 -> m2" in line and "same bytes" in line
+               for line in report.problems)  # fmt: skip
+    assert any("return_mean: 200 -> 201" in line for line in report.problems)
+
+
+def test_an_output_edited_after_its_stage_wrote_it_is_a_problem():
+    """`dvc status` against the workspace's dvc.lock: a model or report changed after `dvc
+    repro` (without a new lock) is not what its stage wrote."""
+    status = {
+        "train@cart-sac": [{"changed outs": {"models/cart-sac": "modified"}}],
+        "knowledge": [{"changed outs": {"reports/knowledge.md": "modified"}},
+                      {"changed deps": {"metrics/eval/cart-sac.json": "modified"}}],
+    }  # fmt: skip
+    modified = reproducibility.modified_outputs(status)
+    assert modified == ["models/cart-sac (modified)", "reports/knowledge.md (modified)"]
+    report = check_rebuild(yaml.safe_dump(_lock()), yaml.safe_dump(_lock()), [], str, str,
+                           modified=modified)  # fmt: skip
+    assert [line.split(":")[0] for line in report.problems] == modified
+
+
+def test_the_command_is_exact_on_the_machine_that_recorded_the_build(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(reproducibility.RETURN_TOLERANCE, "cart", 50.0)
+    monkeypatch.chdir(tmp_path)
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "metrics" / "eval").mkdir(parents=True)
+    metrics = tmp_path / "metrics" / "eval" / "cart-sac.json"
+    metrics.write_text(json.dumps(EVAL))
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(_lock()))
+    assert main(["--record-machine"]) == 0
+    capsys.readouterr()
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built")
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(_lock("m2", eval_md5="e2")))
+    metrics.write_text(json.dumps({**EVAL, "return_mean": 201.0}))
+    assert main([]) == 1  # within the tolerance, but this is the build's machine
+    out = capsys.readouterr().out
+    assert out.startswith("exact check") and "same bytes" in out
+    monkeypatch.setattr(reproducibility, "machine_fingerprint", lambda: {"cpu": "another"})
+    assert main([]) == 0  # another machine: by the tolerance
+    assert capsys.readouterr().out.startswith("tolerance check")
