@@ -225,14 +225,14 @@ def machine_fingerprint() -> dict[str, Any]:
     import torch
 
     cpuinfo = Path("/proc/cpuinfo")
-    text = cpuinfo.read_text() if cpuinfo.exists() else ""
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines()
-                  if line.startswith("model name")), platform.processor())  # fmt: skip
-    flags = next((set(line.split(":", 1)[1].split()) for line in text.splitlines()
-                  if line.startswith("flags")), set())  # fmt: skip
+    first: dict[str, str] = {}  # the first processor's fields (a virtual machine's model name
+    for line in (cpuinfo.read_text() if cpuinfo.exists() else "").splitlines():  # can be vague:
+        key, _, value = line.partition(":")  # vendor, family and model say which generation)
+        first.setdefault(key.strip(), value.strip())
+    cpu_keys = ("vendor_id", "cpu family", "model", "model name")
     return {
-        "cpu": model,
-        "cpu_flags": sorted(flags & set(_KERNEL_FLAGS)),
+        "cpu": " / ".join(first.get(k, "?") for k in cpu_keys) if first else platform.processor(),
+        "cpu_flags": sorted(set(first.get("flags", "").split()) & set(_KERNEL_FLAGS)),
         "cores": os.cpu_count(),
         "machine": platform.machine(),
         "torch": torch.__version__,

@@ -3,7 +3,7 @@ few steps from a dataset that the pipeline's stages built from frames (tests.pix
 -> label -> masks -> dataset -> pretrain_critic on pixels), and a run SIGKILLed after its first
 resume state finishes, on rerun, byte-identical to a run never interrupted (and, in process, an
 interrupted one resumes to the same networks). The pixel benchmark's own tests are in
-tests/test_benchmark_pixels.py."""
+tests/learn/test_pixel_throughput.py."""
 
 from __future__ import annotations
 
@@ -142,3 +142,37 @@ def test_one_pixel_run_beside_a_state_run_of_the_same_method(pixel_pipeline, tmp
         assert meta["obs"] == obs and meta["config"]["network"]["obs"] == obs, name
         # the rest of the network is the section's, merged key by key
         assert meta["config"]["network"]["encoder_stride"] == 2
+
+
+def test_erpv_at_lambda_zero_is_sac_offline_from_frames_and_lambda_1_is_not(
+    pixel_pipeline, tmp_path
+):
+    """ERPv's two terms (eq. 4 weighted by lambda_1, eq. 7 by lambda_2) at zero leave SAC with
+    the same offline fraction: the pixel agent's weights are sac-offline's byte for byte (the
+    state case is in test_erpv_pipeline.py). The positive control: lambda_1 = 10 moves the actor,
+    so the identity is not a run that ignored its settings."""
+    from safetensors.torch import load_file
+
+    from stages import train
+
+    d = pixel_pipeline
+    runs = {
+        "pix-sac-offline": ("sac", {"offline_fraction": 0.5}),
+        "pix-erpv-l0": ("erpv", {"lambda_1": 0.0, "lambda_2": 0.0}),
+        "pix-erpv-l10": ("erpv", {"lambda_1": 10.0, "lambda_2": 0.0}),
+    }
+    tensors = {}
+    for name, (method, overrides) in runs.items():
+        raw = yaml.safe_load((d / "params.yaml").read_text())
+        raw["train"] = {name: {"env": ENV, "method": method, "steps": STEPS, "seed": 0,
+                               "overrides": overrides}}  # fmt: skip
+        params = tmp_path / f"{name}.yaml"
+        params.write_text(yaml.safe_dump(raw))
+        assert train.main(train_argv(d, params, name, tmp_path / name)) == 0
+        tensors[name] = load_file(tmp_path / name / "model" / "agent.safetensors")
+    sac, l0, l10 = tensors.values()
+    assert sac.keys() == l0.keys()
+    differ = [k for k in sac if sac[k].numpy().tobytes() != l0[k].numpy().tobytes()]
+    assert not differ, f"lambda = 0 differs from sac-offline in {differ[:5]}"
+    actor = [k for k in l0 if k.startswith("actor.")]
+    assert any(l10[k].numpy().tobytes() != l0[k].numpy().tobytes() for k in actor)
