@@ -88,21 +88,36 @@ def portable_environment(environ: Mapping[str, str], flags: Iterable[str]) -> di
     return updates
 
 
+_native_numpy: list[bool] = []  # set once by pin_portable_kernels: numpy was imported first
+
+
 def pin_portable_kernels(environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
     """Set `portable_environment` in this process (and so in the processes it starts: DVC's
-    stages, Ray's workers). Warns where numpy was imported first and keeps its kernels."""
+    stages, Ray's workers). Where numpy was imported first, it keeps its kernels: reading data
+    is unaffected, and `warn_native_kernels` says so when this process writes data outputs."""
     flags = cpu_flags()
     updates = portable_environment(environ, flags)
     environ.update(updates)
-    if "numpy" in sys.modules and "avx512f" in flags and "NPY_DISABLE_CPU_FEATURES" in updates:
-        warnings.warn(  # elsewhere numpy's kernels are AVX2's already
-            "numpy was imported before `pipeline`, so it keeps this CPU's own kernels "
-            "(NPY_DISABLE_CPU_FEATURES is read at import): data outputs may differ in the last "
+    # elsewhere numpy's kernels are AVX2's already
+    preloaded = "numpy" in sys.modules and "avx512f" in flags
+    _native_numpy[:] = [preloaded and "NPY_DISABLE_CPU_FEATURES" in updates]
+    return updates
+
+
+def warn_native_kernels(output: str | Path) -> None:
+    """Called by the functions that write data outputs (collect, label, masks, dataset): where
+    numpy was imported before `pipeline` on an AVX-512 CPU, warn (once a process) that
+    `output` may differ in its last bits from other machines'. The stages refuse outright
+    (`check_portable_kernels`); a script or notebook that only reads data hears nothing."""
+    if _native_numpy == [True]:
+        _native_numpy[:] = [False]
+        warnings.warn(
+            f"numpy was imported before `pipeline`, so it keeps this CPU's own kernels "
+            f"(NPY_DISABLE_CPU_FEATURES is read at import): {output} may differ in the last "
             "bits from other machines'. Import pipeline first for portable numerics.",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    return updates
 
 
 def training_torch(threads: int) -> None:

@@ -26,6 +26,7 @@ import polars as pl
 
 from pipeline.core.config.envs import PROMPT_SEPARATOR
 from pipeline.core.io import atomic_write_bytes, atomic_write_json, sha256_file
+from pipeline.core.kernels import warn_native_kernels
 from pipeline.core.tables import read_label_table, read_mask_table
 from pipeline.dataset.card import render_card
 from pipeline.dataset.layout import (
@@ -181,6 +182,7 @@ def build_dataset(
     shard_max_samples: int,
 ) -> dict[str, Any]:
     """Write the dataset directory; return its meta/info.json content."""
+    warn_native_kernels(out_dir)
     rollout_dir, out_dir = Path(rollout_dir), Path(out_dir)
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]

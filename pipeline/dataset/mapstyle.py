@@ -22,7 +22,8 @@ from pipeline.dataset.transitions import Label, ObsKind, load_offline_transition
 
 
 class StackedDataset:
-    """Transition i of a dataset as a dict of numpy arrays: `obs` and `next_obs` (pixels: the
+    """Transition i of a dataset as a dict of numpy arrays: `key` (`<episode>/<t>` of o_t, the
+    dataset's and the label table's key of its frame), `episode`, `t`, `obs` and `next_obs` (pixels: the
     last `stack` frames of the episode, (stack, H, W, 3) uint8, oldest first, the first frame
     repeated before the episode's start; state: the state), `action`, `reward`, `terminated`,
     and each field of the label groups asked for (`labels`: "action" gives ERPv's `a_v` and its
@@ -61,12 +62,18 @@ class StackedDataset:
         data = self.data
         index = int(data.obs_index[i])
         start = int(data.episode_start[index])
+        assert data.episode is not None and data.t is not None  # read from a dataset
         item: dict[str, Any] = {
             "obs": self._frames(index, start),
             "action": data.action[i],
             "reward": data.reward[i],
             "next_obs": self._frames(index + 1, start),
             "terminated": data.terminated[i],
+            # which sample o_t is: its row in the dataset and the label table (`sample_key`)
+            "key": data.sample_key(index),
+            "episode": int(data.episode[index]),
+            "t": int(data.t[index]),
+            "part": int(data.part[i]),  # 0: the dataset; k: its k-th `also`
         }
         for spec in data.specs:
             values = data.fields[spec.name]

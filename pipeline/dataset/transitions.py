@@ -105,11 +105,19 @@ class OfflineTransitions:
     # (N,) int64: which directory of `load_offline_transitions` the transition came from (0 the
     # dataset, k its k-th `also`: a labelling round's part); all 0 when not given
     part: np.ndarray | None = None
+    # (N_obs,) int64 each: the dataset sample (`episode`, `t`) an observation is, which names
+    # its frame (`sample_key`); None when not read from a dataset
+    episode: np.ndarray | None = None
+    t: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n, n_obs = len(self.obs_index), len(self.obs)
         if self.part is None:
             object.__setattr__(self, "part", np.zeros(n, np.int64))  # frozen: set once, here
+        for name in ("episode", "t"):
+            values = getattr(self, name)
+            if values is not None and len(values) != n_obs:
+                raise ValueError(f"{name} has {len(values)} rows, obs {n_obs}")
         if len(self.episode_start) != n_obs:
             raise ValueError(f"episode_start has {len(self.episode_start)} rows, obs {n_obs}")
         for name in _PER_TRANSITION:
@@ -132,6 +140,13 @@ class OfflineTransitions:
 
     def __len__(self) -> int:
         return len(self.obs_index)
+
+    def sample_key(self, index: int) -> str | None:
+        """The dataset's key of observation `index` (`<episode>/<t>`, as in its `key` column and
+        the label table's `sample_key`); None when the transitions carry no keys."""
+        if self.episode is None or self.t is None:
+            return None
+        return f"{int(self.episode[index]):06d}/{int(self.t[index]):06d}"
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.fields:
@@ -360,6 +375,8 @@ def load_offline_transitions(
             "reward": df["reward"].to_numpy()[steps].astype(np.float32),
             "terminated": df["terminated"].to_numpy()[steps],
             "part": np.full(len(index), part, np.int64),
+            "episode": df["episode"].to_numpy().astype(np.int64),
+            "t": df["t"].to_numpy().astype(np.int64),
         }
         if "action" in labels:
             chunk |= _action_labels(df, index, action_dim, path)

@@ -217,6 +217,8 @@ def test_a_map_style_dataset_serves_transitions_by_index(dataset):
             item["reward"] == pytest.approx(row["reward"])
             and item["terminated"] == row["terminated"]
         )
+        # the key back to the frame: the dataset's row, and so the label table's sample_key
+        assert (item["key"], item["episode"], item["t"]) == (row["key"], e, t)
     assert {"a_v", "judge"} <= set(ds[0])
     np.testing.assert_array_equal(ds[-1]["obs"], ds[len(ds) - 1]["obs"])
     with pytest.raises(IndexError, match=f"transition {len(ds)} of a dataset of {len(ds)}"):
@@ -226,3 +228,4 @@ def test_a_map_style_dataset_serves_transitions_by_index(dataset):
     )
     batch = next(iter(loader))
     assert batch["obs"].shape == (8, 3, 32, 32, 3) and batch["obs"].dtype == torch.uint8
+    assert len(batch["key"]) == 8 and all(isinstance(k, str) for k in batch["key"])

@@ -364,3 +364,25 @@ def test_an_exported_selection_sends_exactly_its_rows_to_label_studio(rollouts, 
     )
     error = capsys.readouterr().err
     assert "selection.json: not a selection the audit page exports" in error and "KeyError" in error
+
+
+def test_an_export_that_matches_nothing_says_how_many_rows_each_filter_kept(
+    rollouts, tmp_path, capsys
+):
+    """A selection of another table's frames (a labelling round's audit page) used to write
+    nothing and say nothing: the stage now fails, naming each filter's count and the fix."""
+    from stages import review as review_stage
+
+    labels = _label(rollouts, tmp_path, ScriptedTeacher(0.5, 3))
+    selection = tmp_path / "selection.json"
+    selection.write_text(json.dumps([{"sample_key": "000099/000001", "task": "milestone"}]))
+    argv = ["export", "--rollouts", str(rollouts), "--labels", str(labels)]
+    out = tmp_path / "ls"
+    assert review_stage.main([*argv, "--out", str(out), "--selection", str(selection)]) == 2
+    error = capsys.readouterr().err
+    assert "nothing to export, nothing written" in error
+    assert "the selection's 1 (sample_key, task) pairs match 0" in error
+    assert "none of its sample keys is in this table" in error and "data/rounds/" in error
+    assert not out.exists() or not list(out.iterdir())
+    assert review_stage.main([*argv, "--out", str(out), "--statuses", "no_such_status"]) == 2
+    assert "--statuses no_such_status keeps 0" in capsys.readouterr().err

@@ -120,14 +120,14 @@ def check_corrections(path: str | Path, env_id: str, space: dict[str, Any]) -> i
         parsed = parse_answer(task, c.answer, env_id, space)
         if not parsed.status.has_value:
             raise CorrectionsError(
-                f"{path}: the correction of {sample_key} ({task}), {clip(c.answer)}, is not a "
-                f"valid {task} label for {env_id}: {parsed.status}, {clip(parsed.detail)}; fix or "
+                f"{path}: the correction of {sample_key} ({task}), {quote_clipped(c.answer)}, is not a "
+                f"valid {task} label for {env_id}: {parsed.status}, {quote_clipped(parsed.detail)}; fix or "
                 "delete its line"
             )
     return len(corrections)
 
 
-def clip(text: str, chars: int = 120) -> str:
+def quote_clipped(text: str, chars: int = 120) -> str:
     """`text` quoted for a message, at most `chars` of it (a correction may be any size)."""
     return repr(text) if len(text) <= chars else f"{text[:chars]!r}... ({len(text):,} characters)"
 

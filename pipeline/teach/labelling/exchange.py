@@ -46,6 +46,10 @@ from pipeline.teach.rollouts.reader import iter_rollouts, load_manifest
 JUDGE_CHOICES = ("reasonable", "unreasonable")
 
 
+class ExportError(PipelineError, ValueError):
+    """An export that would write no task (no row passes its filters) or lacks the frames."""
+
+
 class ReviewImportError(PipelineError, ValueError):
     pass
 
@@ -213,16 +217,39 @@ def export_label_studio(
     env_id, space = manifest["env_id"], manifest["action_space"]
     schema = label_schema(env_id)
     table = read_label_table(labels_path).filter(pl.col("queried"))
+    kept = [f"{labels_path} holds {table.height} queried rows"]
     if tasks:
         table = table.filter(pl.col("task").is_in(tasks))
+        kept.append(f"--tasks {' '.join(tasks)} keeps {table.height}")
     if statuses:
         table = table.filter(pl.col("parse_status").is_in(statuses))
+        kept.append(f"--statuses {' '.join(statuses)} keeps {table.height}")
     if selection is not None:
-        table = filter_rows(table, selection=selection)
+        before, table = table, filter_rows(table, selection=selection)
+        kept.append(
+            f"the selection's {len(selection)} (sample_key, task) pairs match {table.height}"
+        )
+        if table.height == 0 and selection:
+            known = set(before["sample_key"]) & {key for key, _ in selection}
+            kept.append(
+                f"{len(known)} of its sample keys are in the table under other tasks or statuses"
+                if known
+                else "none of its sample keys is in this table: a selection "
+                "saved on a labelling round's audit page names that round's frames; give that "
+                "round's --labels (data/rounds/<round>/labels.parquet) and the rollouts it labelled"
+            )
+    if table.height == 0:
+        raise ExportError(f"nothing to export, nothing written: {'; '.join(kept)}")
     out_dir = Path(out_dir)
     check_writable(out_dir)
     wanted = set(table["sample_key"])
     samples = {s.key: s for s in iter_rollouts(rollout_dir) if s.key in wanted}
+    if wanted - set(samples):
+        missing = sorted(wanted - set(samples))
+        raise ExportError(
+            f"{len(missing)} of the {len(wanted)} frames to export are not in {rollout_dir} "
+            f"(e.g. {missing[:3]}): give the rollouts that {labels_path} labelled; nothing written"
+        )
     summary = ExportSummary()
     for (task,), rows in table.sort("episode", "t").group_by("task", maintain_order=True):
         items = []

@@ -34,11 +34,12 @@ from pipeline.core.cached_map import CachedMap, missing
 from pipeline.core.config import LabelConfig
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_bytes, check_writable
+from pipeline.core.kernels import warn_native_kernels
 from pipeline.core.tables import LABEL_TABLE_SCHEMA
 from pipeline.teach.labelling.corrections import (
     Correction,
     CorrectionsError,
-    clip,
+    quote_clipped,
     read_corrections,
 )
 from pipeline.teach.labels.cache import CachedAnswer, LabelCache, cache_key
@@ -185,8 +186,8 @@ def _overlay_corrections(
         parsed = parse_answer(c.task, c.answer, env_id, space)
         if not parsed.status.has_value:
             raise CorrectionsError(
-                f"{source}: the correction of {key} ({clip(c.answer)}) is not a valid {c.task} "
-                f"label: {clip(parsed.detail)}"
+                f"{source}: the correction of {key} ({quote_clipped(c.answer)}) is not a valid {c.task} "
+                f"label: {quote_clipped(parsed.detail)}"
             )
         row.update(
             dict.fromkeys(VALUE_COLUMNS),
@@ -247,6 +248,7 @@ def label_rollouts(
     their teacher with `ray_build`, default `make_teacher(cfg.teacher)`). `read_also`: more
     label caches answers are served from (read only; a labelling round reads the env's).
     `rebuild`: the command that rebuilds `cache_dir` (named in its errors; default label@<env>)."""
+    warn_native_kernels(out_path)
     manifest = load_manifest(rollout_dir)
     env_id, space = manifest["env_id"], manifest["action_space"]
     if env_id in cfg.per_env:  # the teacher was built by the caller: it must be this env's

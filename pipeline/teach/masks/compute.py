@@ -22,6 +22,7 @@ from pipeline.core.cached_map import CachedMap, missing
 from pipeline.core.config import RayExecutorConfig
 from pipeline.core.distributed import map_on_ray
 from pipeline.core.io import atomic_write_bytes, check_writable
+from pipeline.core.kernels import warn_native_kernels
 from pipeline.core.segments import SegmentStore
 from pipeline.core.tables import MASK_TABLE_SCHEMA, read_label_table
 from pipeline.teach.labels.status import LABELLED_STATUSES
@@ -127,6 +128,7 @@ def compute_masks(
     With `ray`, the uncached (frame, phrases) pairs are computed on a Ray cluster first (actors
     build the back end with `ray_build`), each finished batch cached as it arrives; the table
     is then built from the cache, the same bytes as a local run's."""
+    warn_native_kernels(out_path)
     manifest = load_manifest(rollout_dir)
     env_id = manifest["env_id"]
     check_writable(cache_dir, Path(out_path).parent)  # before any (GPU-)paid mask

@@ -30,6 +30,7 @@ from pipeline.core.config import CollectConfig, EnvConfig
 from pipeline.core.envs import CONTEXT, PIXELS, STATE, make_env
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import TMP_SUFFIX, atomic_write_json, sha256_file
+from pipeline.core.kernels import warn_native_kernels
 from pipeline.core.policy import PolicyLoader
 from pipeline.teach.labels.cache import LabelCache
 from pipeline.teach.labels.parsers import PARSER_VERSION
@@ -343,6 +344,7 @@ def collect(
     and attempts in `telemetry_dir` (outside the rollouts: not hashed by DVC) when given.
     `load_policy`: how a `checkpoint` that is an agent directory is loaded (the stage's).
     """
+    warn_native_kernels(out_dir)
     out_dir = Path(out_dir)
     check_checkpoint_source(collect_cfg, env_id)  # before anything is loaded or written
     out_dir.mkdir(parents=True, exist_ok=True)
