@@ -59,13 +59,16 @@ def _teacher_lines(teacher: Mapping[str, Any]) -> list[str]:
         f"episodes from seed {teacher['seed']}, std ddof {teacher.get('std_ddof', 1)}; asked "
         "every k-th agent step, its answer held in between):",
         "",
-        "| policy | return | Welch p vs random | prompts (fresh build) |",
+        "| policy | return | Welch p vs random (n episodes each) | prompts (fresh build) |",
         "|---|---|---|---|",
     ]
+    n = teacher["episodes"]
+    few = "; too few to test" if n < 3 else ""
     for row in teacher["teacher_rows"]:
         p = row.get("welch_p_vs_random")
+        p_text = "" if p is None else f"{p:.2g} (n = {n} vs {n}{few})"
         lines.append(
-            f"| {row['policy']} | {return_text(row)} | {'' if p is None else f'{p:.2g}'} | "
+            f"| {row['policy']} | {return_text(row)} | {p_text} | "
             f"{row.get('prompts_paid_on_a_fresh_build', '')} |"
         )
     lines.append(f"| uniform random actions | {return_text(teacher['random'])} | | 0 |")
@@ -87,10 +90,23 @@ def _cost_line(cost: Mapping[str, Any]) -> str:
         if distinct
         else ""
     )
+    by_task = cost.get("parsed_by_task") or {}
+    per_task = (
+        " (" + ", ".join(f"{task} {share_text(s)}" for task, s in by_task.items()) + ")"
+        if by_task and parsed
+        else ""
+    )
     line = (
         f"Its labels of the dataset (`label`): prompts by task (what a fresh build pays a VLM "
-        f"for) {prompts_text(cost)}{parsed}{judged}{kinds}."
+        f"for) {prompts_text(cost)}{parsed}{per_task}{judged}{kinds}."
     )
+    unlabelled = [task for task, share in by_task.items() if share < 0.5]
+    if unlabelled:
+        line += (
+            f" **Mostly unlabelled**: under half of the {', '.join(f'`{t}`' for t in unlabelled)}"
+            " answers carry a label (a prompt the model does not follow, or a schema the parser "
+            "cannot read: `label.max_parse_failure_rate` stops the stage past its rate)."
+        )
     constant = constant_tasks(cost)
     if constant:
         line += (

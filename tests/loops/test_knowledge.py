@@ -82,15 +82,41 @@ def _page(root: Path, params: dict) -> str:
 def test_the_page_puts_the_teacher_its_cost_and_each_agent_with_what_it_reads(tmp_path):
     page = _page(tmp_path, _tree(tmp_path))
     assert f"## {ENV}" in page and "`scripted:v2:x` acting alone" in page
-    assert "| teacher:k=1 | -120.0 +- 4.0 (100% success) | 1e-05 | 360 |" in page
+    n = json.loads((tmp_path / "metrics/teacher" / f"{ENV}.json").read_text())["episodes"]
+    few = "; too few to test" if n < 3 else ""
+    assert (
+        f"| teacher:k=1 | -120.0 +- 4.0 (100% success) | 1e-05 (n = {n} vs {n}{few}) | 360 |"
+        in page
+    )
     assert "| uniform random actions | -200.0 +- 0.0 (0% success) | | 0 |" in page
     # prompts are queried rows by task; parsed: 4 of the 5 queried; judged reasonable: 1 of 2
-    assert "judge 2, milestone 3; 80.0% of the answers parsed; 50.0% of the judged" in page
+    assert (
+        "judge 2, milestone 3; 80.0% of the answers parsed (judge 100.0%, milestone 66.7%); "
+        "50.0% of the judged" in page
+    )
+    assert "Mostly unlabelled" not in page
     assert "| mc-ppo | ppo | no label | 2,048 | -130.0 +- 2.5 (100% success) | 5 |" in page
     assert "| mc-hybrid | hybrid_ppo | `milestone` | 2,048 | -110.0 +- 2.5" in page
     assert "| mc-hybrid-r1 (round 1 of mc-hybrid: +84 teacher calls) | hybrid_ppo |" in page
     assert "+500 | -105.0 +- 2.5" in page
     assert "does not show that the labels caused it" in page
+
+
+def test_a_task_whose_answers_mostly_carry_no_label_is_flagged(tmp_path):
+    """A table kept with a raised label.max_parse_failure_rate: its collapsed task is named, not
+    hidden in the overall share."""
+    params = _tree(tmp_path)
+    pl.DataFrame(
+        {"task": ["milestone"] * 4 + ["judge"] * 4, "queried": [True] * 8,
+         "parse_status": ["format_collapse"] * 3 + ["ok"] * 5,
+         "judge": [None] * 4 + [True, False, True, True]}
+    ).write_parquet(tmp_path / f"data/labels/{ENV}.parquet")  # fmt: skip
+    teacher = tmp_path / "metrics/teacher" / f"{ENV}.json"
+    teacher.write_text(json.dumps({**json.loads(teacher.read_text()), "episodes": 2}))
+    page = _page(tmp_path, params)
+    assert "1e-05 (n = 2 vs 2; too few to test)" in page  # the default build's 2 episodes
+    assert "(judge 100.0%, milestone 25.0%)" in page
+    assert "**Mostly unlabelled**: under half of the `milestone` answers carry a label" in page
 
 
 def test_a_missing_metric_names_its_stage_and_the_stage_exits_2(tmp_path, capsys, monkeypatch):

@@ -161,6 +161,35 @@ def test_transport_failures_are_recorded_not_cached_and_retried(rollouts, tmp_pa
     assert "timeout" not in set(table["parse_status"])
 
 
+def test_a_collapsed_task_fails_the_stage_and_the_others_pass(rollouts, tmp_path):
+    """A teacher whose every milestone answer is prose (format_collapse 100 %) used to pass with
+    exit 0: past label.max_parse_failure_rate the stage fails, naming the task, its rate and
+    statuses; the answers are cached, so raising the rate (or fixing the prompt) pays nothing."""
+
+    def prose(prompt, reply):
+        if prompt.task != "milestone":
+            return reply
+        return Reply(text="The car is in a valley between two hills.", finish_reason="stop")
+
+    teacher = CountingTeacher(ScriptedTeacher(1.0, 0), fail=prose)
+    cfg = label_cfg(max_parse_failure_rate=0.5)
+    (tmp_path / "labels.parquet").write_bytes(b"a table from an earlier run")
+    with pytest.raises(LabelError, match=r"milestone: (\d+) of \1 answers carry no label \(100% > "
+                       r"max_parse_failure_rate 0.5; format_collapse \1\)") as err:  # fmt: skip
+        _label(rollouts, tmp_path, teacher, cfg)
+    assert "action:" not in str(err.value) and "raise label.max_parse_failure_rate" in str(
+        err.value
+    )
+    assert not (tmp_path / "labels.parquet").exists()
+    assert (tmp_path / "labels.parquet.failed").exists()
+    calls = teacher.calls
+    # per task: the milestone task may fail as often as it likes, the others keep 0.5
+    summary, table = _label(rollouts, tmp_path, teacher,
+                            label_cfg(max_parse_failure_rate={"milestone": 1.0}))  # fmt: skip
+    assert teacher.calls == calls and summary.teacher_calls == 0  # every answer was cached
+    assert set(table.filter(pl.col("task") == "milestone")["parse_status"]) == {"format_collapse"}
+
+
 def test_too_many_transport_failures_fail_loudly(rollouts, tmp_path):
     def down(prompt, reply):
         return Reply(text=None, error=ParseStatus.HTTP_ERROR, error_detail="connection refused")

@@ -209,7 +209,9 @@ class LabelEnvConfig(Section):
 # The keys of `label` that decide the label table's bytes: label@<env> depends on these and on
 # `label.per_env.<env>` (dvc.yaml; tests/core/test_config.py compares the two). `executor` and `ray`
 # are not among them: they choose where the calls run, and the table is the same bytes either way.
-LABEL_OUTPUT_KEYS = ("teacher", "tasks", "batch_size", "max_transport_failure_rate")
+LABEL_OUTPUT_KEYS = (
+    "teacher", "tasks", "batch_size", "max_transport_failure_rate", "max_parse_failure_rate"
+)  # fmt: skip
 
 
 class LabelConfig(Section):
@@ -233,6 +235,15 @@ class LabelConfig(Section):
         description="Fail the stage when more than this fraction of teacher calls got no answer "
         "(HTTP errors, timeouts). Failures are still written to the table, and are not cached.",
     )
+    max_parse_failure_rate: float | dict[LabelTaskName, float] = Field(
+        default=0.5,
+        description="Fail the stage when more than this fraction of a task's answers (queried "
+        "rows that got an answer) carries no label (format_collapse, invalid_choice, "
+        "too_long, ...): a collapsed task (a prompt the model does not follow, a schema the "
+        "parser cannot read) stops the pipeline instead of training on no labels. One rate for "
+        "every task, or task -> rate (a task not listed: 0.5). The answers are cached: after a "
+        "fix to the prompt or parser, the rerun pays only for new prompts.",
+    )
     executor: Literal["local", "ray"] = Field(
         default="local",
         description="`local`: calls in this process; `ray`: the uncached prompts go through Ray "
@@ -251,7 +262,17 @@ class LabelConfig(Section):
     @model_validator(mode="after")
     def _k_positive(self) -> LabelConfig:
         _check_intervals(self.tasks)
+        rates = self.max_parse_failure_rate
+        for task, rate in rates.items() if isinstance(rates, dict) else [("", rates)]:
+            if not 0.0 <= rate <= 1.0:
+                key = f"max_parse_failure_rate.{task}" if task else "max_parse_failure_rate"
+                raise ValueError(f"{key}: {rate} is not a fraction in [0, 1]")
         return self
+
+    def parse_failure_limit(self, task: str) -> float:
+        """`max_parse_failure_rate` of `task`."""
+        rates = self.max_parse_failure_rate
+        return rates.get(task, 0.5) if isinstance(rates, dict) else rates  # type: ignore[call-overload]
 
     def teacher_path(self, env_id: str) -> str:
         """Where in params.yaml the teacher that labels `env_id` is configured (for messages)."""

@@ -442,22 +442,58 @@ def _label_table(
     return pl.DataFrame(rows, schema=LABEL_TABLE_SCHEMA).sort(["episode", "t", "task"])
 
 
+def collapsed_tasks(table: pl.DataFrame, cfg: LabelConfig) -> list[str]:
+    """The tasks of a label table whose answers (queried rows with an answer, corrections
+    included) carry no label more often than `cfg.parse_failure_limit(task)`, one line each:
+    the task, the rate, and its most frequent failure statuses."""
+    answered = table.filter(
+        pl.col("queried") & ~pl.col("parse_status").is_in(sorted(TRANSPORT_FAILURES))
+    )
+    problems = []
+    for (task,), rows in answered.group_by("task", maintain_order=True):
+        failed = rows.filter(~pl.col("parse_status").is_in(LABELLED_STATUSES))
+        limit = cfg.parse_failure_limit(str(task))
+        if rows.height and failed.height / rows.height > limit:
+            top = failed["parse_status"].value_counts(sort=True).head(3).rows()
+            problems.append(
+                f"{task}: {failed.height} of {rows.height} answers carry no label "
+                f"({failed.height / rows.height:.0%} > max_parse_failure_rate {limit}; "
+                + ", ".join(f"{status} {n}" for status, n in top)
+                + ")"
+            )
+    return problems
+
+
 def _write_table(
     table: pl.DataFrame, out_path: Path, cfg: LabelConfig, summary: LabelSummary
 ) -> None:
-    """Write the table, or, past `max_transport_failure_rate`, keep it aside and fail."""
+    """Write the table, or, past `max_transport_failure_rate` or a task's
+    `max_parse_failure_rate`, keep it aside and fail."""
     buf = io.BytesIO()
     table.write_parquet(buf)
     calls = summary.teacher_calls
-    if calls and summary.transport_failures / calls > cfg.max_transport_failure_rate:
-        # a failed stage leaves no table a later stage could take for a good one
+    failed = out_path.with_name(out_path.name + FAILED_SUFFIX)
+
+    def keep_aside() -> None:  # a failed stage leaves no table a later stage could take
         out_path.unlink(missing_ok=True)
-        failed = out_path.with_name(out_path.name + FAILED_SUFFIX)
         atomic_write_bytes(failed, buf.getvalue())
+
+    if calls and summary.transport_failures / calls > cfg.max_transport_failure_rate:
+        keep_aside()
         raise LabelError(
             f"{summary.transport_failures} of {calls} teacher calls got no answer (more than "
             f"max_transport_failure_rate={cfg.max_transport_failure_rate}); no label table was "
             f"written ({failed} records the failures for inspection: not an output). Rerun to "
             f"retry them: answers already received are cached"
+        )
+    collapsed = collapsed_tasks(table, cfg)
+    if collapsed:
+        keep_aside()
+        raise LabelError(
+            f"the teacher's answers carry no label too often ({'; '.join(collapsed)}); no label "
+            f"table was written ({failed} holds the answers: `python -m stages.review` or the "
+            "audit page show them). Fix the prompt (env.<id>.labels.prompts) or the schema, or "
+            "raise label.max_parse_failure_rate; the answers are cached, so the rerun pays "
+            "only for new prompts"
         )
     atomic_write_bytes(out_path, buf.getvalue())

@@ -20,7 +20,8 @@ DECISION_TASKS = ("action", "milestone", "judge")
 def label_cost(labels: pl.DataFrame) -> dict[str, Any]:
     """What a label table paid its teacher: its rows, the prompts asked per task (queried frames
     x tasks, what a fresh build pays a VLM for; the other rows carry a queried answer), the
-    share of those answers that parsed to a label and, where the table has `judge` rows (Semore's
+    share of those answers that parsed to a label (overall, and by task: `parsed_by_task`) and,
+    where the table has `judge` rows (Semore's
     selective replay), the share of them judged reasonable: the pool the judge lets through; per
     task, how many distinct answers parsed (`distinct_answers`: 1 is a constant teacher)."""
     queried = labels.filter(pl.col("queried"))
@@ -31,6 +32,11 @@ def label_cost(labels: pl.DataFrame) -> dict[str, Any]:
         "rows": labels.height,
         "prompts": {str(k): int(v) for k, v in prompts.items()},
         "parsed": parsed / queried.height if queried.height else None,
+        # per task: a task that collapsed hides behind a good overall share
+        "parsed_by_task": {
+            str(task): rows.filter(labelled).height / rows.height
+            for (task,), rows in queried.sort("task").group_by("task", maintain_order=True)
+        },
     }
     judged = labels.filter(pl.col("task") == "judge")
     if judged.height and "judge" in labels.columns:  # a table without the column judged none
