@@ -1,6 +1,7 @@
 """DVC stage `evaluate@<run>`: the trained agent alone, deterministic, N episodes (teacher and
-shaping detached, as at deployment); metrics JSON for `dvc metrics show`, and with `--videos` the
-first `evaluate.record_episodes` of the same episodes as GIFs (`dvc plots show` draws them).
+shaping detached, as at deployment); metrics JSON for `dvc metrics show`, and with `--videos`
+`evaluate.record_episodes` of the same episodes as GIFs (`evaluate.record_which`: by default the
+median-return episode, not a lucky first one; `dvc plots show` draws them).
 
     python -m stages.evaluate --params params.yaml --agent models/MountainCar-v0-ppo \\
         --out metrics/eval/MountainCar-v0-ppo.json --videos videos/MountainCar-v0-ppo
@@ -23,11 +24,14 @@ from pipeline.learn.methods.table import load_agent
 CLIP_NAME = "episode-{episode}.gif"  # in --videos: the evaluation's episode index (seed + index)
 
 
-def write_clips(directory: Path, clips: list[list], fps: float, scale: int) -> list[Path]:
-    """Each clip as `CLIP_NAME` in `directory`; GIFs of a previous run that this one did not
-    record are removed (DVC empties the directory before the stage; a run by hand may not)."""
+def write_clips(
+    directory: Path, clips: list[list], episodes: list[int], fps: float, scale: int
+) -> list[Path]:
+    """Each clip as `CLIP_NAME` of its evaluation episode in `directory`; GIFs of a previous run
+    that this one did not record are removed (DVC empties the directory before the stage; a run
+    by hand may not)."""
     directory.mkdir(parents=True, exist_ok=True)
-    paths = [directory / CLIP_NAME.format(episode=i) for i in range(len(clips))]
+    paths = [directory / CLIP_NAME.format(episode=i) for i in episodes]
     for stale in set(directory.glob(CLIP_NAME.format(episode="*"))) - set(paths):
         stale.unlink()
     for path, frames in zip(paths, clips, strict=True):
@@ -58,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = params.evaluate
         record = None
         if args.videos is not None:
-            record = Recorder(cfg.record_episodes, cfg.record_every, cfg.record_max_frames)
+            record = Recorder(
+                cfg.record_episodes, cfg.record_every, cfg.record_max_frames, cfg.record_which
+            )
         result = evaluate_policy(
             policy, env_id, params.env[env_id], cfg.episodes, cfg.seed,
             progress=f"evaluate {args.agent}", record=record,
@@ -74,11 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         f"over {result.episodes} episodes, length {result.length_mean:.1f}{success}"
     )
     if record is not None:
-        paths = write_clips(args.videos, record.clips, cfg.record_fps, cfg.record_scale)
-        for i, (path, frames) in enumerate(zip(paths, record.clips, strict=True)):
+        paths = write_clips(
+            args.videos, record.clips, record.clip_episodes, cfg.record_fps, cfg.record_scale
+        )
+        which = "the median return's" if cfg.record_which == "median" else "the first"
+        for path, frames, i in zip(paths, record.clips, record.clip_episodes, strict=True):
             print(
-                f"  watch episode {i} (seed {cfg.seed + i}, return {result.returns[i]:.1f}): "
-                f"{path} ({len(frames)} frames; open it in a browser or `dvc plots show`)"
+                f"  watch episode {i} ({which}; seed {cfg.seed + i}, return "
+                f"{result.returns[i]:.1f}): {path} ({len(frames)} frames; open it in a browser "
+                "or `dvc plots show`)"
             )
     return 0
 

@@ -9,7 +9,7 @@ import io
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -97,14 +97,21 @@ class Recorder:
     episodes: int
     every: int = 1
     max_frames: int = 250
+    # "first": the first `episodes` episodes, as they are played; "median": the `episodes` whose
+    # returns are nearest the evaluation's median (the typical ones), replayed from their seeds
+    # once every return is known (`median_episodes`)
+    which: Literal["first", "median"] = "first"
     clips: list[list[np.ndarray]] = field(default_factory=list)
+    clip_episodes: list[int] = field(default_factory=list)  # the evaluation episode of each clip
     _step: int = field(default=0, init=False, repr=False)  # agent steps into the clip
+    _offset: int = field(default=0, init=False, repr=False)  # episode index of a replay's first
 
     def wants(self, episode: int) -> bool:
-        return episode < self.episodes
+        return self.which == "first" and episode < self.episodes
 
-    def begin(self, obs: dict[str, np.ndarray]) -> None:
+    def begin(self, obs: dict[str, np.ndarray], episode: int = 0) -> None:
         self.clips.append([])
+        self.clip_episodes.append(self._offset + episode)
         self._step = 0
         self.see(obs)
 
@@ -139,7 +146,7 @@ def play_episodes(
         episode_env = record_env if watch is not None and record_env is not None else env
         obs, _ = episode_env.reset(seed=seed + i)
         if watch is not None:
-            watch.begin(obs)
+            watch.begin(obs, i)
         policy.begin(obs)
         total, length, done = 0.0, 0, False
         while not done:
@@ -164,6 +171,16 @@ def play_episodes(
     )
 
 
+def median_episodes(returns: Sequence[float], count: int) -> list[int]:
+    """The `count` episodes whose returns are nearest the median return, in episode order; for
+    one, the median episode (of an even number, the lower of the two middle ones). Ties go to
+    the earlier episode."""
+    order = sorted(range(len(returns)), key=lambda i: (returns[i], i))
+    median = returns[order[(len(order) - 1) // 2]]
+    nearest = sorted(range(len(returns)), key=lambda i: (abs(returns[i] - median), i))
+    return sorted(nearest[:count])
+
+
 def evaluate_policy(
     policy: Policy,
     env_id: str,
@@ -174,7 +191,10 @@ def evaluate_policy(
     record: Recorder | None = None,
 ) -> EvalResult:
     """`play_episodes` in a fresh env of the pipeline's registry, rendering only if the policy
-    reads frames or `record` wants the episode (a second env with frames plays those)."""
+    reads frames or `record` wants the episode (a second env with frames plays those). A
+    `median` recorder's episodes are replayed from their seeds after the evaluation: the policy
+    acts deterministically and each episode starts from `reset(seed=...)`, so a replay is the
+    episode whose return the metrics hold."""
     reads_frames = policy.obs == PIXELS
     env = make_env(env_id, env_cfg, pixels=reads_frames)
     record_env = None
@@ -183,9 +203,19 @@ def evaluate_policy(
         if record is not None and record.episodes > 0 and not reads_frames:
             record_env = make_env(env_id, env_cfg, pixels=True)
         check_fits(policy.meta, env.action_space, env_id)
-        return play_episodes(
+        result = play_episodes(
             env, policy, episodes, seed, success, progress, record=record, record_env=record_env
         )
+        if record is not None and record.which == "median":
+            replay = record_env if record_env is not None else env
+            for i in median_episodes(result.returns, record.episodes):
+                record._offset = i
+                record.which = "first"  # wants(0): the one episode of this replay
+                try:
+                    play_episodes(env, policy, 1, seed + i, record=record, record_env=replay)
+                finally:
+                    record.which, record._offset = "median", 0
+        return result
     finally:
         env.close()
         if record_env is not None:

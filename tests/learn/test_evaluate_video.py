@@ -62,6 +62,31 @@ def test_recording_changes_no_number(env_id):
     assert record.clips[0][0].shape == (cfg.image_size, cfg.image_size, 3)
 
 
+def test_the_median_episode_is_recorded_as_it_was_played():
+    """`record_which: median` replays, from its seed, the episode whose return is the median
+    (the lower middle one of an even count): the clip is that episode, frame for frame as a
+    `first` recorder sees it when that episode comes first, and the numbers are unchanged."""
+    from pipeline.learn.evaluation import median_episodes
+
+    assert median_episodes([5.0, -3.0, 9.0, 1.0], 1) == [3]  # sorted -3, 1, 5, 9: lower middle 1
+    assert median_episodes([5.0, -3.0, 9.0, 1.0], 2) == [0, 3]
+    assert median_episodes([2.0, 2.0, 7.0], 1) == [0]  # a tie goes to the earlier episode
+    cfg = env_cfg(max_episode_steps=15)
+    with make_env(CARTPOLE, cfg, pixels=False) as env:
+        policy = Policy(_swinging(env.action_space).act, "state", {"env": CARTPOLE})
+    off = evaluate_policy(policy, CARTPOLE, cfg, 5, seed=7)
+    record = Recorder(episodes=1, which="median")
+    on = evaluate_policy(policy, CARTPOLE, cfg, 5, seed=7, record=record)
+    assert on == off and len(set(off.returns)) > 1
+    (median,) = median_episodes(off.returns, 1)
+    assert record.clip_episodes == [median]
+    alone = Recorder(episodes=1)  # the same episode played first, from the same seed
+    evaluate_policy(policy, CARTPOLE, cfg, 1, seed=7 + median, record=alone)
+    assert len(record.clips[0]) == len(alone.clips[0]) == off.lengths[median] + 1
+    for a, b in zip(record.clips[0], alone.clips[0], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_the_evaluation_std_is_the_sample_std_and_its_metrics_say_so():
     """`return_std` is ddof 1 over the episodes, as teacher_eval's (the two sit side by side in
     the reports); one episode has no spread to estimate: 0.0, as there."""

@@ -516,9 +516,16 @@ class EvaluateConfig(Section):
     record_episodes: int = Field(
         default=1,
         ge=0,
-        description="Evaluation episodes recorded as GIFs, the first ones (seed, seed+1, ...); "
-        "0: none. At most `episodes`. A state agent's recorded episodes render frames; its other "
+        description="Evaluation episodes recorded as GIFs (which ones: `record_which`); 0: "
+        "none. At most `episodes`. A state agent's recorded episodes render frames; its other "
         "episodes do not.",
+    )
+    record_which: Literal["median", "first"] = Field(
+        default="median",
+        description="`median`: the episodes whose returns are nearest the median return (the "
+        "typical ones; for one, the median episode, the lower middle one of an even count), "
+        "replayed from their seeds after the evaluation; `first`: the first episodes (seed, "
+        "seed+1, ...). The first episode can be a lucky one (-2.9 against a mean of -1092.6).",
     )
     record_every: int = Field(
         default=1,
