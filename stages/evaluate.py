@@ -15,28 +15,17 @@ from pathlib import Path
 
 from pipeline.core.config import ConfigError, load_params
 from pipeline.core.errors import PipelineError, print_error
-from pipeline.core.io import atomic_write_bytes, atomic_write_json
+from pipeline.core.io import atomic_write_json
 from pipeline.core.kernels import training_torch
 from pipeline.learn.agents.checkpoint import read_meta
-from pipeline.learn.evaluation import Recorder, deployed, encode_gif, eval_metrics, evaluate_policy
+from pipeline.learn.evaluation import (
+    Recorder,
+    deployed,
+    eval_metrics,
+    evaluate_policy,
+    write_clips,
+)
 from pipeline.learn.methods.table import load_agent
-
-CLIP_NAME = "episode-{episode}.gif"  # in --videos: the evaluation's episode index (seed + index)
-
-
-def write_clips(
-    directory: Path, clips: list[list], episodes: list[int], fps: float, scale: int
-) -> list[Path]:
-    """Each clip as `CLIP_NAME` of its evaluation episode in `directory`; GIFs of a previous run
-    that this one did not record are removed (DVC empties the directory before the stage; a run
-    by hand may not)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = [directory / CLIP_NAME.format(episode=i) for i in episodes]
-    for stale in set(directory.glob(CLIP_NAME.format(episode="*"))) - set(paths):
-        stale.unlink()
-    for path, frames in zip(paths, clips, strict=True):
-        atomic_write_bytes(path, encode_gif(frames, fps, scale))
-    return paths
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,7 +47,7 @@ LAYERS: list[set[str]] = [
     # curve TSVs (dvclive layout), figures; deployed policies, evaluation
     {"learn.curves", "learn.evaluation"},
     {"learn.methods"},  # one unit per method (params, train, load) and the method table
-    {"learn.training", "learn.critic"},  # train logic; C_V's pre-training
+    {"learn.training", "learn.critic", "learn.play"},  # train logic; C_V's pre-training; vlmrl-play
     {"loops.knowledge"},  # the page of teachers and agents (reads the method table)
     {"loops.rounds"},  # labelling rounds: collect, label, masks, dataset and train, per round
     # vlmrl-verify; vlmrl-seeds; vlmrl-lockcheck

@@ -20,6 +20,7 @@ from pipeline.core.config import EnvConfig
 from pipeline.core.envs import PIXELS, env_info, make_env
 from pipeline.core.envs.wrappers import resize_frame
 from pipeline.core.errors import PipelineError
+from pipeline.core.io import atomic_write_bytes
 from pipeline.core.stacking import FrameStacker
 
 
@@ -277,3 +278,21 @@ def eval_metrics(result: EvalResult, meta: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in out.items() if v is not None}
     meta_keys = {"env": meta["env"], "method": meta["method"], "train_steps": meta["steps"]}
     return {**out, "std_ddof": 1, **meta_keys}
+
+
+CLIP_NAME = "episode-{episode}.gif"  # in --videos: the evaluation's episode index (seed + index)
+
+
+def write_clips(
+    directory: Path, clips: list[list], episodes: list[int], fps: float, scale: int
+) -> list[Path]:
+    """Each clip as `CLIP_NAME` of its evaluation episode in `directory`; GIFs of a previous run
+    that this one did not record are removed (DVC empties the directory before the stage; a run
+    by hand may not)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / CLIP_NAME.format(episode=i) for i in episodes]
+    for stale in set(directory.glob(CLIP_NAME.format(episode="*"))) - set(paths):
+        stale.unlink()
+    for path, frames in zip(paths, clips, strict=True):
+        atomic_write_bytes(path, encode_gif(frames, fps, scale))
+    return paths

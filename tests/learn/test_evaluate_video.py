@@ -199,3 +199,53 @@ def test_more_recorded_than_played_episodes_is_refused_by_name():
     raw["evaluate"] = {"episodes": 2, "seed": 0, "record_episodes": 3}
     with pytest.raises(ConfigError, match="record_episodes"):
         parse_params(raw)
+
+
+def test_vlmrl_play_plays_records_and_prints_what_evaluate_scores(tmp_path, capsys):
+    """`vlmrl-play` on demand: the returns the evaluate stage scores for the same seeds, a GIF
+    per episode (or the median one alone), named by episode."""
+    from pipeline.learn.play import main as play
+
+    agent = _sac_checkpoint(tmp_path)
+    metrics = json.loads(_evaluate(tmp_path, agent, "ev", videos=False).read_text())
+    params = tmp_path / "ev.yaml"
+    out = tmp_path / "play"
+    capsys.readouterr()
+    argv = [str(agent), "--params", str(params), "--episodes", "2", "--seed", "5", "--scale", "1"]
+    assert play([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"return {metrics['return_mean']:.1f} +- {metrics['return_std']:.1f}" in printed
+    assert sorted(p.name for p in out.iterdir()) == ["episode-0.gif", "episode-1.gif"]
+    assert len(_frames(out / "episode-0.gif")) >= 2
+    assert play([*argv, "--out", str(tmp_path / "median"), "--record", "median"]) == 0
+    assert len(list((tmp_path / "median").iterdir())) == 1
+    assert play([str(tmp_path / "nothing"), "--params", str(params)]) == 2
+    assert "agent.json does not exist" in capsys.readouterr().err
+
+
+def test_the_env_is_rebuilt_from_a_dataset_alone(stage_one_dataset, tmp_path, capsys):
+    """The dataset records its env's id and settings: `make_env(dataset)` builds it with the
+    collected frame size and episode limit, and `vlmrl-play --dataset` plays an agent in it."""
+    from pipeline.dataset.env import make_env as make_dataset_env
+    from pipeline.learn.play import main as play
+
+    dataset = stage_one_dataset / "ds"
+    with make_dataset_env(dataset) as env:
+        obs, _ = env.reset(seed=0)
+        assert obs["pixels"].shape == (32, 32, 3)  # TINY_ENV's image_size, as collected
+        steps = 0
+        while True:
+            steps += 1
+            *_, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                break
+        assert steps == 15  # the dataset's max_episode_steps
+    network = NetworkParams(obs="state", hidden_dim=16, feature_dim=8, transition_hidden_dim=8)
+    agent = SACAgent((2,), gym.spaces.Box(-1.0, 1.0, (1,), np.float32), SACParams(network=network))
+    agent.save(tmp_path / "mcc", {"run": "r", "env": "MountainCarContinuous-v0", "method": "sac",
+                                  "obs": "state", "steps": 0})  # fmt: skip
+    argv = [str(tmp_path / "mcc"), "--dataset", str(dataset), "--episodes", "1"]
+    assert play([*argv, "--record", "none"]) == 0
+    assert "episode 0 (seed 0): return" in capsys.readouterr().out
+    assert play([str(_sac_checkpoint(tmp_path)), "--dataset", str(dataset)]) == 2
+    assert "acts in cartpole-swingup" in capsys.readouterr().err

@@ -305,30 +305,7 @@ class Params(Section):
         as `gymnasium.register` does: `make_env`, `label_schema` and the stages then treat it as
         a shipped one. `parse_params` calls it."""
         for env_id, cfg in self.env.items():
-            if cfg.make is None or cfg.labels is None:
-                continue
-            make, labels = cfg.make, cfg.labels
-            info = EnvInfo(
-                env_id,
-                make.family,
-                cfg.action_repeat,
-                f"brought from params.yaml: env.{env_id}.make",
-                make.success_on_termination,
-                target=make.target,
-                kwargs=dict(make.kwargs),
-                package=make.package,
-            )
-            schema = EnvLabelSchema(
-                env_id,
-                "common",
-                tuple(labels.action_names),
-                None if labels.action_choices is None else tuple(labels.action_choices),
-                dict(labels.milestones),
-                tuple(labels.objects),
-                labels.task_description,
-                prompts=dict(labels.prompts),
-            )
-            register_env(info, schema)
+            register_brought_env(env_id, cfg)
 
     def _round_problems(self) -> list[str]:
         """The round chain: each round follows its run (k = 1) or the round k-1 of that run,
@@ -425,6 +402,36 @@ def _policy_task_problems(label: LabelConfig) -> list[str]:
             f" set `{where}.tasks` to those tasks alone"
         )
     return problems
+
+
+def register_brought_env(env_id: str, cfg: EnvConfig, source: str = "params.yaml") -> bool:
+    """Register `env_id` in this process when `cfg` brings it (`make` and `labels`), as
+    `gymnasium.register` does; False for a shipped env. `source`: where `cfg` came from."""
+    if cfg.make is None or cfg.labels is None:
+        return False
+    make, labels = cfg.make, cfg.labels
+    info = EnvInfo(
+        env_id,
+        make.family,
+        cfg.action_repeat,
+        f"brought from {source}: env.{env_id}.make",
+        make.success_on_termination,
+        target=make.target,
+        kwargs=dict(make.kwargs),
+        package=make.package,
+    )
+    schema = EnvLabelSchema(
+        env_id,
+        "common",
+        tuple(labels.action_names),
+        None if labels.action_choices is None else tuple(labels.action_choices),
+        dict(labels.milestones),
+        tuple(labels.objects),
+        labels.task_description,
+        prompts=dict(labels.prompts),
+    )
+    register_env(info, schema)
+    return True
 
 
 def register_brought_envs(path: str | Path) -> None:
