@@ -1158,3 +1158,36 @@ def test_requeueing_after_a_commit_reads_the_commit_the_table_was_queued_on(tmp_
     asked.clear(), ran.clear()
     assert cli.main(["queue", str(tmp_path / "t.yaml")]) == 0
     assert asked == ["head-full"] and len([a for a in ran if a[:3] == ["dvc", "exp", "run"]]) == 6
+
+
+def test_a_params_file_that_dvcs_rewrite_would_change_is_named_line_by_line(tmp_path, capsys):
+    """`dvc exp run -S` rewrites params.yaml as YAML 1.2, dropping quotes the stages' YAML 1.1
+    reader needs: a quoted milestone "ON" becomes the boolean True. check names each such value
+    with its line, and queue refuses before anything is queued; the shipped params.yaml and a
+    flow-style server URL survive."""
+    from pipeline.tools.sweeps.roundtrip import roundtrip_problems
+
+    assert roundtrip_problems(REPO / "params.yaml") == []
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        "label:\n"
+        '  teacher: {backend: openai, openai: {base_url: "http://127.0.0.1:8000/v1", model: m,\n'
+        '            revision: "r1"}}\n'
+        "env:\n"
+        "  lamp:\n"
+        '    labels: {milestones: {"OFF": 0.0, DIM: 0.5, "ON": 1.0}, objects: ["no", lamp]}\n'
+    )
+    problems = roundtrip_problems(params)
+    assert len(problems) == 3, problems
+    assert problems[0].startswith(f"{params}:6: env.lamp.labels.milestones.OFF: the key is read")
+    assert any("env.lamp.labels.objects.0: 'no' now, False after DVC rewrites" in p
+               for p in problems)  # fmt: skip
+    assert not any("base_url" in p for p in problems)
+    # the command line: check fails naming the line; queue refuses before queueing anything
+    table = tmp_path / "t.yaml"
+    table.write_text(yaml.safe_dump(TABLE))
+    assert main(["check", str(table), "--repo", str(tmp_path)]) == 2
+    assert f"{params}:6: env.lamp.labels.milestones.OFF" in capsys.readouterr().err
+    assert main(["queue", str(table), "--repo", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "nothing queued: DVC's rewrite of params.yaml" in err and "objects.0" in err

@@ -11,6 +11,7 @@ import pipeline.tools.sweeps as sweeps
 from pipeline.core.errors import print_error
 from pipeline.tools.sweeps.queue import Keep, Workers, queue, run_checked, start_workers, wait
 from pipeline.tools.sweeps.report import format_report, read_curves, read_teachers, write_report
+from pipeline.tools.sweeps.roundtrip import roundtrip_problems
 from pipeline.tools.sweeps.status import (
     all_statuses,
     committed,
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SweepError(f"--cell {', '.join(unknown)}: not in {args.table}; its cells: "
                              f"{', '.join(table.cells)}")  # fmt: skip
         if args.command == "check":
-            problems = check_table(table, args.repo / "params.yaml")
+            problems = roundtrip_problems(args.repo / "params.yaml")
+            problems += check_table(table, args.repo / "params.yaml")
             for line in problems:
                 print_error(line)
             if not problems:
@@ -131,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "queue":
             if args.commit and args.results is None:
                 raise SweepError("--commit commits the --results directory: give --results DIR")
+            rewritten = roundtrip_problems(args.repo / "params.yaml")
+            if rewritten:  # every experiment would fail at its first stage, saying only "Failed"
+                raise SweepError("nothing queued: DVC's rewrite of params.yaml for each "
+                                 "experiment would change what the stages read:\n"
+                                 + "\n".join(rewritten))  # fmt: skip
             workers = Workers(root, args.nice, args.threads)
             # the table's experiments on the commits it was queued on, and those queued now
             revs = [*(args.rev or []), "HEAD"]
