@@ -10,7 +10,7 @@ pipeline here, not after DVC has deleted the env's label table. Its output is co
 the stages that read it.
 
     python -m stages.check_params --params params.yaml --out data/params_checked.json \\
-        --rollouts data/rollouts --teachers data/policy_teachers
+        --rollouts data/rollouts --critics data/critics --teachers data/policy_teachers
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pipeline.core.config import load_params
 from pipeline.core.envs.dmc import dmc_task_problem
 from pipeline.core.errors import PipelineError, print_error
 from pipeline.core.io import atomic_write_json
+from pipeline.learn.methods.erpv import critic_spec
 from pipeline.learn.methods.table import check_params, policy_teacher_spec
 from pipeline.teach.labelling.corrections import (
     check_corrections,
@@ -50,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         default=Path("data/rollouts"),
         help="directory of <env> rollouts: where one exists, each correction's answer is parsed "
         "against its action space, as the label stage will",
+    )
+    parser.add_argument(
+        "--critics",
+        type=Path,
+        help="directory to write each env's resolved C_V settings to (<env>.json: "
+        "pipeline.learn.methods.erpv.critic_spec), what pretrain_critic@<env> depends on",
     )
     parser.add_argument(
         "--teachers",
@@ -95,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         except PipelineError as exc:
             print_error(f"{exc}\nNothing was run: fix {path} and rerun.")
             return 2
+    if args.critics is not None:  # one file per env: its C_V stage reruns on its own
+        args.critics.mkdir(parents=True, exist_ok=True)
+        for env_id in params.envs:
+            atomic_write_json(args.critics / f"{env_id}.json", critic_spec(params, env_id))
     if args.teachers is not None:  # one file per env: its teacher stage reruns on its own
         args.teachers.mkdir(parents=True, exist_ok=True)
         for env_id in params.envs:

@@ -265,12 +265,15 @@ class _Reads:
 
 
 def test_the_critic_stage_depends_on_exactly_the_erpv_keys_pretraining_reads():
-    """dvc.yaml's pretrain_critic params are CRITIC_KEYS, which are what pretrain_vlm_critic reads
-    (plus the device it is given and the stage's thread count): a new read breaks this test, not
-    the reruns."""
+    """pretrain_critic@<env> depends on its env's critic_spec (data/critics/<env>.json), which
+    holds CRITIC_KEYS, what pretrain_vlm_critic reads (plus the device it is given and the
+    stage's thread count): a new read breaks this test, not the reruns. One env's spec holds
+    nothing of another's, so listing a new env in critic.envs leaves the others' specs as they
+    were."""
     import yaml
 
-    from pipeline.learn.methods.erpv import CRITIC_KEYS
+    from pipeline.core.config import parse_params
+    from pipeline.learn.methods.erpv import CRITIC_KEYS, critic_spec
     from tests.conftest import REPO
 
     cfg = _Reads(small_cfg())
@@ -278,7 +281,19 @@ def test_the_critic_stage_depends_on_exactly_the_erpv_keys_pretraining_reads():
                         seed=0, progress=False)  # fmt: skip
     assert cfg.read | {"device", "threads"} == set(CRITIC_KEYS)
     stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["pretrain_critic"]["do"]
-    assert stage["params"] == ["critic", *(f"erpv.{k}" for k in CRITIC_KEYS)]
+    assert (
+        stage["params"] == ["critic.resume_every"] and "data/critics/${item}.json" in stage["deps"]
+    )
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    listed = raw["critic"]["envs"]
+    before = {env: critic_spec(parse_params(raw), env) for env in raw["envs"]}
+    assert set(before[listed[0]]["hyper_params"]) == set(CRITIC_KEYS)
+    extra = next(env for env in raw["envs"] if env not in listed)
+    raw["critic"]["envs"] = [*listed, extra]
+    after = {env: critic_spec(parse_params(raw), env) for env in raw["envs"]}
+    assert [env for env in raw["envs"] if after[env] != before[env]] == [extra]
+    raw["erpv"]["lambda_1"] = 123.0  # a key C_V does not read: no spec changes
+    assert {env: critic_spec(parse_params(raw), env) for env in raw["envs"]} == after
 
 
 def test_vlm_critic_save_load_and_compatibility_checks(tmp_path):

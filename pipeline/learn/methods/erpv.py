@@ -502,6 +502,32 @@ def critic_params(params: Params, env_id: str, variant: str | None = None) -> ER
     return validate_section(ERPvParams, settings, METHOD.name)
 
 
+def critic_spec(params: Params, env_id: str) -> dict[str, Any]:
+    """What decides `env_id`'s C_V, resolved, and nothing of another env's: whether it is
+    listed in `critic.envs`, the TD steps and seed, the CRITIC_KEYS of its settings (`erpv`'s
+    with its overrides) and of each of its variants. The DVC gate writes it per env
+    (data/critics/<env>.json) and pretrain_critic@<env> depends on that file instead of the
+    `critic` section: adding an env to critic.envs trains that env's C_V alone. Call after
+    check_params."""
+    critic = params.critic
+    if critic is None or env_id not in critic.envs:
+        return {"env": env_id, "critic": None}
+
+    def keys(hp: ERPvParams) -> dict[str, Any]:
+        dumped = hp.model_dump(mode="json")
+        return {key: dumped[key] for key in CRITIC_KEYS}
+
+    return {
+        "env": env_id,
+        "critic": {"steps": critic.steps, "seed": critic.seed},
+        "hyper_params": keys(critic_params(params, env_id)),
+        VARIANTS: {
+            name: keys(critic_params(params, env_id, name))
+            for name in sorted(critic.variants.get(env_id, {}))
+        },
+    }
+
+
 def check_critic(params: Params) -> list[str]:
     """Problems of `critic.overrides`: an env C_V is not built for, a key C_V does not read, a
     value the erpv section refuses."""
