@@ -16,8 +16,9 @@ import sys
 
 from pipeline.core.config import ConfigError, load_params
 from pipeline.core.errors import PipelineError, print_error
+from pipeline.core.io import atomic_write_json
 from pipeline.learn.methods.table import load_policy
-from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.labelling.label import estimate_prompts, label_metrics, label_rollouts
 from pipeline.teach.rollouts.reader import load_manifest
 from pipeline.teach.teachers import make_teacher
 
@@ -38,6 +39,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--telemetry", help="where the calls' latency and attempts are kept (not a DVC output)"
     )
+    parser.add_argument(
+        "--metrics",
+        help="what the labels cost, as JSON for `dvc metrics show` (metrics/label/<env>.json): "
+        "the prompts a fresh build asks, this run's calls, and the recorded cost of the "
+        "table's answers on this machine (seconds, tokens)",
+    )
+    parser.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print what a run would ask the teacher (prompts per task, how many the cache "
+        "answers, the calls left) and exit: no call, nothing written",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -51,10 +64,23 @@ def main(argv: list[str] | None = None) -> int:
         build = functools.partial(
             make_teacher, cfg.teacher, params.label.teacher_path(env_id), load_policy
         )
+        if args.estimate:
+            counts = estimate_prompts(args.rollouts, cfg, build(), args.cache)
+            for task, row in counts.items():
+                print(f"{task}: {row['prompts']} prompts, {row['cached']} answered by the "
+                      f"cache, {row['to_ask']} to ask")  # fmt: skip
+            total = sum(row["to_ask"] for row in counts.values())
+            print(f"{args.rollouts}: {total} teacher calls to make with {cfg.teacher.backend} "
+                  f"({params.label.teacher_path(env_id)}); nothing was asked")  # fmt: skip
+            return 0
         summary = label_rollouts(
             args.rollouts, cfg, build(), args.cache, args.out,
             telemetry_dir=args.telemetry, corrections=args.corrections, ray_build=build,
         )  # fmt: skip
+        if args.metrics:
+            atomic_write_json(
+                args.metrics, label_metrics(env_id, args.out, summary, args.telemetry)
+            )
     except (PipelineError, OSError) as exc:
         print_error(exc)
         return 2

@@ -33,6 +33,8 @@ What the check guarantees, and what it does not:
   `dvc commit`) is not caught: the check is a reproducibility check, not a signature. Sharing
   that must resist tampering checks files against a dvc.lock from a trusted commit
   (`vlmrl-verify --datasets ... --models ...`).
+- What a machine paid (`MACHINE_DEPENDENT`: the label stages' cost metrics, seconds and tokens)
+  may differ everywhere; only the prompts a fresh build asks, in them, are compared.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ import yaml
 
 # the foreach stages of dvc.yaml whose outputs torch's kernels compute
 NETWORK_STAGES = frozenset({"train", "pretrain_critic", "round"})
+# outputs that record what this machine paid (seconds, tokens, calls this run): they differ
+# between machines and between a run that called the teacher and one the cache answered, on
+# any machine; allowed to differ, listed (the prompts a fresh build asks, in them, are data)
+MACHINE_DEPENDENT = ("metrics/label/",)
 # metric keys that are settings or counts fixed by the params: equal on every machine
 EXACT_KEYS = frozenset(
     {"env", "method", "step", "steps", "train_steps", "episodes", "eval_episodes", "round",
@@ -102,6 +108,7 @@ class Report:
 
     problems: list[str] = field(default_factory=list)
     allowed: list[str] = field(default_factory=list)
+    machine: list[str] = field(default_factory=list)  # MACHINE_DEPENDENT differences: costs
 
 
 def _under(path: str, out: str) -> bool:
@@ -153,6 +160,9 @@ def compare_locks(
                 if old_hashes.get(path) == new_hashes.get(path):
                     continue
                 line = f"{name}: {path} {old_hashes.get(path)} -> {new_hashes.get(path)}"
+                if path.startswith(MACHINE_DEPENDENT):
+                    report.machine.append(line)
+                    continue
                 is_network = (
                     name in network
                     if kind == "outs"
@@ -285,6 +295,9 @@ def check_rebuild(
     for path in sorted(changed):
         if path == "dvc.lock":
             continue
+        if path.startswith(MACHINE_DEPENDENT):
+            _compare_costs(path, committed_text, read_text, report)
+            continue
         if path not in env_of_file or not path.endswith(".json"):
             report.problems.append(f"{path}: changed, and it is not a network stage's metrics")
             continue
@@ -302,6 +315,24 @@ def check_rebuild(
                             "network outputs must be the same bytes)" for line in report.allowed]  # fmt: skip
         report.allowed = []
     return report
+
+
+def _compare_costs(
+    path: str, committed_text: Callable[[str], str], read_text: Callable[[str], str], report: Report
+) -> None:
+    """A cost file: the same keys and the same prompts a fresh build asks (data); its seconds,
+    tokens and calls are this machine's, listed."""
+    try:
+        old, new = json.loads(committed_text(path)), json.loads(read_text(path))
+    except (json.JSONDecodeError, OSError, subprocess.CalledProcessError) as exc:
+        report.problems.append(f"{path}: unreadable ({exc})")
+        return
+    for key in ("env", "prompts_fresh_build", "prompts_by_task"):
+        if old.get(key) != new.get(key):
+            report.problems.append(f"{path}:{key}: {old.get(key)!r} -> {new.get(key)!r}")
+    if set(old) != set(new):
+        report.problems.append(f"{path}: keys {sorted(old)} -> {sorted(new)}")
+    report.machine.append(f"{path}: this machine's costs (calls, seconds, tokens)")
 
 
 def _git(*args: str) -> str:
@@ -376,10 +407,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         for line in report.allowed:
             print(f"  allowed (network): {line}")
+        for line in report.machine:
+            print(f"  allowed (this machine's costs): {line}")
     for line in report.problems:
         print(f"  problem: {line}")
     print(
-        f"{len(report.allowed)} network differences allowed, {len(report.problems)} problems "
+        f"{len(report.allowed)} network differences allowed, {len(report.machine)} of this "
+        f"machine's costs, {len(report.problems)} problems "
         f"against {args.rev}'s dvc.lock (policy: pipeline/tools/reproducibility.py)"
     )
     return 1 if report.problems else 0

@@ -350,3 +350,45 @@ def test_a_per_env_teacher_labels_its_env_alone(rollouts, tmp_path):
     assert cfg.for_env("CarRacing-v3").teacher == cfg.teacher  # no entry: the shared settings
     with pytest.raises(ValueError, match=r"for_env\('MountainCar-v0'\)"):
         label_rollouts(rollouts, cfg, ScriptedTeacher(0.8, 0), tmp_path / "c2", tmp_path / "x")
+
+
+def test_the_label_stage_writes_what_the_labels_cost(rollouts, tmp_path):
+    """metrics/label/<env>.json: the prompts a fresh build asks (by task), this run's calls
+    (none on a rerun the cache answers) and the recorded cost of the table's answers, which
+    the rerun keeps (each answer's own call, from the telemetry store)."""
+    import json
+
+    from stages import label as label_stage
+    from tests.conftest import tiny_params_dict, write_params
+
+    raw = tiny_params_dict((MC,))
+    params = write_params(tmp_path / "params.yaml", raw)
+    argv = ["--params", str(params), "--rollouts", str(rollouts), "--cache", str(tmp_path / "c"),
+            "--out", str(tmp_path / "t.parquet"), "--telemetry", str(tmp_path / "tel"),
+            "--metrics", str(tmp_path / "cost.json")]  # fmt: skip
+    assert label_stage.main(argv) == 0
+    first = json.loads((tmp_path / "cost.json").read_text())
+    queried = pl.read_parquet(tmp_path / "t.parquet").filter(pl.col("queried"))
+    assert first["prompts_fresh_build"] == queried.height == sum(first["prompts_by_task"].values())
+    assert first["this_run"]["teacher_calls"] > 0 and first["recorded"]["unrecorded"] == 0
+    assert first["recorded"]["calls"] == queried["cache_key"].n_unique()
+    assert label_stage.main(argv) == 0  # the cache answers everything
+    again = json.loads((tmp_path / "cost.json").read_text())
+    assert again["this_run"]["teacher_calls"] == 0 and again["this_run"]["seconds_per_call"] is None
+    assert again["prompts_fresh_build"] == first["prompts_fresh_build"]
+    assert again["recorded"] == first["recorded"]
+
+
+def test_an_estimate_counts_the_calls_a_run_would_make_and_makes_none(rollouts, tmp_path, capsys):
+    from pipeline.teach.labelling.label import estimate_prompts
+
+    cfg, teacher = label_cfg(), CountingTeacher(ScriptedTeacher(0.8, 0))
+    fresh = estimate_prompts(rollouts, cfg, teacher, tmp_path / "cache")
+    assert teacher.calls == 0 and not (tmp_path / "cache").exists()
+    summary, _ = _label(rollouts, tmp_path, teacher, cfg)
+    assert sum(r["to_ask"] for r in fresh.values()) == summary.teacher_calls
+    assert sum(r["prompts"] for r in fresh.values()) == summary.queried
+    calls = teacher.calls
+    after = estimate_prompts(rollouts, cfg, teacher, tmp_path / "cache")
+    assert sum(r["to_ask"] for r in after.values()) == 0 and teacher.calls == calls
+    assert {t: r["cached"] for t, r in after.items()} == {t: r["prompts"] for t, r in fresh.items()}

@@ -361,8 +361,8 @@ def test_the_calls_cost_is_counted_in_tokens_and_seconds(scripted_server, rollou
     table; a telemetry segment written before tokens were kept still reads (tokens unknown)."""
     import polars as pl
 
-    from pipeline.teach.labelling.audit import call_latency
     from pipeline.teach.labels.cache import open_telemetry
+    from pipeline.teach.labels.cost import call_latency
 
     url, handler = scripted_server
     summary = label_rollouts(

@@ -38,7 +38,7 @@ from pipeline.teach.labelling.review import (
     to_json,
     value_text,
 )
-from pipeline.teach.labels.cache import open_telemetry
+from pipeline.teach.labels.cost import call_latency
 from pipeline.teach.labels.parsers import ParseResult
 from pipeline.teach.labels.schema import label_schema
 from pipeline.teach.labels.status import LABELLED_STATUSES, ParseStatus
@@ -55,12 +55,6 @@ MAX_EMBEDDED_FRAMES = 3000  # the browser embeds frames (thumbnails) of at most 
 # one colour per phrase mask (tab10), cycled
 PHRASE_COLOURS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
                   (140, 86, 75), (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207)]  # fmt: skip
-
-
-def _percentiles(values: pl.Series) -> dict[str, float]:
-    if values.is_empty():
-        return {}
-    return {f"p{q}": float(values.quantile(q / 100, interpolation="linear")) for q in (50, 90, 99)}
 
 
 def _reference(
@@ -471,30 +465,6 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
 </script>
 </body></html>
 """
-
-
-def call_latency(labels_path: str | Path, telemetry_dir: str | Path) -> dict[str, Any]:
-    """Latency percentiles per task over the calls that produced the table's answers (each
-    answer's own call, once), from the telemetry store that the label and collect stages append
-    to; answers with no record there (e.g. pulled from a shared cache) are counted apart."""
-    queried = read_label_table(labels_path).filter(pl.col("queried"))
-    store = open_telemetry(telemetry_dir)
-    out: dict[str, Any] = {}
-    for (task,), group in queried.group_by("task", maintain_order=True):
-        keys = group["cache_key"].unique().to_list()
-        rows = [r for r in (store.get(k) for k in keys) if r is not None]
-        latency = pl.Series([r["latency_s"] for r in rows], dtype=pl.Float64)
-        usage = [r for r in rows if r.get("prompt_tokens") is not None]
-        out[task] = {
-            **_percentiles(latency),
-            "calls": len(rows),
-            "unrecorded": len(keys) - len(rows),
-            "seconds": float(latency.sum()),  # summed per request (concurrent calls overlap)
-            "prompt_tokens": sum(r["prompt_tokens"] for r in usage),
-            "completion_tokens": sum(r["completion_tokens"] or 0 for r in usage),
-            "calls_with_usage": len(usage),
-        }
-    return out
 
 
 def render_audit(audit: dict[str, Any], telemetry_js: str | None = None) -> str:

@@ -70,8 +70,8 @@ class LabelSummary:
     corrections_unused: int = 0  # corrections of frames / tasks not queried under `cfg.tasks`
     rows: int = 0
     statuses: Counter = field(default_factory=Counter)
-    # what this run's calls cost (wall time and tokens: printed, never in a DVC output, since a
-    # rerun that finds the cache pays nothing); tokens where the server reports `usage`
+    # what this run's calls cost (wall time and tokens: printed, and in the label stage's
+    # machine-dependent metrics, `label_metrics`); tokens where the server reports `usage`
     teacher_wall_s: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -96,6 +96,46 @@ class LabelSummary:
     @property
     def transport_failures(self) -> int:
         return sum(self.statuses[s] for s in TRANSPORT_FAILURES)
+
+
+def label_metrics(
+    env_id: str, table_path: str | Path, summary: LabelSummary, telemetry_dir: str | Path | None
+) -> dict[str, Any]:
+    """What a label table cost, for `dvc metrics show` (metrics/label/<env>.json):
+    `prompts_fresh_build` (queried frames x tasks: what a build without the cache pays; the same
+    on every machine), `this_run` (the calls this run made: 0 when the cache held every answer),
+    and `recorded` (each answer's own call as the telemetry store recorded it on this machine:
+    seconds summed per request, tokens where the server reported usage; answers without a
+    record, e.g. from a pulled cache, are counted as `unrecorded`). Seconds and tokens depend on
+    the machine and the cache's history: vlmrl-lockcheck lets this file differ."""
+    from pipeline.teach.labels.cost import call_latency, read_label_cost
+
+    cost = read_label_cost(table_path)
+    by_task = call_latency(table_path, telemetry_dir) if telemetry_dir else {}
+    recorded = {
+        key: sum(task[key] for task in by_task.values())
+        for key in ("calls", "unrecorded", "seconds", "prompt_tokens", "completion_tokens")
+    } if by_task else None  # fmt: skip
+    if recorded is not None:
+        recorded["seconds_per_call"] = (
+            recorded["seconds"] / recorded["calls"] if recorded["calls"] else None
+        )
+    calls = summary.teacher_calls
+    return {
+        "env": env_id,
+        "prompts_fresh_build": sum(cost["prompts"].values()),
+        "prompts_by_task": cost["prompts"],
+        "this_run": {
+            "teacher_calls": calls,
+            "cache_hits": summary.cache_hits,
+            "wall_seconds": round(summary.teacher_wall_s, 3),
+            "seconds_per_call": round(summary.teacher_wall_s / calls, 4) if calls else None,
+            "prompt_tokens": summary.prompt_tokens,
+            "completion_tokens": summary.completion_tokens,
+            "calls_without_usage": summary.calls_without_usage,
+        },
+        "recorded": recorded,
+    }
 
 
 @dataclass
@@ -203,6 +243,30 @@ def _overlay_corrections(
         row.update(_value_columns(c.task, parsed.value, space["type"] == "discrete"))
         applied += 1
     return applied, len(corrections) - applied
+
+
+def estimate_prompts(
+    rollout_dir: str | Path, cfg: LabelConfig, teacher: Teacher, cache_dir: str | Path
+) -> dict[str, dict[str, int]]:
+    """What `label_rollouts` would ask, without asking: per task, the prompts (queried frames)
+    and how many of them the cache (and collect's teacher cache) answers already; the rest are
+    the calls a run makes. Nothing is written and the teacher is not called."""
+    manifest = load_manifest(rollout_dir)
+    env_id, space = manifest["env_id"], manifest["action_space"]
+    stores = [d for d in (Path(cache_dir), Path(rollout_dir) / TEACHER_CACHE_DIR) if d.is_dir()]
+    cache = LabelCache(stores[0], read_also=stores[1:]) if stores else None  # none: no writes
+    counts: dict[str, dict[str, int]] = {}
+    seen: set[str] = set()  # a repeat of a key is answered by its first call
+    for sample in iter_rollouts(rollout_dir):
+        for task, _, key, _ in _queried_prompts(sample, cfg, teacher, env_id, space):
+            row = counts.setdefault(task, {"prompts": 0, "cached": 0, "to_ask": 0})
+            row["prompts"] += 1
+            if key in seen or (cache is not None and cache.get(key) is not None):
+                row["cached"] += 1
+            else:
+                row["to_ask"] += 1
+            seen.add(key)
+    return counts
 
 
 def _queried_prompts(

@@ -7,6 +7,8 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.core.tables import read_label_table
+from pipeline.teach.labels.cache import open_telemetry
 from pipeline.teach.labels.status import LABELLED_STATUSES
 
 LABEL_COST_COLUMNS = ("task", "queried", "parse_status", "judge")  # `judge`: where judged
@@ -73,3 +75,33 @@ def read_label_cost(source: str | Path | Any) -> dict[str, Any]:
         source.seek(0)
     wanted = dict.fromkeys((*LABEL_COST_COLUMNS, *ANSWER_COLUMNS))
     return label_cost(pl.read_parquet(source, columns=[c for c in wanted if c in names]))
+
+
+def _percentiles(values: pl.Series) -> dict[str, float]:
+    if values.is_empty():
+        return {}
+    return {f"p{q}": float(values.quantile(q / 100, interpolation="linear")) for q in (50, 90, 99)}
+
+
+def call_latency(labels_path: str | Path, telemetry_dir: str | Path) -> dict[str, Any]:
+    """Latency percentiles per task over the calls that produced the table's answers (each
+    answer's own call, once), from the telemetry store that the label and collect stages append
+    to; answers with no record there (e.g. pulled from a shared cache) are counted apart."""
+    queried = read_label_table(labels_path).filter(pl.col("queried"))
+    store = open_telemetry(telemetry_dir)
+    out: dict[str, Any] = {}
+    for (task,), group in queried.group_by("task", maintain_order=True):
+        keys = group["cache_key"].unique().to_list()
+        rows = [r for r in (store.get(k) for k in keys) if r is not None]
+        latency = pl.Series([r["latency_s"] for r in rows], dtype=pl.Float64)
+        usage = [r for r in rows if r.get("prompt_tokens") is not None]
+        out[task] = {
+            **_percentiles(latency),
+            "calls": len(rows),
+            "unrecorded": len(keys) - len(rows),
+            "seconds": float(latency.sum()),  # summed per request (concurrent calls overlap)
+            "prompt_tokens": sum(r["prompt_tokens"] for r in usage),
+            "completion_tokens": sum(r["completion_tokens"] or 0 for r in usage),
+            "calls_with_usage": len(usage),
+        }
+    return out
