@@ -281,9 +281,7 @@ def test_the_critic_stage_depends_on_exactly_the_erpv_keys_pretraining_reads():
                         seed=0, progress=False)  # fmt: skip
     assert cfg.read | {"device", "threads"} == set(CRITIC_KEYS)
     stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["pretrain_critic"]["do"]
-    assert (
-        stage["params"] == ["critic.resume_every"] and "data/critics/${item}.json" in stage["deps"]
-    )
+    assert "params" not in stage and "data/critics/${item}.json" in stage["deps"]
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     listed = raw["critic"]["envs"]
     before = {env: critic_spec(parse_params(raw), env) for env in raw["envs"]}
