@@ -24,7 +24,6 @@ from pipeline.core.config import load_params
 from pipeline.core.envs.dmc import dmc_task_problem
 from pipeline.core.errors import PipelineError, print_error
 from pipeline.core.io import atomic_write_json
-from pipeline.learn.methods.erpv import critic_spec
 from pipeline.learn.methods.table import check_params, policy_teacher_spec
 from pipeline.teach.labelling.corrections import (
     check_corrections,
@@ -103,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             print_error(f"{exc}\nNothing was run: fix {path} and rerun.")
             return 2
     if args.critics is not None:  # one file per env: its C_V stage reruns on its own
+        from pipeline.learn.methods.erpv import critic_spec  # (torch: check_params loaded it)
+
         args.critics.mkdir(parents=True, exist_ok=True)
         for env_id in params.envs:
             atomic_write_json(args.critics / f"{env_id}.json", critic_spec(params, env_id))

@@ -525,7 +525,7 @@ def test_the_report_shows_each_teacher_acting_alone_beside_random():
     # (the table has no `action` column: its answers' diversity is not counted)
     assert labels == {
         "rows": 6, "prompts": {"action": 3, "judge": 2}, "parsed": 0.6, "reasonable": 0.5,
-        "distinct_answers": {"judge": 2},
+        "parsed_by_task": {"action": 1 / 3, "judge": 1.0}, "distinct_answers": {"judge": 2},
     }  # fmt: skip
     found = [dataclasses.replace(f, teacher=teacher, labels=labels)
              if f.name == "t-teacher-base" else f for f in found]  # fmt: skip
