@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--metrics",
-        help="what the labels cost, as JSON for `dvc metrics show` (metrics/label/<env>.json): "
+        help="what the labels cost, as JSON for `dvc metrics show` (costs/label/<env>.json): "
         "the prompts a fresh build asks, this run's calls, and the recorded cost of the "
         "table's answers on this machine (seconds, tokens)",
     )

@@ -351,15 +351,17 @@ def test_every_output_but_the_metrics_is_ignored_before_its_stage_first_succeeds
     """DVC writes a .gitignore beside an output once its stage succeeds; a first run that fails
     (a new env, a new run) must not leave partial outputs for `git add -A`. Every output path
     of dvc.yaml, its ${...} filled with a name no run has, is ignored by git, except the
-    metrics that git tracks."""
+    outputs git tracks (`cache: false`: the metrics and costs)."""
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    paths = set()
+    paths, tracked = set(), set()
     for stage in stages.values():
         stage = stage.get("do", stage)  # a foreach stage's body
         for out in stage.get("outs", []) + stage.get("metrics", []) + stage.get("plots", []):
             path = out if isinstance(out, str) else next(iter(out))
-            paths.add(re.sub(r"\$\{[^}]*\}", "never-built-0", path))
-    tracked = {p for p in paths if p.startswith("metrics/")}
+            path = re.sub(r"\$\{[^}]*\}", "never-built-0", path)
+            paths.add(path)
+            if isinstance(out, dict) and (next(iter(out.values())) or {}).get("cache") is False:
+                tracked.add(path)  # git tracks it (the metrics, the costs)
     assert tracked and paths - tracked
     check = subprocess.run(["git", "check-ignore", "--no-index", *sorted(paths - tracked)],
                            cwd=REPO, capture_output=True, text=True)  # fmt: skip

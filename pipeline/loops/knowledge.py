@@ -99,7 +99,7 @@ def _cost_line(cost: Mapping[str, Any]) -> str:
     line = (
         f"Its labels of the dataset (`label`): prompts by task (what a fresh build pays a VLM "
         f"for) {prompts_text(cost)}{parsed}{per_task}{judged}{kinds}. The seconds and tokens "
-        "they cost on this machine: `dvc metrics show metrics/label`."
+        "they cost on this machine: `dvc metrics show costs/label`."
     )
     unlabelled = [task for task, share in by_task.items() if share < 0.5]
     if unlabelled:

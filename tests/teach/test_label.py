@@ -353,7 +353,7 @@ def test_a_per_env_teacher_labels_its_env_alone(rollouts, tmp_path):
 
 
 def test_the_label_stage_writes_what_the_labels_cost(rollouts, tmp_path):
-    """metrics/label/<env>.json: the prompts a fresh build asks (by task), this run's calls
+    """costs/label/<env>.json: the prompts a fresh build asks (by task), this run's calls
     (none on a rerun the cache answers) and the recorded cost of the table's answers, which
     the rerun keeps (each answer's own call, from the telemetry store)."""
     import json

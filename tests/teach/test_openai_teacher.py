@@ -469,6 +469,10 @@ def test_a_completion_from_another_model_stops_the_stage_naming_the_setting(
     handler.script = [(0, "raw", body)]
     (reply,) = _teacher(url, max_retries=0, served_models=["other"]).answer([prompt])
     assert reply.text == "milestone: GOAL" and reply.error is None
+    # `transformers serve` names the model with its revision: the same model
+    handler.script = [(0, "raw", {**body, "model": "tiny@main"})]
+    (reply,) = _teacher(url, max_retries=0).answer([prompt])
+    assert reply.text == "milestone: GOAL" and reply.error is None
 
 
 # ---- any response shape (hypothesis) ----------------------------------------------------------

@@ -260,22 +260,22 @@ def test_the_command_is_exact_on_the_machine_that_recorded_the_build(tmp_path, m
 
 
 def test_a_label_stages_costs_may_differ_but_not_the_prompts_it_asks():
-    """metrics/label/<env>.json holds what this machine paid (calls, seconds, tokens): another
+    """costs/label/<env>.json holds what this machine paid (calls, seconds, tokens): another
     machine, or a run the cache answered, writes other numbers, listed; the prompts a fresh
     build asks are data, compared exactly."""
     lock = _lock()
     lock["stages"]["label@cart"] = {
         "cmd": "python -m stages.label", "deps": [], "params": {},
-        "outs": [{"path": "metrics/label/cart.json", "md5": "c1"}],
+        "outs": [{"path": "costs/label/cart.json", "md5": "c1"}],
     }  # fmt: skip
     rebuilt = yaml.safe_load(yaml.safe_dump(lock))
     rebuilt["stages"]["label@cart"]["outs"][0]["md5"] = "c2"
     cost = {"env": "cart", "prompts_fresh_build": 10, "prompts_by_task": {"action": 10},
             "this_run": {"teacher_calls": 10, "wall_seconds": 3.2}, "recorded": None}  # fmt: skip
     cached = {**cost, "this_run": {"teacher_calls": 0, "wall_seconds": 0.0}}
-    files = {"metrics/label/cart.json": (cost, cached)}
+    files = {"costs/label/cart.json": (cost, cached)}
     report = _check(lock, rebuilt, files)
     assert report.problems == [] and len(report.machine) == 2
-    files["metrics/label/cart.json"] = (cost, {**cached, "prompts_fresh_build": 11})
+    files["costs/label/cart.json"] = (cost, {**cached, "prompts_fresh_build": 11})
     report = _check(lock, rebuilt, files)
-    assert report.problems == ["metrics/label/cart.json:prompts_fresh_build: 10 -> 11"]
+    assert report.problems == ["costs/label/cart.json:prompts_fresh_build: 10 -> 11"]

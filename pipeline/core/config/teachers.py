@@ -58,9 +58,10 @@ class OpenAITeacherConfig(Section):
     )
     served_models: list[str] = Field(
         default_factory=list,
-        description="Model ids a completion may name besides `model` (a dated snapshot the "
-        "server reports for an alias, e.g. gpt-4o-2024-08-06 for gpt-4o). A completion naming "
-        "any other model stops the stage: its answers would be cached under this teacher's id.",
+        description="Model ids a completion may name besides `model` and `model@<revision>` "
+        "(what `transformers serve` reports): e.g. the dated snapshot a provider reports for an "
+        "alias, gpt-4o-2024-08-06 for gpt-4o. A completion naming any other model stops the "
+        "stage: its answers would be cached under this teacher's id.",
     )
     max_consecutive_failures: int = Field(
         default=16,

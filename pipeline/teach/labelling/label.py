@@ -101,7 +101,7 @@ class LabelSummary:
 def label_metrics(
     env_id: str, table_path: str | Path, summary: LabelSummary, telemetry_dir: str | Path | None
 ) -> dict[str, Any]:
-    """What a label table cost, for `dvc metrics show` (metrics/label/<env>.json):
+    """What a label table cost, for `dvc metrics show` (costs/label/<env>.json):
     `prompts_fresh_build` (queried frames x tasks: what a build without the cache pays; the same
     on every machine), `this_run` (the calls this run made: 0 when the cache held every answer),
     and `recorded` (each answer's own call as the telemetry store recorded it on this machine:

@@ -9,8 +9,9 @@ cached). `finish_reason == "length"` is reported as truncation.
 A body is read up to `BODY_CAP` bytes and no further: a longer one is an answer too long to read
 (`too_long`, its first bytes and size kept). A 200 whose JSON holds no text answer (no choices, a
 content that is a number or a list) is `malformed_completion`, a transport failure like the two
-above. A completion that names another model than `model` (or one of `served_models`) stops the
-stage: its answers would be cached under this teacher's id.
+above. A completion that names another model than `model` (`model@<revision>`, as `transformers
+serve` reports it, included) or one of `served_models` stops the stage: its answers would be
+cached under this teacher's id.
 With `json_schema`, a JSON-schema `response_format` asks the server for structured output (vLLM
 supports it); the parsers read JSON objects and the `key: value` text format alike.
 
@@ -316,7 +317,9 @@ class OpenAITeacher:
         served = completion.get("model")
         if served is not None and not isinstance(served, str):
             return failed(ParseStatus.MALFORMED_COMPLETION, f"the model id is {served!r:.80}")
-        if served is not None and served != self.model and served not in self.served_models:
+        # `transformers serve` names the model `<model>@<revision>`: the same weights' id
+        named = served is None or served.partition("@")[0] == self.model
+        if not named and served not in self.served_models:
             raise TeacherUnavailableError(
                 f"{self.base_url} answered as model {str(served)[:100]!r}, not {self.model!r} "
                 f"({self.where}.model): its answers would be cached as {self.teacher_id}'s. Serve "
