@@ -346,7 +346,9 @@ def _committed(rev: str) -> bool:
 
 
 def _dvc_status() -> dict[str, Any]:
-    out = subprocess.run(["dvc", "status", "--json"], capture_output=True, text=True, check=True)
+    # this interpreter's DVC: `.venv/bin/vlmrl-lockcheck` runs with no venv on PATH (.ci/run)
+    command = [sys.executable, "-m", "dvc", "status", "--json"]
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(out.stdout or "{}")
 
 

@@ -279,3 +279,15 @@ def test_a_label_stages_costs_may_differ_but_not_the_prompts_it_asks():
     files["costs/label/cart.json"] = (cost, {**cached, "prompts_fresh_build": 11})
     report = _check(lock, rebuilt, files)
     assert report.problems == ["costs/label/cart.json:prompts_fresh_build: 10 -> 11"]
+
+
+def test_the_command_runs_this_interpreters_dvc_with_no_venv_on_path(tmp_path, monkeypatch):
+    """`.ci/run` calls `.venv/bin/vlmrl-lockcheck` without activating the venv: the `dvc status`
+    it runs must be this interpreter's DVC, not one looked up on PATH."""
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["git", "init", "-q"], check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], check=True)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no dvc here
+    assert reproducibility._dvc_status() == {}
