@@ -11,7 +11,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import polars as pl
 import pytest
@@ -112,7 +112,8 @@ class _Scripted(BaseHTTPRequestHandler):
 
     script: ClassVar[list] = []
     seen: ClassVar[list] = []
-    dripped: ClassVar[list] = []  # offsets of the bytes a dripping answer sent
+    drips: ClassVar[list] = []  # [bytes dripped, bytes to drip] per dripping request
+    clock: ClassVar[Any] = None  # the client's deadline clock (`_ReadClock`), for `_drip`
     # GET /v1/models: (status, body); "hang": no answer until the test ends; None: no such
     # endpoint (404)
     models: ClassVar[tuple | str | None] = None
@@ -158,22 +159,28 @@ class _Scripted(BaseHTTPRequestHandler):
         send_json(self, payload)
 
     def _drip(self, where):
-        """The completion a byte every 50 ms from `where` on ("headers": from the status line;
-        "body": after the headers), about 100 bytes (5 s): every read gets its byte well within
-        any read timeout, so only a deadline for the whole request cuts it short."""
+        """The completion one byte per read of the client, from `where` on ("headers": from the
+        status line; "body": after the headers): the next byte goes once the client's deadline
+        clock has ticked again, i.e. once it reads again (`_ReadClock`). Every read gets its byte
+        at once, so no read timeout ever fires; only a deadline for the whole request cuts the
+        answer short. Driven by the client's progress: a loaded machine only makes it slower."""
         payload = json.dumps({"model": "tiny", "choices": [{"index": 0, "finish_reason": "stop",
                               "message": {"content": "milestone: BOTTOM"}}]}).encode()  # fmt: skip
         head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(payload)}\r\n\r\n").encode()  # fmt: skip
         whole, start = head + payload, len(head) if where == "body" else 0
+        clock, progress = type(self).clock, [0, len(whole) - start]  # bytes dripped, to drip
+        type(self).drips.append(progress)
         try:
-            self.wfile.write(whole[:start])
-            self.wfile.flush()
+            if start:
+                self.wfile.write(whole[:start])  # the headers at once; the client reads them
             for i in range(start, len(whole)):
+                ticks = clock.ticks  # before the write: the client's next read ticks after it
                 self.wfile.write(whole[i : i + 1])
                 self.wfile.flush()
-                type(self).dripped.append(i)
-                time.sleep(0.05)
+                progress[0] += 1
+                if not clock.wait_for_tick(ticks):
+                    break  # the test is over
         except OSError:  # the client hung up: what the deadline is for
             pass
         self.close_connection = True
@@ -184,13 +191,16 @@ class _Scripted(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def scripted_server():
-    _Scripted.script, _Scripted.seen, _Scripted.models, _Scripted.dripped = [], [], None, []
+    _Scripted.script, _Scripted.seen, _Scripted.models, _Scripted.drips = [], [], None, []
     _Scripted.release = threading.Event()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1", _Scripted
     _Scripted.release.set()  # a hung handler lets go
+    if _Scripted.clock is not None:  # and a dripping one
+        _Scripted.clock.end()
+        _Scripted.clock = None
     server.shutdown()
 
 
@@ -397,15 +407,56 @@ def test_the_calls_cost_is_counted_in_tokens_and_seconds(scripted_server, rollou
     assert row["latency_s"] == 0.5 and row["prompt_tokens"] is None
 
 
+class _ReadClock:
+    """The deadline's clock (`deadline.time.monotonic`), advanced by the client's own progress:
+    each socket operation it starts asks the time once (deadline._clamp), and each ask moves the
+    clock `step` seconds on. A dripping server waits for the next ask before its next byte."""
+
+    def __init__(self, step: float) -> None:
+        self.step, self.ticks, self.ended = step, 0, False
+        self._changed = threading.Condition()
+
+    def monotonic(self) -> float:
+        with self._changed:
+            self.ticks += 1
+            self._changed.notify_all()
+            return self.ticks * self.step
+
+    def wait_for_tick(self, seen: int) -> bool:
+        """Until the clock ticked past `seen` (True) or the test ended (`end`, False)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.ticks > seen or self.ended)
+            return self.ticks > seen
+
+    def end(self) -> None:
+        """Let a dripping server that waits for a read that will not come go."""
+        with self._changed:
+            self.ended = True
+            self._changed.notify_all()
+
+
 @pytest.mark.parametrize("where", ["headers", "body"])
-def test_a_server_that_drips_its_answer_is_cut_off_at_the_deadline(scripted_server, prompt, where):
-    """A byte every 50 ms never trips a 1 s read timeout; the request's deadline (timeout_s for
-    the whole request) ends each attempt before the answer is complete."""
+def test_a_server_that_drips_its_answer_is_cut_off_at_the_deadline(
+    scripted_server, prompt, monkeypatch, where
+):
+    """A server that sends a byte each time the client reads never trips a read timeout (each
+    read gets its byte at once); the request's deadline (timeout_s for the whole request) ends
+    each attempt after about 20 reads, before the answer is complete. The clock is the client's
+    progress (3 s a read), so the test waits on no real time."""
+    import types
+
+    from pipeline.teach.teachers import deadline as deadline_module
+
     url, handler = scripted_server
+    handler.clock = clock = _ReadClock(step=3.0)
+    monkeypatch.setattr(deadline_module, "time", types.SimpleNamespace(monotonic=clock.monotonic))
     handler.script = [(0, "drip", where)] * 2
-    (reply,) = _teacher(url, timeout_s=1.0, max_retries=1).answer([prompt])
+    (reply,) = _teacher(url, timeout_s=60.0, max_retries=1).answer([prompt])
     assert reply.error == ParseStatus.TIMEOUT and reply.attempts == 2, reply
-    assert "timeout_s=1.0" in reply.error_detail
+    assert "timeout_s=60.0" in reply.error_detail
+    assert len(handler.drips) == 2
+    for dripped, to_drip in handler.drips:  # it went on (no read timeout) and was cut short
+        assert 10 <= dripped < to_drip, handler.drips
 
 
 def test_a_huge_answer_is_read_no_further_than_the_cap_and_stored_clipped(

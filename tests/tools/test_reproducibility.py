@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -157,20 +158,29 @@ def test_nested_metrics_are_compared_leaf_by_leaf():
     ]
 
 
-def test_the_command_checks_a_git_workspace(tmp_path, monkeypatch, capsys):
+def _git(*args: str) -> None:
+    subprocess.run(["git", *args], check=True, capture_output=True)
+
+
+def _built_workspace(tmp_path, monkeypatch, before_commit=()) -> Path:
+    """A git workspace in `tmp_path` (the cwd) holding a dvc.lock and an evaluation's metrics,
+    committed after `before_commit` ran (e.g. `--record-machine`); its metrics file."""
     monkeypatch.setitem(reproducibility.RETURN_TOLERANCE, "cart", 50.0)
     monkeypatch.chdir(tmp_path)
-
-    def git(*args: str) -> None:
-        subprocess.run(["git", *args], check=True, capture_output=True)
-
-    git("init", "-q")
+    _git("init", "-q")
     (tmp_path / "metrics" / "eval").mkdir(parents=True)
     metrics = tmp_path / "metrics" / "eval" / "cart-sac.json"
     metrics.write_text(json.dumps(EVAL))
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump(_lock()))
-    git("add", ".")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built")
+    for argv in before_commit:
+        assert main(argv) == 0
+    _git("add", ".")
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built")
+    return metrics
+
+
+def test_the_command_checks_a_git_workspace(tmp_path, monkeypatch, capsys):
+    metrics = _built_workspace(tmp_path, monkeypatch)
     assert main([]) == 0  # clean
 
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump(_lock("m2", eval_md5="e2")))
@@ -234,21 +244,8 @@ def test_an_output_edited_after_its_stage_wrote_it_is_a_problem():
 
 
 def test_the_command_is_exact_on_the_machine_that_recorded_the_build(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(reproducibility.RETURN_TOLERANCE, "cart", 50.0)
-    monkeypatch.chdir(tmp_path)
-
-    def git(*args: str) -> None:
-        subprocess.run(["git", *args], check=True, capture_output=True)
-
-    git("init", "-q")
-    (tmp_path / "metrics" / "eval").mkdir(parents=True)
-    metrics = tmp_path / "metrics" / "eval" / "cart-sac.json"
-    metrics.write_text(json.dumps(EVAL))
-    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(_lock()))
-    assert main(["--record-machine"]) == 0
+    metrics = _built_workspace(tmp_path, monkeypatch, before_commit=[["--record-machine"]])
     capsys.readouterr()
-    git("add", ".")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built")
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump(_lock("m2", eval_md5="e2")))
     metrics.write_text(json.dumps({**EVAL, "return_mean": 201.0}))
     assert main([]) == 1  # within the tolerance, but this is the build's machine
