@@ -367,6 +367,7 @@ def test_committed_results_are_done_and_never_queued_again_unless_the_table_chan
     monkeypatch.setattr(sweeps, "settled_rows", lambda repo, rev=None: {})
     ran = []
     monkeypatch.setattr(sweeps, "run_checked", lambda args, repo: ran.append(args))
+    monkeypatch.setattr(sweeps, "check_clean", lambda repo: None)
     queued = queue(table, REPO, kept=kept)
     assert [q.name for q in queued] == ["t-more-s0", "t-more-s1", "t-more-s2"]
     # a cell whose params changed since is not kept: it runs again
@@ -491,6 +492,7 @@ def test_queue_runs_the_teachers_beside_the_cells_and_replaces_a_stale_one(monke
     ran = []
     monkeypatch.setattr(sweeps, "settled_rows", lambda repo, rev=None: rows)
     monkeypatch.setattr(sweeps, "run_checked", lambda args, repo: ran.append(args))
+    monkeypatch.setattr(sweeps, "check_clean", lambda repo: None)
     queued = sweeps.queue(table, REPO)
     assert [q.name for q in queued] == [*(f"t-same-s{s}" for s in (0, 1, 2)),
                                         "t-teacher-more", "t-teacher-other-env"]  # fmt: skip
@@ -568,6 +570,23 @@ def test_a_half_made_worker_workspace_is_asked_again_and_a_lasting_failure_raise
     with pytest.raises(SweepError, match="broken"):
         sweeps.settled_rows(REPO, tries=3, every_s=0)
     assert not answers
+
+
+def test_an_empty_git_repo_from_dvc_is_a_sweep_error_that_is_asked_again(monkeypatch):
+    """DVC lets scmrepo's SCMError ("Empty git repo", a worker's workspace half made) through
+    `dvc exp show`; it killed a table's poller. It is now a SweepError, which `settled_rows`
+    asks again."""
+    import dvc.api
+    from scmrepo.exceptions import SCMError
+
+    import pipeline.tools.sweeps.status as sweeps
+
+    def exp_show(repo, revs=None):
+        raise SCMError("Empty git repo")
+
+    monkeypatch.setattr(dvc.api, "exp_show", exp_show)
+    with pytest.raises(SweepError, match="dvc exp show: Empty git repo"):
+        sweeps.exp_rows(REPO)
 
 
 def test_experiments_of_several_commits_are_read_together_and_a_shared_name_raises(monkeypatch):
@@ -1150,6 +1169,7 @@ def test_requeueing_after_a_commit_reads_the_commit_the_table_was_queued_on(tmp_
     monkeypatch.setattr(sweeps, "settled_rows", settled_rows)
     monkeypatch.setattr(sweeps, "run_checked", run_checked)
     monkeypatch.setattr(cli, "run_checked", run_checked)
+    monkeypatch.setattr(sweeps, "check_clean", lambda repo: None)
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(TABLE))
     assert cli.main(["queue", str(tmp_path / "t.yaml"), "--rev", "543a509"]) == 0
     assert asked == [["old-full", "head-full"]]
@@ -1158,6 +1178,29 @@ def test_requeueing_after_a_commit_reads_the_commit_the_table_was_queued_on(tmp_
     asked.clear(), ran.clear()
     assert cli.main(["queue", str(tmp_path / "t.yaml")]) == 0
     assert asked == ["head-full"] and len([a for a in ran if a[:3] == ["dvc", "exp", "run"]]) == 6
+
+
+def test_queueing_refuses_a_checkout_with_changed_tracked_files(tmp_path):
+    """`dvc exp run --queue` copies a checkout's uncommitted changes into each experiment, and
+    its stash and restore while it queues overwrote an edit saved meanwhile: queue refuses a
+    checkout whose tracked files differ from the commit, naming them; untracked files pass."""
+    import subprocess
+
+    from pipeline.tools.sweeps.queue import check_clean
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "code.py")
+    git("-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "base")
+    (tmp_path / "notes.txt").write_text("untracked\n")
+    check_clean(tmp_path)  # untracked files only
+    (tmp_path / "code.py").write_text("x = 2\n")
+    with pytest.raises(SweepError, match=r"1 tracked file\(s\) differ from the commit \(code\.py\)"
+                       r".*queue the table from its own clone"):  # fmt: skip
+        check_clean(tmp_path)
 
 
 def test_a_params_file_that_dvcs_rewrite_would_change_is_named_line_by_line(tmp_path, capsys):

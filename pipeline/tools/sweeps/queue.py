@@ -68,6 +68,8 @@ def queue(
     for status in found:
         if status.state in ("queued", "running") or (status.state == "done" and not force):
             continue
+        if not queued:
+            check_clean(repo)
         if status.kept:  # --force: DVC has no experiment of that name to replace
             status = dataclasses.replace(status, state="missing")
         if status.why == ORPHANED_WHY:  # DVC's task of a dead process: kill, then remove it
@@ -81,6 +83,25 @@ def queue(
             run_checked(exp_command(table, status.cell, status.seed, queue=True), repo)
         queued.append(status)
     return queued
+
+
+def check_clean(repo: Path) -> None:
+    """Refuse to queue from a checkout whose tracked files differ from its commit:
+    `dvc exp run --queue` copies those changes into every experiment it queues (its code would
+    be no commit's), and DVC stashes and restores the workspace while it queues, which
+    overwrites an edit saved meanwhile. Untracked files are left alone (DVC leaves them too)."""
+    out = run_checked(["git", "status", "--porcelain", "--untracked-files=no"], repo).stdout
+    changed = [line[3:] for line in out.splitlines()]
+    if changed:
+        shown = ", ".join(changed[:5]) + (
+            f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+        )
+        raise SweepError(
+            f"{repo}: {len(changed)} tracked file(s) differ from the commit ({shown}): "
+            "experiments queued now would hold them. Commit or stash them first, or queue the "
+            "table from its own clone at the table's commit (docs/benchmarks.md, 'Tables that "
+            "outlive a working day') and go on working here"
+        )
 
 
 POLL_SHARE = 0.2  # wait: at most this share of one core goes to asking `dvc exp show`

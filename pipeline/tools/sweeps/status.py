@@ -82,10 +82,12 @@ def exp_rows(repo: Path, rev: str | Sequence[str] | None = None) -> dict[str, di
     by two of the commits raises: which one the table means is not known."""
     import dvc.api
     from dvc.exceptions import DvcException
+    from scmrepo.exceptions import SCMError
 
     try:
         rows = dvc.api.exp_show(repo=str(repo), revs=rev)
-    except DvcException as exc:
+    # SCMError: a worker's workspace half made ("Empty git repo"), which DVC lets through
+    except (DvcException, SCMError) as exc:
         raise SweepError(f"{repo}: dvc exp show: {exc}") from exc
     out: dict[str, dict[str, Any]] = {}
     for row in rows:
