@@ -156,6 +156,57 @@ def test_guidance_uses_labelled_rows_only():
     assert agent.entropy_regulariser(h, next_h, unlabelled) == (None, {})
 
 
+def test_ver_on_own_reads_the_agents_own_labelled_rows_only():
+    """`ver_on: own`: G on the labelled rows of labelling rounds' parts (part >= 1: transitions
+    the agent collected) and no other; none in the batch, no VER term. The default reads every
+    labelled row (part 0, the dataset's recorded transitions, included)."""
+    batch = {
+        "obs": torch.tensor([[0.0], [1.0], [2.0], [3.0], [4.0]]),
+        "a_v": torch.tensor([[0.5], [-0.5], [0.9], [1.0], [0.1]]),
+        "has_label": torch.tensor([True, True, False, True, False]),
+        # the dataset, round 1, round 1 unlabelled, round 2, online
+        "part": torch.tensor([0, 1, 1, 2, -1]),
+    }
+    own = ERPvAgent((1,), SPACE, small_cfg(lambda_2=5.0, ver_on="own"), vlm_critic())
+    recorded = ERPvAgent((1,), SPACE, small_cfg(lambda_2=5.0), vlm_critic())
+    h = own.encoder(batch["obs"]).detach()
+    next_h = own.encoder(batch["obs"] + 1).detach()
+    reg, ver = own.entropy_regulariser(h, next_h, batch)
+    with torch.no_grad():
+        for agent, rows in ((own, [1, 3]), (recorded, [0, 1, 3])):
+            h, next_h = agent.encoder(batch["obs"]), agent.encoder(batch["obs"] + 1)
+            mu, sigma = agent.transition(h[rows], batch["a_v"][rows])
+            g = 1 / (((mu - next_h[rows]) / sigma).pow(2) + sigma.log()).mean(-1)
+            expected = 5.0 * (0.1 - torch.sigmoid(g)).pow(2).mean()
+            got, metrics = agent.entropy_regulariser(h, next_h, batch)
+            assert got.item() == pytest.approx(expected.item(), rel=1e-5)
+            torch.testing.assert_close(metrics["ver/G"], g.mean())
+    assert ver["ver/own_rows"].item() == pytest.approx(2 / 5)
+    assert reg is not None
+    dataset_only = {**batch, "part": torch.tensor([0, 0, 0, 0, -1])}
+    assert own.entropy_regulariser(h, next_h, dataset_only) == (None, {})
+    assert recorded.entropy_regulariser(h, next_h, dataset_only)[0] is not None
+
+
+def test_ver_on_own_needs_a_round():
+    """A run with `ver_on: own` that no round continues would never have a VER term: refused,
+    naming the run and the fix; the same run continued by a round passes."""
+    from pipeline.core.config import TrainRun, load_params
+    from pipeline.learn.methods.table import get_method
+    from tests.conftest import REPO
+
+    params = load_params(REPO / "params.yaml")
+    run = TrainRun(env="cartpole-swingup", method="erpv", steps=10, seed=0,
+                   overrides={"ver_on": "own"})  # fmt: skip
+    problems = get_method("erpv").check_run("solo", run, params)
+    assert any("train.solo: ver_on own" in p and "no round of `rounds`" in p for p in problems)
+    rounds = [name for name, r in params.rounds.items() if params.train[r.run].method == "erpv"]
+    if rounds:  # a run that a round continues
+        continued = params.rounds[rounds[0]].run
+        problems = get_method("erpv").check_run(continued, run, params)
+        assert not any("ver_on own" in p for p in problems)
+
+
 def chain_transitions(
     episodes: int, a_v: dict[int, float], missing_label_at_3: bool = False, seed: int = 0
 ) -> OfflineTransitions:

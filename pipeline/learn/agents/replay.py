@@ -63,6 +63,9 @@ class TransitionStore:
         # per-transition fields are stored (callers may pass them to `add`); per-observation
         # ones are their fill value online
         self.fields = {s.name: s.empty(capacity) for s in self.specs if s.per == "transition"}
+        # which dataset directory each transition came from (offline: `OfflineTransitions.part`,
+        # 0 the env's dataset, k its k-th labelling round); None online, sampled as -1
+        self.part: np.ndarray | None = None
         self.n_obs = 0  # observations ever stored
         self.n_transitions = 0  # transitions ever stored
         self.oldest = 0  # the oldest transition still sampleable (absolute)
@@ -77,6 +80,7 @@ class TransitionStore:
         for name in ("episode_start", "obs_index", "action", "reward", "terminated"):
             setattr(store, name, getattr(data, name))
         store.specs, store.fields = data.specs, dict(data.fields)
+        store.part = data.part
         store.n_obs, store.n_transitions, store.oldest = len(data.obs), len(data), 0
         return store
 
@@ -149,6 +153,7 @@ class TransitionStore:
             "action": self.action[rows],
             "reward": self.reward[rows],
             "done": self.terminated[rows].astype(np.float32),
+            "part": self.part[rows] if self.part is not None else np.full(n, -1, np.int64),
         }
         for spec in self.specs:
             if spec.per == "transition":
@@ -323,7 +328,9 @@ class ReplayBuffer:
         `offline_pool(update, rng)` names, if any), the rest online; all rows from one part when
         the other is empty. Uniform with replacement within a part. Returns tensors on the
         buffer's device: obs / next_obs (B, 3k, H, W) uint8 or (B, D) float32, action (B, A),
-        reward, done (B,) float32, offline (B,) bool, and every declared field (B, *shape)."""
+        reward, done (B,) float32, offline (B,) bool, part (B,) int64 (the dataset directory of an
+        offline row: 0 the env's dataset, k >= 1 a labelling round's part, the agent's own
+        transitions; -1 online), and every declared field (B, *shape)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         pool = self.offline_pool(update, rng) if self.offline_pool is not None else None

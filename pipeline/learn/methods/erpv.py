@@ -39,6 +39,11 @@ Paper ambiguities, resolved here:
   it is about 30 % (docs/results/2026-11-27-teacher-knowledge.md). Default (`vpg_weight: fixed`):
   eq. 4 as printed; `q_scaled` weighs L_V by lambda_1 * mean |Q_r| over the labelled rows (no
   gradient), so lambda_1 means the same on every reward scale (a deviation, as an option).
+- eq. 6 compares the outcome of the agent's action a_r (Algorithm 1 stores (s, a_r, r, s',
+  a_v)) with T(s, a_v); the dataset's rows hold the behaviour's action instead (random, RAE).
+  Default (`ver_on: recorded`): G on every labelled row's recorded transition, which measures
+  how well T predicts the behaviour's outcome from a_v, not the agent's; `own`: only the rows the
+  agent collected itself (labelling rounds' parts, `part >= 1` in the batch), as the paper.
 - sec. 3.4 says a lower G should raise the entropy, yet alpha_bar = sigmoid(G) grows with G (and
   is always > 0.5 since G > 0). Default (`ver_target: printed`): the equation as printed;
   `text`: alpha_bar = sigmoid(-G). `ver/alpha_target` is logged so that the effect is visible.
@@ -111,6 +116,15 @@ class ERPvParams(SACParams):
         description="VER's target temperature from the confidence G: `printed` alpha_bar = "
         "sigmoid(G) (eq. 7 as printed: > 0.5, grows with G); `text` alpha_bar = sigmoid(-G) (sec. "
         "3.4's words: lower confidence, more entropy).",
+    )
+    ver_on: Literal["recorded", "own"] = Field(
+        default="recorded",
+        exclude_if=lambda v: v == "recorded",  # runs without it fingerprint as before
+        description="Which labelled transitions VER's confidence G (eq. 6, 14) is computed on: "
+        "`recorded`, every labelled row, whose s_{t+1} followed the behaviour's recorded action "
+        "(the dataset's; not the paper's); `own`, only the rows the agent itself collected "
+        "(labelling rounds' parts: `rounds`), as Algorithm 1 stores a_r and eq. 6 compares "
+        "a_r's outcome with a_v's prediction. A run with `own` and no round has no VER term.",
     )
     critic_variant: str | None = Field(
         default=None,
@@ -365,6 +379,11 @@ class ERPvAgent(SACAgent):
         if labelled is None:
             return None, {}
         mask, a_v = labelled
+        if self.cfg.ver_on == "own":  # the agent's own transitions: labelling rounds' parts
+            own = mask & (batch["part"] >= 1)
+            if not bool(own.any()):
+                return None, {}
+            mask, a_v = own, a_v[own[mask]]
         with torch.no_grad():  # C.3: T (encoder and T_D) frozen for VER
             mu_v, sigma_v = self.transition(h[mask].detach(), a_v)  # P(s~_{t+1} | s_t, a_v)
             g = action_confidence(next_h[mask], mu_v, sigma_v, self.cfg.confidence_eps)  # eq. 14
@@ -374,6 +393,8 @@ class ERPvAgent(SACAgent):
             "ver/alpha_target": ver_target(g, self.cfg.ver_target).mean(),
             "ver/loss": regulariser.detach(),
         }
+        if self.cfg.ver_on == "own":
+            metrics["ver/own_rows"] = mask.float().mean()  # share of the batch VER reads
         return self.cfg.lambda_2 * regulariser, metrics  # eq. 7
 
 
@@ -412,6 +433,12 @@ class ERPv(OffPolicyMethod):
             hp = self.params(params, run)
         except ConfigError:
             return problems  # reported by check_params
+        if hp.ver_on == "own" and not any(r.run == name for r in params.rounds.values()):
+            problems.append(
+                f"train.{name}: ver_on own computes VER on the agent's own labelled transitions, "
+                "which only labelling rounds provide, and no round of `rounds` continues this "
+                "run: add rounds for it, or set ver_on: recorded"
+            )
         variant = hp.critic_variant
         variants = params.critic.variants.get(run.env, {}) if params.critic is not None else {}
         if variant is not None and variant not in variants:
