@@ -12,7 +12,8 @@ import sys
 
 from pipeline.core.config import register_brought_envs
 from pipeline.core.errors import PipelineError, print_error
-from pipeline.teach.labelling.audit import MAX_EMBEDDED_FRAMES, write_audit
+from pipeline.core.io import atomic_write_json
+from pipeline.teach.labelling.audit import MAX_EMBEDDED_FRAMES, agreement_metrics, write_audit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         "scripted reference): agreement, milestone confusion, action differences, worst frames",
     )
     parser.add_argument(
+        "--metrics",
+        help="the agreement with the scripted reference per task as JSON (metrics/audit/<env>"
+        ".json: n, agree, rate; none for an env without a reference), read by the knowledge page",
+    )
+    parser.add_argument(
         "--max-frames",
         type=int,
         default=MAX_EMBEDDED_FRAMES,
@@ -50,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
             args.rollouts, args.labels, args.out, args.masks, args.telemetry,
             against=args.against, max_frames=args.max_frames,
         )  # fmt: skip
+        if args.metrics:
+            atomic_write_json(args.metrics, agreement_metrics(audit))
     except (PipelineError, FileNotFoundError) as exc:
         print_error(exc)
         return 2

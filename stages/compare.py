@@ -1,19 +1,34 @@
-"""DVC stage `compare`: every run's learning curve, one PNG per env (all methods side by side),
-beside the evaluation metrics. `dvc plots show` renders the same curves from dvc.yaml's `plots`.
+"""DVC stage `compare`: every run's learning curves side by side, per env: a PNG
+(`reports/curves/<env>.png`) and, for `dvc plots show`'s default page, one long table per metric
+and env (`plots/compare/<metric>/<env>.tsv`: the training episodes' `return` and the
+deterministic `eval_return`), drawn one line per run by dvc.yaml's top-level plots.
 
-    python -m stages.compare --params params.yaml --curves plots/train --out reports/curves
+    python -m stages.compare --params params.yaml --curves plots/train --out reports/curves \
+        --tables plots/compare
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 from pipeline.core.config import load_params
 from pipeline.core.errors import PipelineError, print_error
-from pipeline.learn.curves import plot_curves, read_metric
+from pipeline.core.io import atomic_write_bytes
+from pipeline.learn.curves import (
+    EVAL_RETURN,
+    METRICS_SUBDIR,
+    RETURN,
+    env_curves_tsv,
+    plot_curves,
+    read_metric,
+)
+
+# the curves of `dvc plots show`'s default page (dvc.yaml's top-level plots)
+TABLE_METRICS = (RETURN, EVAL_RETURN)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,19 +43,36 @@ def main(argv: list[str] | None = None) -> int:
         help="directory of the runs' curve directories (dvclive's layout)",
     )
     parser.add_argument("--out", required=True, type=Path, help="directory for <env>.png")
+    parser.add_argument(
+        "--tables",
+        type=Path,
+        help="directory for <metric>/<env>.tsv: each env's runs as one table per metric",
+    )
     args = parser.parse_args(argv)
     try:
         params = load_params(args.params)
-        by_env: dict[str, dict] = defaultdict(dict)
+        # metric -> env -> run label -> curve; a run that does not log a metric (PPO has no
+        # eval_return) is left out of that metric's table
+        tables: dict[str, dict[str, dict]] = {m: defaultdict(dict) for m in TABLE_METRICS}
         for name, run in (params.train or {}).items():
-            by_env[run.env][f"{name} ({run.method})"] = read_metric(args.curves / name)
+            label = f"{name} ({run.method})"
+            tables[RETURN][run.env][label] = read_metric(args.curves / name)
+            if (args.curves / name / METRICS_SUBDIR / f"{EVAL_RETURN}.tsv").is_file():
+                tables[EVAL_RETURN][run.env][label] = read_metric(args.curves / name, EVAL_RETURN)
     except (PipelineError, FileNotFoundError) as exc:
         print_error(exc)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    for env_id, curves in by_env.items():
+    for env_id, curves in tables[RETURN].items():
         plot_curves(curves, f"{env_id}: learning curves", args.out / f"{env_id}.png")
         print(f"{args.out / f'{env_id}.png'}: {len(curves)} runs")
+    if args.tables is not None:
+        shutil.rmtree(args.tables, ignore_errors=True)  # an env no longer trained leaves none
+        for metric, by_env in tables.items():
+            for env_id, curves in by_env.items():
+                path = args.tables / metric / f"{env_id}.tsv"
+                atomic_write_bytes(path, env_curves_tsv(curves, metric))
+        print(f"{args.tables}: {', '.join(sorted(tables))} per env, one line per run")
     return 0
 
 

@@ -25,13 +25,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--labels", type=Path, default=Path("data/labels"))
     parser.add_argument("--evals", type=Path, default=Path("metrics/eval"))
     parser.add_argument("--rounds", type=Path, default=Path("metrics/rounds"))
+    parser.add_argument("--audits", type=Path, default=Path("metrics/audit"))
     parser.add_argument("--out", required=True, type=Path, help="the page to write (markdown)")
     args = parser.parse_args(argv)
     try:
         from pipeline.loops.knowledge import knowledge_report
 
         params = load_params(args.params)
-        page = knowledge_report(params, args.teachers, args.labels, args.evals, args.rounds)
+        page = knowledge_report(
+            params, args.teachers, args.labels, args.evals, args.rounds, args.audits
+        )
     except (PipelineError, FileNotFoundError) as exc:
         print_error(exc)
         return 2

@@ -19,6 +19,7 @@ from pipeline.core.errors import PipelineError, print_error
 from pipeline.core.io import atomic_write_json
 from pipeline.learn.methods.table import load_policy
 from pipeline.teach.labelling.label import estimate_prompts, label_metrics, label_rollouts
+from pipeline.teach.labels.cost import ERPV_SECONDS_PER_CALL, estimate_cost
 from pipeline.teach.rollouts.reader import load_manifest
 from pipeline.teach.teachers import make_teacher
 
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             total = sum(row["to_ask"] for row in counts.values())
             print(f"{args.rollouts}: {total} teacher calls to make with {cfg.teacher.backend} "
                   f"({params.label.teacher_path(env_id)}); nothing was asked")  # fmt: skip
+            print(estimate_cost(total, args.metrics, cfg.budget))
             return 0
         summary = label_rollouts(
             args.rollouts, cfg, build(), args.cache, args.out,
@@ -89,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.out}: {summary.rows} rows; {summary.queried} prompts, {summary.cache_hits} from "
         f"the cache, {summary.teacher_calls} teacher calls; {statuses}"
     )
-    print(f"{args.out}: {summary.cost_line()} (ERPv table 14's Qwen2-VL-7B: 6.95 s per call)")
+    print(
+        f"{args.out}: {summary.cost_line()} (ERPv table 14's Qwen2-VL-7B: "
+        f"{ERPV_SECONDS_PER_CALL} s per call)"
+    )
     if summary.corrected or summary.corrections_unused:
         print(
             f"{args.corrections}: {summary.corrected} answers replaced by a person's correction"

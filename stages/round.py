@@ -13,6 +13,7 @@ previous one. Its costs (frames, prompts, teacher calls on a fresh build) are it
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from dataclasses import asdict
@@ -21,7 +22,7 @@ from pathlib import Path
 from pipeline.core.config import load_params
 from pipeline.core.errors import PipelineError, print_error
 from pipeline.learn.training import set_threads
-from pipeline.loops.rounds import run_round
+from pipeline.loops.rounds import cost_line, run_round
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--summary", required=True, help="its metrics: training and costs")
     parser.add_argument("--resume-dir", help="where a killed round's training goes on from")
+    parser.add_argument(
+        "--telemetry",
+        help="the env's store of the teacher calls' latency (data/telemetry/<env>; not a DVC "
+        "output)",
+    )
+    parser.add_argument(
+        "--costs",
+        help="what the round's teacher calls cost on this machine, as JSON for `dvc metrics "
+        "show` (costs/rounds/<name>.json): the recorded latency and tokens",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -48,13 +59,15 @@ def main(argv: list[str] | None = None) -> int:
             set_threads(params, params.rounds[args.round].run)
         summary = run_round(
             args.round, params, args.data, args.caches, args.out, args.live, args.summary,
-            resume_dir=args.resume_dir,
+            resume_dir=args.resume_dir, telemetry_dir=args.telemetry, costs_path=args.costs,
         )  # fmt: skip
     except (PipelineError, FileNotFoundError) as exc:
         print_error(exc)
         return 2
     costs = ", ".join(f"{k} {v}" for k, v in asdict(summary).items())  # calls_made_now too
     print(f"round {args.round}: {costs}")
+    if args.costs:
+        print(cost_line(args.round, json.loads(Path(args.costs).read_text())))
     return 0
 
 

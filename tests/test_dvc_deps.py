@@ -232,7 +232,9 @@ def test_dvc_stales_only_the_runs_an_edit_touches(tmp_path):
     _dvc(repo, "init", "-q")
     train = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["train"]["do"]
     for run in runs:
-        outs = [*train["outs"], *(next(iter(x)) for x in (*train["plots"], *train["metrics"]))]
+        outs = [
+            x if isinstance(x, str) else next(iter(x)) for x in (*train["outs"], *train["metrics"])
+        ]
         data = [d for d in train["deps"] if d.startswith(("data/", "models/"))]
         for path in [*data, *outs]:
             path = path.replace("${key}", run).replace("${item.env}", env)

@@ -41,6 +41,7 @@ from pipeline.dataset.layout import (
     TASK_PREFIX,
     WDS_DIR,
 )
+from pipeline.teach.labels.cost import ERPV_SECONDS_PER_CALL
 from pipeline.teach.labels.schema import label_schema
 from pipeline.teach.labels.tasks import TASKS, schema_template
 from pipeline.teach.masks.base import decode_mask
@@ -268,6 +269,7 @@ def build_dataset(
             "wds_shards": wds_shards,
         },
         "parse_status": statuses,
+        "cost": label_cost_of(queried),
         # every file's checksum: readers verify what they read against it
         "files": {
             str(path.relative_to(out_dir)): sha256_file(path)
@@ -283,6 +285,25 @@ def build_dataset(
     atomic_write_json(out_dir / INFO_PATH, info)
     atomic_write_bytes(out_dir / CARD_NAME, render_card(info, features).encode())
     return info
+
+
+def label_cost_of(queried: pl.DataFrame) -> dict[str, Any]:
+    """What the labels cost a fresh build, from the queried rows alone (the same on every machine):
+    per task the distinct prompts (a repeat of one frame and prompt is answered once: the teacher
+    calls a build without the cache makes), and those calls at ERPv table 14's 6.95 s per
+    Qwen2-VL-7B call. Seconds and tokens measured on the building machine are its
+    costs/label/<env>.json, not part of the dataset: they depend on the machine and server."""
+    calls = {
+        str(task): int(n)
+        for task, n in queried.group_by("task").agg(pl.col("cache_key").n_unique()).sort("task")
+        .iter_rows()
+    }  # fmt: skip
+    total = sum(calls.values())
+    return {
+        "teacher_calls": total,
+        "teacher_calls_by_task": calls,
+        "seconds_at_erpv_rate": round(total * ERPV_SECONDS_PER_CALL, 2),
+    }
 
 
 def _by_rollout_shard(rollout_dir: Path, manifest: dict[str, Any]) -> Iterator[list[Any]]:

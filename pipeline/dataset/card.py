@@ -81,7 +81,15 @@ with injected failures). They say nothing about any real model.
 | teacher{% if info.teacher_ids | length > 1 %}s{% endif %} | {% for t in info.teacher_ids %}`{{ t }}` {% endfor %} |
 | mask back end | {% for m in info.mask_backend_ids %}`{{ m }}` {% endfor %} |
 
-## Parse status of the teacher's answers
+{% if info.cost %}## What the labels cost
+
+A build without the label cache asks the teacher {{ info.cost.teacher_calls }} prompts (a frame asked one
+question twice is answered once): {% for task, n in info.cost.teacher_calls_by_task.items() %}{{ task }} {{ n }}{{ ", " if not loop.last else "" }}{% endfor %}.
+At ERPv table 14's 6.95 s per Qwen2-VL-7B call that is {{ "%.0f" | format(info.cost.seconds_at_erpv_rate) }} s of VLM time. The seconds
+and tokens measured where the dataset was built are that project's `costs/label/{{ info.env_id }}.json`
+(`dvc metrics show costs/label`): they depend on the machine and the server, so the dataset does not hold them.
+
+{% endif %}## Parse status of the teacher's answers
 
 | task | {% for s in statuses %}{{ s }} | {% endfor %}
 |---|{% for s in statuses %}---|{% endfor %}

@@ -2,8 +2,11 @@
 directory (`plots/train/<run>/`, `plots/critic/<env>/`) holds one TSV per metric
 (`plots/metrics/<name>.tsv`, columns `step` and the value) that `dvc plots show / diff` and
 `dvc exp show` read, and its last values go to a summary JSON that the stage declares as a DVC
-metric. The foreach stages declare each run's directory as a plots output, so a run added to
-params.yaml is plotted with no dvc.yaml edit.
+metric. The `compare` stage gathers every run of an env into one long table per metric
+(`env_curves_tsv`: step, run, value), which dvc.yaml's top-level `plots` draw one line per run:
+the default `dvc plots show` page, where a run added to params.yaml appears with no dvc.yaml
+edit. A run's own TSVs (ERPv's Q_f, alpha, ...) are plain outputs, drawn on demand
+(`dvc plots show -x step plots/train/<run>/plots/metrics/<name>.tsv`).
 
 Written here rather than through dvclive's `Live` (the files are byte for byte what dvclive
 3.49.1 writes for the same calls): `Live()` always runs its repository discovery, which `dvc
@@ -140,6 +143,18 @@ def parse_metric_tsv(text: str, name: str = RETURN) -> list[tuple[int, float]]:
     leaf = name.rsplit("/", 1)[-1]
     rows = csv.DictReader(io.StringIO(text), delimiter="\t")
     return [(int(r["step"]), float(r[leaf])) for r in rows]
+
+
+def env_curves_tsv(curves: dict[str, list[tuple[int, float]]], name: str) -> bytes:
+    """One metric of several runs as one long table (columns `step`, `run`, `name`'s last path
+    component), runs in the given order: what a top-level dvc.yaml plot with the `runs` template
+    (.dvc/plots/runs.json) draws as one line per run."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
+    writer.writerow(["step", "run", os.path.basename(name)])
+    for run, points in curves.items():
+        writer.writerows((step, run, _logged(value)) for step, value in points)
+    return buffer.getvalue().encode()
 
 
 def steps_to(curve: Iterable[tuple[int, float]], threshold: float, window: int = 1) -> int | None:

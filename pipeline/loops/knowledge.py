@@ -2,8 +2,8 @@
 actions), what its labels cost, and each agent's evaluation with the label tasks it read: the
 two questions a user of the pipeline comes with, on one page after `dvc repro`.
 
-It joins metrics the stages already wrote (`teacher_eval@<env>`, `label@<env>`, `evaluate@<run>`,
-`round@<name>`, `evaluate_round@<name>`); it computes no new number but the label cost. It does
+It joins metrics the stages already wrote (`teacher_eval@<env>`, `label@<env>`, `audit@<env>`,
+`evaluate@<run>`, `round@<name>`, `evaluate_round@<name>`); it computes no new number but the label cost. It does
 not say that the labels caused a return: every run here is one training seed, and a causal claim
 needs the controls of a benchmark table (the same data without labels, a known-bad teacher's
 labels, seeds), which the page names."""
@@ -20,7 +20,7 @@ import polars as pl
 from pipeline.core.config import Params
 from pipeline.core.errors import PipelineError
 from pipeline.learn.methods.table import get_method
-from pipeline.teach.labels.cost import constant_tasks, read_label_cost
+from pipeline.teach.labels.cost import ERPV_SECONDS_PER_CALL, constant_tasks, read_label_cost
 
 TITLE = "# Does the teacher's knowledge reach the agents, and what did it cost?"
 
@@ -96,10 +96,14 @@ def _cost_line(cost: Mapping[str, Any]) -> str:
         if by_task and parsed
         else ""
     )
+    prompts = sum(cost["prompts"].values())
     line = (
         f"Its labels of the dataset (`label`): prompts by task (what a fresh build pays a VLM "
-        f"for) {prompts_text(cost)}{parsed}{per_task}{judged}{kinds}. The seconds and tokens "
-        "they cost on this machine: `dvc metrics show costs/label`."
+        f"for) {prompts_text(cost)}{parsed}{per_task}{judged}{kinds}. At ERPv table 14's "
+        f"{ERPV_SECONDS_PER_CALL} s per Qwen2-VL-7B call that is "
+        f"{prompts * ERPV_SECONDS_PER_CALL / 60:,.1f} min of VLM time; the seconds and tokens "
+        "they cost on this machine: `dvc metrics show costs/label` (machine-dependent, so not "
+        "on this page)."
     )
     unlabelled = [task for task, share in by_task.items() if share < 0.5]
     if unlabelled:
@@ -117,6 +121,23 @@ def _cost_line(cost: Mapping[str, Any]) -> str:
     return line
 
 
+def _agreement_line(audit: Mapping[str, Any]) -> str:
+    """The labels against the scripted reference (audit@<env>'s metrics), n per task: how often
+    the teacher says what a competent script says, or that no reference exists for the env."""
+    if not audit["has_reference"]:
+        return ("Agreement with a reference: none for this env (no reference script); compare "
+                "two teachers on its frames with `python -m stages.audit ... --against`.")  # fmt: skip
+    parts = [
+        f"{task} {stats['rate']:.1%} (n = {stats['n']:,})"
+        for task, stats in audit["agreement"].items()
+    ]
+    return (
+        "Agreement with the scripted reference at reliability 1.0 (`audit`; answers that parsed, "
+        f"per task): {', '.join(parts) or 'no answer to compare'}. A teacher that agrees "
+        "rarely gives labels a competent policy would not."
+    )
+
+
 def _reads(method: str) -> str:
     tasks = get_method(method).teacher_tasks
     return ", ".join(f"`{t}`" for t in tasks) if tasks else "no label"
@@ -129,8 +150,10 @@ def env_section(
     labels_dir: Path,
     eval_dir: Path,
     rounds_dir: Path,
+    audit_dir: Path,
 ) -> list[str]:
-    """The report's section of `env_id`: the teacher, its labels' cost, the agents."""
+    """The report's section of `env_id`: the teacher, its labels' cost and agreement with the
+    reference, the agents."""
     lines = [f"## {env_id}", ""]
     teacher = _read(teacher_dir / f"{env_id}.json", f"teacher_eval@{env_id}'s metrics")
     lines += [*_teacher_lines(teacher), ""]
@@ -144,6 +167,8 @@ def env_section(
             f"{labels}: unreadable ({exc}); `dvc repro --force label@{env_id}` rebuilds it"
         ) from exc
     lines += [_cost_line(cost), ""]
+    audit = _read(audit_dir / f"{env_id}.json", f"audit@{env_id}'s metrics")
+    lines += [_agreement_line(audit), ""]
     runs = {name: run for name, run in (params.train or {}).items() if run.env == env_id}
     rounds = {name: r for name, r in params.rounds.items() if r.env == env_id}
     if not runs:
@@ -171,7 +196,12 @@ def env_section(
 
 
 def knowledge_report(
-    params: Params, teacher_dir: Path, labels_dir: Path, eval_dir: Path, rounds_dir: Path
+    params: Params,
+    teacher_dir: Path,
+    labels_dir: Path,
+    eval_dir: Path,
+    rounds_dir: Path,
+    audit_dir: Path,
 ) -> str:
     """The page: a section per env of `params.envs`, then how to read it."""
     lines = [
@@ -182,7 +212,10 @@ def knowledge_report(
         "",
     ]
     for env_id in params.envs:
-        lines += [*env_section(params, env_id, teacher_dir, labels_dir, eval_dir, rounds_dir), ""]
+        section = env_section(
+            params, env_id, teacher_dir, labels_dir, eval_dir, rounds_dir, audit_dir
+        )
+        lines += [*section, ""]
     lines += [
         "## How to read it",
         "",

@@ -24,7 +24,8 @@ them, with the env's label cache) and its agent in `models/rounds/<name>/`; all 
 of round@<name>, so a change to round 2 reruns rounds 2 and later only. Each round's costs
 (frames, prompts, those answered before, teacher calls and what they would cost at ERPv table
 14's 6.95 s per Qwen2-VL-7B call) are its metrics, the same from run to run on one machine (the
-frames come from the previous agent: pipeline/tools/reproducibility.py).
+frames come from the previous agent: pipeline/tools/reproducibility.py). What the calls cost
+here, at the latency the teacher's calls recorded, is `costs/rounds/<name>.json` (`round_costs`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from pipeline.learn.methods.base import TRAINING_STATE, TrainInputs
 from pipeline.learn.methods.table import check_params, get_method, load_agent, load_policy
 from pipeline.teach.labelling.audit import EarlierLabels, write_audit
 from pipeline.teach.labelling.label import label_rollouts
+from pipeline.teach.labels.cost import ERPV_SECONDS_PER_CALL, recorded_cost
 from pipeline.teach.masks import make_mask_backend
 from pipeline.teach.masks.compute import compute_masks
 from pipeline.teach.rollouts.collect import Acting, collect
@@ -60,8 +62,6 @@ from pipeline.teach.teachers import make_teacher
 
 log = logging.getLogger(__name__)
 
-# ERPv table 14: Qwen2-VL-7B, seconds per call (what a round's calls would cost online)
-SECONDS_PER_VLM_CALL = 6.95
 PARTS = "parts.json"
 # a round's caches (`data/round_caches/<name>/`): a persisted DVC output apart from its data, so
 # that a rerun of the round (DVC deletes outputs first) pays only for frames it has not seen
@@ -158,12 +158,17 @@ def run_round(
     summary_path: str | Path,
     *,
     resume_dir: str | Path | None = None,
+    telemetry_dir: str | Path | None = None,
+    costs_path: str | Path | None = None,
     progress: bool = True,
 ) -> RoundSummary:
     """Round `rounds.<name>` of params.yaml: collect with the previous agent, label, masks, a
     dataset part, train; see the module doc. Paths in what it writes are the params' (relative
     to the repository), never machine paths. Interrupted, it resumes: collection by episode,
-    labels and masks from their caches, training from `resume_dir`."""
+    labels and masks from their caches, training from `resume_dir`. `telemetry_dir`: where the
+    teacher calls' latency is kept (the env's store, which label@<env> appends to as well);
+    `costs_path`: this machine's cost of the round's teacher calls (`round_costs`), apart from
+    the metrics because it depends on the machine and the server."""
     check_params(params)
     if name not in params.rounds:
         known = ", ".join(params.rounds) or "none"
@@ -213,6 +218,7 @@ def run_round(
         read_also=[Path("data/label_cache") / env_id,
                    *[p for p in [Path("data/rollouts") / env_id / TEACHER_CACHE_DIR] if p.is_dir()],
                    *(caches_dir.parent / n / LABEL_CACHE for n in earlier)],
+        telemetry_dir=telemetry_dir,
         progress=progress,
         rebuild=f"`dvc repro round@{name}`",
     )  # fmt: skip
@@ -278,7 +284,7 @@ def run_round(
         distinct_prompts=len(keys),
         answered_before=len(keys & before),
         teacher_calls=len(keys - before),
-        teacher_seconds_at_erpv_rate=round(len(keys - before) * SECONDS_PER_VLM_CALL, 2),
+        teacher_seconds_at_erpv_rate=round(len(keys - before) * ERPV_SECONDS_PER_CALL, 2),
         dataset_parts=1 + len(round_parts),
         offline_transitions_added=manifest["totals"]["steps"],
         calls_made_now=labelled.teacher_calls,
@@ -288,4 +294,35 @@ def run_round(
     write_run_summary(summary_path, eval_episodes)
     costs = json.loads(Path(summary_path).read_text())
     atomic_write_json(summary_path, {**costs, "costs": summary.metrics()})
+    if costs_path is not None:
+        atomic_write_json(costs_path, round_costs(keys - before, telemetry_dir, cfg.round))
     return summary
+
+
+def round_costs(
+    new_keys: set[str], telemetry_dir: str | Path | None, round_number: int
+) -> dict[str, Any]:
+    """What a round's teacher calls (its prompts that no earlier table answered) cost on this
+    machine (costs/rounds/<name>.json): their recorded latency and tokens, the seconds per call
+    measured, and the same calls at ERPv table 14's 6.95 s per call. Without a telemetry store,
+    or for answers with no record (a pulled cache), only the count and the paper's price."""
+    recorded = recorded_cost(new_keys, telemetry_dir) if telemetry_dir is not None else None
+    return {
+        "round": round_number,
+        "teacher_calls": len(new_keys),
+        "recorded": recorded,
+        "seconds_at_erpv_rate": round(len(new_keys) * ERPV_SECONDS_PER_CALL, 2),
+    }
+
+
+def cost_line(name: str, costs: dict[str, Any]) -> str:
+    """One line of what round `name`'s teacher calls cost (`round_costs`)."""
+    calls, recorded = costs["teacher_calls"], costs["recorded"]
+    line = f"round {name}: {calls} teacher calls"
+    if recorded and recorded["calls"]:
+        line += (
+            f"; {recorded['seconds']:.1f} s at the latency measured here "
+            f"({recorded['seconds_per_call']:.3f} s per call over {recorded['calls']} recorded "
+            "calls)"
+        )
+    return line + f"; {costs['seconds_at_erpv_rate']:.0f} s at ERPv table 14's 6.95 s per call"

@@ -56,7 +56,7 @@ NETWORK_STAGES = frozenset({"train", "pretrain_critic", "round"})
 # outputs that record what this machine paid (seconds, tokens, calls this run): they differ
 # between machines and between a run that called the teacher and one the cache answered, on
 # any machine; allowed to differ, listed (the prompts a fresh build asks, in them, are data)
-MACHINE_DEPENDENT = ("costs/label/",)
+MACHINE_DEPENDENT = ("costs/",)
 # metric keys that are settings or counts fixed by the params: equal on every machine
 EXACT_KEYS = frozenset(
     {"env", "method", "step", "steps", "train_steps", "episodes", "eval_episodes", "round",

@@ -56,6 +56,22 @@ def test_card_and_info(dataset):
     )
 
 
+def test_the_card_says_what_the_labels_cost_a_fresh_build(dataset):
+    """The card's cost section: the distinct prompts per task (a frame asked one question twice
+    is answered once: what a build without the cache sends) and their VLM time at ERPv's 6.95 s
+    per call, from the label table alone, so every machine writes the same bytes."""
+    root, info = dataset
+    queried = pl.read_parquet(root / "labels.parquet").filter(pl.col("queried"))
+    by_task = dict(queried.group_by("task").agg(pl.col("cache_key").n_unique()).iter_rows())
+    assert info["cost"]["teacher_calls_by_task"] == dict(sorted(by_task.items()))
+    assert info["cost"]["teacher_calls"] == sum(by_task.values())
+    assert info["cost"]["seconds_at_erpv_rate"] == round(sum(by_task.values()) * 6.95, 2)
+    card = (root / "ds" / "README.md").read_text()
+    assert "## What the labels cost" in card
+    assert f"asks the teacher {info['cost']['teacher_calls']} prompts" in card
+    assert f"{info['cost']['seconds_at_erpv_rate']:.0f} s of VLM time" in card
+
+
 def test_the_card_is_hub_ready(dataset, monkeypatch, caplog):
     """huggingface_hub reads the card's YAML (what `hf upload` shows on the Hub): license, task
     and size categories, pretty name, the train split's files; datasets reads the same features

@@ -184,3 +184,14 @@ def test_curves_use_no_private_part_of_dvclive():
     old = _dvclive_private_uses(OLD_OVERRIDE, private)
     assert "class _Live subclasses ['Live']" in old and any("_init_dvc" in f for f in old)
     assert _dvclive_private_uses(inspect.getsource(pipeline.learn.curves), private) == []
+
+
+def test_an_envs_runs_are_one_long_table_per_metric():
+    """compare's tables for the default `dvc plots show` page: one row per (run, step), the
+    runs in their given order, values logged as dvclive logs them (nan as text)."""
+    from pipeline.learn.curves import env_curves_tsv
+
+    tsv = env_curves_tsv(
+        {"a (sac)": [(0, 1.5), (100, 2.0)], "b (erpv)": [(50, float("nan"))]}, "eval_return"
+    ).decode()
+    assert tsv == "step\trun\teval_return\n0\ta (sac)\t1.5\n100\ta (sac)\t2.0\n50\tb (erpv)\tnan\n"

@@ -60,6 +60,12 @@ def _tree(root: Path) -> dict:
     (root / "metrics/rounds/mc-hybrid-r1.json").write_text(
         json.dumps({"costs": {"round": 1, "teacher_calls": 84}})
     )
+    (root / "metrics/audit").mkdir(parents=True)
+    (root / f"metrics/audit/{ENV}.json").write_text(json.dumps({
+        "env": ENV, "has_reference": True,
+        "agreement": {"judge": {"n": 2, "agree": 1, "rate": 0.5},
+                      "milestone": {"n": 2, "agree": 2, "rate": 1.0}},
+    }))  # fmt: skip
     (root / "data/labels").mkdir(parents=True)
     pl.DataFrame(
         {
@@ -75,7 +81,7 @@ def _tree(root: Path) -> dict:
 def _page(root: Path, params: dict) -> str:
     return knowledge_report(
         parse_params(params), root / "metrics/teacher", root / "data/labels",
-        root / "metrics/eval", root / "metrics/rounds",
+        root / "metrics/eval", root / "metrics/rounds", root / "metrics/audit",
     )  # fmt: skip
 
 
@@ -95,6 +101,11 @@ def test_the_page_puts_the_teacher_its_cost_and_each_agent_with_what_it_reads(tm
         "50.0% of the judged" in page
     )
     assert "Mostly unlabelled" not in page
+    # 5 prompts at 6.95 s: 0.6 min of VLM time (the measured seconds are machine-dependent)
+    assert "6.95 s per Qwen2-VL-7B call that is 0.6 min of VLM time" in page
+    # the labels against the scripted reference, n beside each rate (the audit's metrics)
+    assert ("Agreement with the scripted reference at reliability 1.0 (`audit`; answers that "
+            "parsed, per task): judge 50.0% (n = 2), milestone 100.0% (n = 2)") in page  # fmt: skip
     assert "| mc-ppo | ppo | no label | 2,048 | -130.0 +- 2.5 (100% success) | 5 |" in page
     assert "| mc-hybrid | hybrid_ppo | `milestone` | 2,048 | -110.0 +- 2.5" in page
     assert "| mc-hybrid-r1 (round 1 of mc-hybrid: +84 teacher calls) | hybrid_ppo |" in page
@@ -170,3 +181,13 @@ def test_a_constant_teacher_is_flagged_whatever_its_parse_rate(tmp_path):
     varied.write_parquet(tmp_path / f"data/labels/{ENV}.parquet")
     page = _page(tmp_path, params)
     assert "milestone 2, objects 1" in page and "Constant teacher" not in page
+
+
+def test_an_env_without_a_reference_says_so_and_a_missing_audit_is_named(tmp_path):
+    params = _tree(tmp_path)
+    audit = tmp_path / "metrics/audit" / f"{ENV}.json"
+    audit.write_text(json.dumps({"env": ENV, "has_reference": False, "agreement": {}}))
+    assert "Agreement with a reference: none for this env" in _page(tmp_path, params)
+    audit.unlink()
+    with pytest.raises(PipelineError, match=rf"{ENV}\.json: missing \(audit@{ENV}'s metrics\)"):
+        _page(tmp_path, params)

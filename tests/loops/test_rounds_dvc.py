@@ -62,6 +62,16 @@ def test_rounds_pay_once_and_rerun_only_from_the_changed_round(built, tmp_path):
     # round 2's episodes start where round 1's did: their first frames are answered already
     assert second["answered_before"] >= 2
     assert second["teacher_calls"] == second["distinct_prompts"] - second["answered_before"]
+    # what the calls cost here: each new prompt's own call, recorded by the env's telemetry
+    # store, priced at the latency measured (costs/rounds/, apart from the pure metrics)
+    for k, costs in ((1, first), (2, second)):
+        here = json.loads((repo / "costs" / "rounds" / f"{RUN}-r{k}.json").read_text())
+        assert here["teacher_calls"] == costs["teacher_calls"]
+        assert here["recorded"]["calls"] == costs["teacher_calls"]
+        assert here["recorded"]["unrecorded"] == 0
+        assert here["recorded"]["seconds_per_call"] > 0
+        assert here["seconds_at_erpv_rate"] == costs["teacher_seconds_at_erpv_rate"]
+    assert "at the latency measured here" in built[1]
     audit = (repo / "data/rounds" / f"{RUN}-r2" / "audit.html").read_text()
     assert f"Labelling round 2 of run <code>{RUN}</code>" in audit  # which round a label is from
     # ... and every earlier label of the run, each with its round (0: the env's static data)

@@ -392,3 +392,40 @@ def test_an_estimate_counts_the_calls_a_run_would_make_and_makes_none(rollouts, 
     after = estimate_prompts(rollouts, cfg, teacher, tmp_path / "cache")
     assert sum(r["to_ask"] for r in after.values()) == 0 and teacher.calls == calls
     assert {t: r["cached"] for t, r in after.items()} == {t: r["prompts"] for t, r in fresh.items()}
+
+
+def test_a_run_over_its_budget_asks_nothing_and_a_cached_rerun_passes(rollouts, tmp_path):
+    """`label.budget`: a run that would send more prompts than the cap stops before its first
+    call, naming the count per task and the cap, and writes no table; at the cap it runs; a
+    rerun that the cache answers sends nothing and passes any budget, 0 included."""
+    from pipeline.teach.labelling.label import estimate_prompts
+
+    teacher = CountingTeacher(ScriptedTeacher(0.8, 0))
+    to_ask = sum(r["to_ask"] for r in estimate_prompts(
+        rollouts, label_cfg(), teacher, tmp_path / "cache").values())  # fmt: skip
+    assert to_ask > 1
+    with pytest.raises(LabelError, match=rf"would send {to_ask} prompts that no cache answers "
+                       rf"\(action \d+, judge \d+, milestone \d+, objects \d+\) to scripted.*"
+                       rf"over the budget of {to_ask - 1}; nothing was asked"):  # fmt: skip
+        _label(rollouts, tmp_path, teacher, label_cfg(budget=to_ask - 1))
+    assert teacher.calls == 0 and not (tmp_path / "labels.parquet").exists()
+    summary, _ = _label(rollouts, tmp_path, teacher, label_cfg(budget=to_ask))
+    assert summary.teacher_calls == to_ask
+    summary, _ = _label(rollouts, tmp_path, teacher, label_cfg(budget=0))
+    assert summary.teacher_calls == 0
+
+
+def test_the_estimate_prices_calls_at_the_recorded_latency_and_the_budget(tmp_path):
+    """`--estimate`'s cost line: the paper's price always; the latency a previous run recorded
+    (costs/label/<env>.json) where there is one; and the verdict against label.budget."""
+    from pipeline.teach.labels.cost import estimate_cost
+
+    assert estimate_cost(100, None, None) == (
+        "cost: 695 s at ERPv table 14's 6.95 s per call; no label.budget"
+    )
+    metrics = tmp_path / "MountainCar-v0.json"
+    metrics.write_text('{"recorded": {"seconds_per_call": 0.25}}')
+    line = estimate_cost(100, metrics, 99)
+    assert line.startswith(f"cost: 25.0 s at the 0.250 s per call recorded in {metrics}; 695 s")
+    assert line.endswith("over label.budget (99): the run would stop before its first call")
+    assert estimate_cost(99, metrics, 99).endswith("within label.budget (99)")

@@ -208,7 +208,8 @@ class LabelEnvConfig(Section):
 
 # The keys of `label` that decide the label table's bytes: label@<env> depends on these and on
 # `label.per_env.<env>` (dvc.yaml; tests/core/test_config.py compares the two). `executor` and `ray`
-# are not among them: they choose where the calls run, and the table is the same bytes either way.
+# are not among them: they choose where the calls run, and the table is the same bytes either way;
+# nor is `budget`, which only refuses a run before its first call.
 LABEL_OUTPUT_KEYS = (
     "teacher", "tasks", "batch_size", "max_transport_failure_rate", "max_parse_failure_rate"
 )  # fmt: skip
@@ -243,6 +244,15 @@ class LabelConfig(Section):
         "parser cannot read) stops the pipeline instead of training on no labels. One rate for "
         "every task, or task -> rate (a task not listed: 0.5). The answers are cached: after a "
         "fix to the prompt or parser, the rerun pays only for new prompts.",
+    )
+    budget: int | None = Field(
+        default=None,
+        ge=0,
+        description="At most this many prompts sent to the teacher in one run of label@<env> "
+        "(those no cache answers): past it, the stage stops before its first call, naming the "
+        "count (`python -m stages.label ... --estimate` prints it, with the cost at the recorded "
+        "latency). null: no cap. Not a dependency of the label table (it changes no byte): "
+        "after a refusal, raise it and `dvc repro` reruns the failed stage.",
     )
     executor: Literal["local", "ray"] = Field(
         default="local",

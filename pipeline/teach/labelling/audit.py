@@ -506,3 +506,14 @@ def write_audit(
             out_path.parent / script, f"window.VLMRL_TELEMETRY = {payload};\n".encode()
         )
     return audit
+
+
+def agreement_metrics(audit: dict[str, Any]) -> dict[str, Any]:
+    """The audit's agreement with the scripted reference (metrics/audit/<env>.json, read by the
+    knowledge page): per task the answers compared (`n`), those that agree and the rate;
+    `has_reference` false (no agreement) for an env without a reference script."""
+    return {
+        "env": audit["env_id"],
+        "has_reference": audit["has_reference"],
+        "agreement": {task: dict(stats) for task, stats in sorted(audit["agreement"].items())},
+    }

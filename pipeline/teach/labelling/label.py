@@ -330,6 +330,8 @@ def label_rollouts(
         telemetry=telemetry_dir,
         rebuild=rebuild or f"`dvc repro label@{env_id}`",
     )  # fmt: skip
+    if cfg.budget is not None:
+        _check_budget(rollout_dir, manifest, cfg, teacher, cache)
     summary = LabelSummary()
     probe = _Probe(teacher)
     if cfg.executor == "ray":
@@ -344,6 +346,46 @@ def label_rollouts(
     summary.rows = table.height
     _write_table(table, out_path, cfg, summary)
     return summary
+
+
+def _to_ask(
+    rollout_dir: str | Path,
+    manifest: dict[str, Any],
+    cfg: LabelConfig,
+    teacher: Teacher,
+    cache: LabelCache,
+) -> dict[str, Prompt]:
+    """The prompts no cache answers, one per cache key, in the order the run asks them."""
+    env_id, space = manifest["env_id"], manifest["action_space"]
+    return missing(
+        (
+            (key, lambda prompt=prompt: prompt)
+            for sample in iter_rollouts(rollout_dir)
+            for _, prompt, key, _ in _queried_prompts(sample, cfg, teacher, env_id, space)
+        ),
+        cache.get,
+    )  # fmt: skip
+
+
+def _check_budget(
+    rollout_dir: str | Path,
+    manifest: dict[str, Any],
+    cfg: LabelConfig,
+    teacher: Teacher,
+    cache: LabelCache,
+) -> None:
+    """`label.budget`: refuse before the first call a run that would send more prompts than
+    the cap; nothing is asked or written."""
+    todo = _to_ask(rollout_dir, manifest, cfg, teacher, cache)
+    if len(todo) > cfg.budget:  # type: ignore[operator]
+        tasks = Counter(prompt.task for prompt in todo.values())
+        by_task = ", ".join(f"{task} {n}" for task, n in sorted(tasks.items()))
+        raise LabelError(
+            f"label.budget: this run would send {len(todo)} prompts that no cache answers "
+            f"({by_task}) to {teacher.teacher_id}, over the budget of {cfg.budget}; nothing "
+            "was asked. Raise label.budget, query fewer frames (label.tasks: every k-th frame), "
+            "or collect fewer episodes; `python -m stages.label ... --estimate` prints the count"
+        )
 
 
 class _Probe:
@@ -373,15 +415,7 @@ def _ask_on_ray_first(
     in the cache (and the transport failures in the returned teacher), as a rerun would."""
     from pipeline.teach.labelling.ray_executor import RayAnswers, RayExecutorError, ask_with_ray
 
-    env_id, space = manifest["env_id"], manifest["action_space"]
-    todo = missing(
-        (
-            (key, lambda prompt=prompt: prompt)
-            for sample in iter_rollouts(rollout_dir)
-            for _, prompt, key, _ in _queried_prompts(sample, cfg, teacher, env_id, space)
-        ),
-        cache.get,
-    )
+    todo = _to_ask(rollout_dir, manifest, cfg, teacher, cache)
     if todo:
         probe()
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,10 @@ ANSWER_COLUMNS = ("action", "action_index", "milestone", "objects", "judge")
 # the tasks whose answer is a decision about the frame: one answer for every frame is a constant
 # teacher (`objects` names a scene's key objects, which may rightly be the same every frame)
 DECISION_TASKS = ("action", "milestone", "judge")
+
+
+# ERPv table 14: seconds per Qwen2-VL-7B call, the paper's price of one answer
+ERPV_SECONDS_PER_CALL = 6.95
 
 
 def label_cost(labels: pl.DataFrame) -> dict[str, Any]:
@@ -83,6 +89,30 @@ def _percentiles(values: pl.Series) -> dict[str, float]:
     return {f"p{q}": float(values.quantile(q / 100, interpolation="linear")) for q in (50, 90, 99)}
 
 
+def _summed(rows: list[dict[str, Any]], keys: int) -> dict[str, Any]:
+    """Telemetry `rows` of the calls that answered `keys` keys (a key without a row has no
+    record: `unrecorded`): seconds summed per request, tokens where the server reported usage."""
+    usage = [r for r in rows if r.get("prompt_tokens") is not None]
+    return {
+        "calls": len(rows),
+        "unrecorded": keys - len(rows),
+        "seconds": float(sum(r["latency_s"] for r in rows)),  # concurrent calls overlap
+        "prompt_tokens": sum(r["prompt_tokens"] for r in usage),
+        "completion_tokens": sum(r["completion_tokens"] or 0 for r in usage),
+        "calls_with_usage": len(usage),
+    }
+
+
+def recorded_cost(keys: Collection[str], telemetry_dir: str | Path) -> dict[str, Any]:
+    """What the calls that answered `keys` (cache keys) cost as the telemetry store at
+    `telemetry_dir` recorded them (an answer pulled from a shared cache has no record), with
+    the seconds per recorded call."""
+    store = open_telemetry(telemetry_dir)
+    cost = _summed([r for r in (store.get(k) for k in keys) if r is not None], len(keys))
+    cost["seconds_per_call"] = cost["seconds"] / cost["calls"] if cost["calls"] else None
+    return cost
+
+
 def call_latency(labels_path: str | Path, telemetry_dir: str | Path) -> dict[str, Any]:
     """Latency percentiles per task over the calls that produced the table's answers (each
     answer's own call, once), from the telemetry store that the label and collect stages append
@@ -94,14 +124,24 @@ def call_latency(labels_path: str | Path, telemetry_dir: str | Path) -> dict[str
         keys = group["cache_key"].unique().to_list()
         rows = [r for r in (store.get(k) for k in keys) if r is not None]
         latency = pl.Series([r["latency_s"] for r in rows], dtype=pl.Float64)
-        usage = [r for r in rows if r.get("prompt_tokens") is not None]
-        out[task] = {
-            **_percentiles(latency),
-            "calls": len(rows),
-            "unrecorded": len(keys) - len(rows),
-            "seconds": float(latency.sum()),  # summed per request (concurrent calls overlap)
-            "prompt_tokens": sum(r["prompt_tokens"] for r in usage),
-            "completion_tokens": sum(r["completion_tokens"] or 0 for r in usage),
-            "calls_with_usage": len(usage),
-        }
+        out[task] = {**_percentiles(latency), **_summed(rows, len(keys))}
     return out
+
+
+def estimate_cost(calls: int, metrics: str | Path | None, budget: int | None) -> str:
+    """What `calls` teacher calls would cost, for `stages.label --estimate`: at the latency this
+    teacher's earlier calls recorded (`metrics`: costs/label/<env>.json, where it exists), at
+    ERPv table 14's 6.95 s per call, and against `label.budget`."""
+    prices = [f"{calls * ERPV_SECONDS_PER_CALL:,.0f} s at ERPv table 14's 6.95 s per call"]
+    if metrics is not None and Path(metrics).is_file():
+        recorded = json.loads(Path(metrics).read_text()).get("recorded") or {}
+        per_call = recorded.get("seconds_per_call")
+        if per_call is not None:
+            prices.insert(0, f"{calls * per_call:,.1f} s at the {per_call:.3f} s per call "
+                             f"recorded in {metrics}")  # fmt: skip
+    line = "cost: " + "; ".join(prices)
+    if budget is None:
+        return line + "; no label.budget"
+    if calls <= budget:
+        return line + f"; within label.budget ({budget})"
+    return line + f"; over label.budget ({budget}): the run would stop before its first call"
