@@ -28,8 +28,9 @@ NEVER = {
 
 LAYERS: list[set[str]] = [
     {"core.errors"},  # the base of the project's error types
-    # leaves: atomic writes; env ids; label/mask table schemas; the float kernels of every CPU
-    {"core.io", "core.env_registry", "core.tables", "core.kernels"},
+    # leaves: atomic writes; env ids; label/mask table schemas; the float kernels of every CPU;
+    # a brought env's code as a file its stages depend on
+    {"core.io", "core.env_registry", "core.tables", "core.kernels", "core.env_code"},
     {"core.config"},  # params.yaml -> typed config
     # env factory; the append-only parquet store; Ray batches; keys -> cache -> batched compute;
     # frame stacking

@@ -41,7 +41,7 @@ from pipeline.dataset.layout import (
     TASK_PREFIX,
     WDS_DIR,
 )
-from pipeline.teach.labels.cost import ERPV_SECONDS_PER_CALL
+from pipeline.teach.labels.cost import ERPV_SECONDS_PER_CALL, label_cost
 from pipeline.teach.labels.schema import label_schema
 from pipeline.teach.labels.tasks import TASKS, schema_template
 from pipeline.teach.masks.base import decode_mask
@@ -293,11 +293,7 @@ def label_cost_of(queried: pl.DataFrame) -> dict[str, Any]:
     calls a build without the cache makes), and those calls at ERPv table 14's 6.95 s per
     Qwen2-VL-7B call. Seconds and tokens measured on the building machine are its
     costs/label/<env>.json, not part of the dataset: they depend on the machine and server."""
-    calls = {
-        str(task): int(n)
-        for task, n in queried.group_by("task").agg(pl.col("cache_key").n_unique()).sort("task")
-        .iter_rows()
-    }  # fmt: skip
+    calls = label_cost(queried)["calls"]
     total = sum(calls.values())
     return {
         "teacher_calls": total,

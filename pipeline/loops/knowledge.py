@@ -96,14 +96,19 @@ def _cost_line(cost: Mapping[str, Any]) -> str:
         if by_task and parsed
         else ""
     )
-    prompts = sum(cost["prompts"].values())
+    calls = cost.get("calls")
+    price = ""
+    if calls is not None:
+        n = sum(calls.values())
+        price = (
+            f" A build without the cache sends {n:,} of them to the teacher (a frame asked one "
+            f"question twice is answered once): at ERPv table 14's {ERPV_SECONDS_PER_CALL} s per "
+            f"Qwen2-VL-7B call, {n * ERPV_SECONDS_PER_CALL / 60:,.1f} min of VLM time."
+        )
     line = (
-        f"Its labels of the dataset (`label`): prompts by task (what a fresh build pays a VLM "
-        f"for) {prompts_text(cost)}{parsed}{per_task}{judged}{kinds}. At ERPv table 14's "
-        f"{ERPV_SECONDS_PER_CALL} s per Qwen2-VL-7B call that is "
-        f"{prompts * ERPV_SECONDS_PER_CALL / 60:,.1f} min of VLM time; the seconds and tokens "
-        "they cost on this machine: `dvc metrics show costs/label` (machine-dependent, so not "
-        "on this page)."
+        f"Its labels of the dataset (`label`): prompts by task {prompts_text(cost)}{parsed}"
+        f"{per_task}{judged}{kinds}.{price} The seconds and tokens they cost on this machine: "
+        "`dvc metrics show costs/label` (machine-dependent, so not on this page)."
     )
     unlabelled = [task for task, share in by_task.items() if share < 0.5]
     if unlabelled:

@@ -57,6 +57,12 @@ NETWORK_STAGES = frozenset({"train", "pretrain_critic", "round"})
 # between machines and between a run that called the teacher and one the cache answered, on
 # any machine; allowed to differ, listed (the prompts a fresh build asks, in them, are data)
 MACHINE_DEPENDENT = ("costs/",)
+# the keys of a cost file (costs/label/, costs/rounds/) that are data, the same on every machine:
+# what a fresh build asks and sends, and its price at the paper's rate
+PURE_COST_KEYS = (
+    "env", "prompts_fresh_build", "prompts_by_task", "teacher_calls_fresh_build",
+    "teacher_calls_by_task", "round", "teacher_calls", "seconds_at_erpv_rate",
+)  # fmt: skip
 # metric keys that are settings or counts fixed by the params: equal on every machine
 EXACT_KEYS = frozenset(
     {"env", "method", "step", "steps", "train_steps", "episodes", "eval_episodes", "round",
@@ -327,7 +333,7 @@ def _compare_costs(
     except (json.JSONDecodeError, OSError, subprocess.CalledProcessError) as exc:
         report.problems.append(f"{path}: unreadable ({exc})")
         return
-    for key in ("env", "prompts_fresh_build", "prompts_by_task"):
+    for key in PURE_COST_KEYS:
         if old.get(key) != new.get(key):
             report.problems.append(f"{path}:{key}: {old.get(key)!r} -> {new.get(key)!r}")
     if set(old) != set(new):

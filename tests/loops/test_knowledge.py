@@ -73,6 +73,8 @@ def _tree(root: Path) -> dict:
             "queried": [True, True, True, False, True, True],
             "parse_status": ["ok", "ok", "empty", "ok", "ok", "ok"],
             "judge": [None, None, None, None, True, False],
+            # the third milestone prompt repeats the first (the same frame and prompt)
+            "cache_key": ["m0", "m1", "m0", "m0", "j0", "j1"],
         }
     ).write_parquet(root / f"data/labels/{ENV}.parquet")
     return params
@@ -101,8 +103,10 @@ def test_the_page_puts_the_teacher_its_cost_and_each_agent_with_what_it_reads(tm
         "50.0% of the judged" in page
     )
     assert "Mostly unlabelled" not in page
-    # 5 prompts at 6.95 s: 0.6 min of VLM time (the measured seconds are machine-dependent)
-    assert "6.95 s per Qwen2-VL-7B call that is 0.6 min of VLM time" in page
+    # 4 distinct prompts of the 5 (one frame asked twice) at 6.95 s: 0.5 min of VLM time
+    assert ("A build without the cache sends 4 of them to the teacher (a frame asked one "
+            "question twice is answered once): at ERPv table 14's 6.95 s per Qwen2-VL-7B call, "
+            "0.5 min of VLM time.") in page  # fmt: skip
     # the labels against the scripted reference, n beside each rate (the audit's metrics)
     assert ("Agreement with the scripted reference at reliability 1.0 (`audit`; answers that "
             "parsed, per task): judge 50.0% (n = 2), milestone 100.0% (n = 2)") in page  # fmt: skip

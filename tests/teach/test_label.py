@@ -372,6 +372,9 @@ def test_the_label_stage_writes_what_the_labels_cost(rollouts, tmp_path):
     assert first["prompts_fresh_build"] == queried.height == sum(first["prompts_by_task"].values())
     assert first["this_run"]["teacher_calls"] > 0 and first["recorded"]["unrecorded"] == 0
     assert first["recorded"]["calls"] == queried["cache_key"].n_unique()
+    # what a fresh build sends: the distinct prompts, each answered by one call
+    assert first["teacher_calls_fresh_build"] == queried["cache_key"].n_unique()
+    assert first["teacher_calls_fresh_build"] == first["this_run"]["teacher_calls"]
     assert label_stage.main(argv) == 0  # the cache answers everything
     again = json.loads((tmp_path / "cost.json").read_text())
     assert again["this_run"]["teacher_calls"] == 0 and again["this_run"]["seconds_per_call"] is None

@@ -102,8 +102,9 @@ def label_metrics(
     env_id: str, table_path: str | Path, summary: LabelSummary, telemetry_dir: str | Path | None
 ) -> dict[str, Any]:
     """What a label table cost, for `dvc metrics show` (costs/label/<env>.json):
-    `prompts_fresh_build` (queried frames x tasks: what a build without the cache pays; the same
-    on every machine), `this_run` (the calls this run made: 0 when the cache held every answer),
+    `prompts_fresh_build` (queried frames x tasks; the same on every machine) and
+    `teacher_calls_fresh_build` (the distinct ones among them: what a build without the cache
+    pays), `this_run` (the calls this run made: 0 when the cache held every answer),
     and `recorded` (each answer's own call as the telemetry store recorded it on this machine:
     seconds summed per request, tokens where the server reported usage; answers without a
     record, e.g. from a pulled cache, are counted as `unrecorded`). Seconds and tokens depend on
@@ -125,6 +126,9 @@ def label_metrics(
         "env": env_id,
         "prompts_fresh_build": sum(cost["prompts"].values()),
         "prompts_by_task": cost["prompts"],
+        # the calls those prompts make: a frame asked one question twice is answered once
+        "teacher_calls_fresh_build": sum(cost["calls"].values()),
+        "teacher_calls_by_task": cost["calls"],
         "this_run": {
             "teacher_calls": calls,
             "cache_hits": summary.cache_hits,

@@ -13,7 +13,8 @@ from pipeline.core.tables import read_label_table
 from pipeline.teach.labels.cache import open_telemetry
 from pipeline.teach.labels.status import LABELLED_STATUSES
 
-LABEL_COST_COLUMNS = ("task", "queried", "parse_status", "judge")  # `judge`: where judged
+# `judge`: where judged; `cache_key`: one per distinct prompt (what a build without the cache sends)
+LABEL_COST_COLUMNS = ("task", "queried", "parse_status", "judge", "cache_key")
 # each task's answer column (the column named after the task), read for answer diversity
 ANSWER_COLUMNS = ("action", "action_index", "milestone", "objects", "judge")
 # the tasks whose answer is a decision about the frame: one answer for every frame is a constant
@@ -31,7 +32,9 @@ def label_cost(labels: pl.DataFrame) -> dict[str, Any]:
     share of those answers that parsed to a label (overall, and by task: `parsed_by_task`) and,
     where the table has `judge` rows (Semore's
     selective replay), the share of them judged reasonable: the pool the judge lets through; per
-    task, how many distinct answers parsed (`distinct_answers`: 1 is a constant teacher)."""
+    task, how many distinct answers parsed (`distinct_answers`: 1 is a constant teacher); where
+    the table has `cache_key`, the teacher calls per task a build without the cache makes
+    (`calls`: distinct prompts; a frame asked one question twice is answered once)."""
     queried = labels.filter(pl.col("queried"))
     labelled = pl.col("parse_status").is_in(LABELLED_STATUSES)
     prompts = dict(queried.group_by("task").len().sort("task").iter_rows())
@@ -46,6 +49,9 @@ def label_cost(labels: pl.DataFrame) -> dict[str, Any]:
             for (task,), rows in queried.sort("task").group_by("task", maintain_order=True)
         },
     }
+    if "cache_key" in labels.columns:
+        calls = queried.group_by("task").agg(pl.col("cache_key").n_unique()).sort("task")
+        cost["calls"] = {str(task): int(n) for task, n in calls.iter_rows()}
     judged = labels.filter(pl.col("task") == "judge")
     if judged.height and "judge" in labels.columns:  # a table without the column judged none
         cost["reasonable"] = judged.filter(labelled & pl.col("judge")).height / judged.height
