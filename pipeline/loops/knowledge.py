@@ -138,8 +138,8 @@ def _agreement_line(audit: Mapping[str, Any]) -> str:
     ]
     return (
         "Agreement with the scripted reference at reliability 1.0 (`audit`; answers that parsed, "
-        f"per task): {', '.join(parts) or 'no answer to compare'}. A teacher that agrees "
-        "rarely gives labels a competent policy would not."
+        f"per task): {', '.join(parts) or 'no answer to compare'}. Where it is low, the "
+        "labels are not what a competent policy would answer."
     )
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.learn.agents.state_io import load_plain_state
 from tests.conftest import sigkill_once_saved, tiny_params_dict, write_params
-from tests.test_dvc_pipeline import _ran, _run, _scratch_repo, _with_stage_two
+from tests.test_dvc_pipeline import _ran, _run, _scratch_repo, _stale, _with_stage_two
 
 pytestmark = pytest.mark.slow
 
@@ -102,7 +102,7 @@ def test_rounds_pay_once_and_rerun_only_from_the_changed_round(built, tmp_path):
     params = _params()
     params["rounds"][f"{RUN}-r2"]["steps"] = 120
     write_params(repo / "params.yaml", params)
-    stale = json.loads(_run(["dvc", "status", "--json"], repo))
+    stale = _stale(repo)
     # r3 follows its output; the knowledge page lists the rounds (params `rounds`)
     assert sorted(stale) == ["check_params", "knowledge", f"round@{RUN}-r2"], stale
     before = (repo / "metrics/rounds" / f"{RUN}-r2.json").read_text()
