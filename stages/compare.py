@@ -3,7 +3,7 @@
 and env (`plots/compare/<metric>/<env>.tsv`: the training episodes' `return` and the
 deterministic `eval_return`), drawn one line per run by dvc.yaml's top-level plots.
 
-    python -m stages.compare --params params.yaml --curves plots/train --out reports/curves \
+    python -m stages.compare --params params.yaml --curves plots/train --out reports/curves \\
         --tables plots/compare
 """
 

@@ -28,7 +28,7 @@ ERPV_SECONDS_PER_CALL = 6.95
 
 def label_cost(labels: pl.DataFrame) -> dict[str, Any]:
     """What a label table paid its teacher: its rows, the prompts asked per task (queried frames
-    x tasks, what a fresh build pays a VLM for; the other rows carry a queried answer), the
+    x tasks; the other rows carry a queried answer), the
     share of those answers that parsed to a label (overall, and by task: `parsed_by_task`) and,
     where the table has `judge` rows (Semore's
     selective replay), the share of them judged reasonable: the pool the judge lets through; per
