@@ -1180,6 +1180,44 @@ def test_requeueing_after_a_commit_reads_the_commit_the_table_was_queued_on(tmp_
     assert asked == ["head-full"] and len([a for a in ran if a[:3] == ["dvc", "exp", "run"]]) == 6
 
 
+def test_results_are_committed_where_they_lie_not_in_the_queueing_clone(tmp_path, monkeypatch):
+    """`--results DIR --commit` from a clone: the report's files are committed in the repository
+    that holds DIR (the checkout where work goes on), those files alone, and nothing in the
+    clone that ran the experiments."""
+    import subprocess
+
+    import pipeline.tools.sweeps.queue as sweeps
+
+    def git(repo, *args):
+        return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                              text=True).stdout  # fmt: skip
+
+    main, clone = tmp_path / "main", tmp_path / "clone"
+    for repo in (main, clone):
+        repo.mkdir()
+        git(repo, "init", "-q")
+        git(repo, "config", "user.email", "t@example.com")
+        git(repo, "config", "user.name", "t")
+        (repo / "notes.txt").write_text("x\n")
+        git(repo, "add", "notes.txt")
+        git(repo, "commit", "-qm", "base")
+    (main / "notes.txt").write_text("work in progress\n")  # not the table's to commit
+    table = Table.model_validate(TABLE)
+    monkeypatch.setattr(sweeps, "read_curves", lambda table, found, repo: found)
+    monkeypatch.setattr(sweeps, "read_teachers", lambda table, found, repo: found)
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(TABLE))
+    done = [dataclasses.replace(f, state="done", value=1.0, rev="abc") for f in statuses(table, {})]
+    results = main / "benchmarks" / "results" / "t"
+    sweeps.keep_results(table, tmp_path / "t.yaml", done, clone, sweeps.Keep(results, commit=True))
+    assert (
+        git(main, "log", "-1", "--format=%s") == "Table t: 6 of 6 experiments done (raw results)\n"
+    )
+    committed = git(main, "show", "--name-only", "--format=", "HEAD").split()
+    assert committed and all(p.startswith("benchmarks/results/t/") for p in committed)
+    assert git(main, "status", "--porcelain") == " M notes.txt\n"
+    assert git(clone, "log", "--format=%s") == "base\n"
+
+
 def test_queueing_refuses_a_checkout_with_changed_tracked_files(tmp_path):
     """`dvc exp run --queue` copies a checkout's uncommitted changes into each experiment, and
     its stash and restore while it queues overwrote an edit saved meanwhile: queue refuses a

@@ -164,7 +164,9 @@ class Keep:
 
 def keep_results(table: Table, table_path: Path, found: list[Status], repo: Path,
                  keep: Keep) -> None:  # fmt: skip
-    """Write (and commit) the report of `found` to `keep.results`. A failed commit (another
+    """Write (and commit) the report of `found` to `keep.results`. The commit goes to the git
+    repository that holds `keep.results`, which need not be `repo`: a table queued from a clone
+    of its commit keeps its results in the checkout where work goes on. A failed commit (another
     git command holding the index) is said, not raised: the next experiment commits both."""
     found = read_teachers(table, read_curves(table, found, repo), repo)
     write_report(table, table_path, found, keep.results)
@@ -172,9 +174,9 @@ def keep_results(table: Table, table_path: Path, found: list[Status], repo: Path
         return
     done = sum(f.state == "done" for f in found)
     message = f"Table {table.table}: {done} of {len(found)} experiments done (raw results)"
-    for args in (["git", "add", "--", str(keep.results)],
-                 ["git", "commit", "-q", "-m", message, "--", str(keep.results)]):  # fmt: skip
-        run = subprocess.run(args, cwd=repo, capture_output=True, text=True)
+    for args in (["git", "add", "--", "."],
+                 ["git", "commit", "-q", "-m", message, "--", "."]):  # fmt: skip
+        run = subprocess.run(args, cwd=keep.results, capture_output=True, text=True)
         if run.returncode and "nothing to commit" not in run.stdout + run.stderr:
             print(f"{time.strftime('%H:%M:%S')} {shlex.join(args)}: "
                   f"{(run.stderr or run.stdout).strip()[:300]}", flush=True)  # fmt: skip
