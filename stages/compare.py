@@ -10,25 +10,12 @@ deterministic `eval_return`), drawn one line per run by dvc.yaml's top-level plo
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 from pipeline.core.config import load_params
 from pipeline.core.errors import PipelineError, print_error
-from pipeline.core.io import atomic_write_bytes
-from pipeline.learn.curves import (
-    EVAL_RETURN,
-    METRICS_SUBDIR,
-    RETURN,
-    env_curves_tsv,
-    plot_curves,
-    read_metric,
-)
-
-# the curves of `dvc plots show`'s default page (dvc.yaml's top-level plots)
-TABLE_METRICS = (RETURN, EVAL_RETURN)
+from pipeline.learn.curves import RETURN, compare_curves, plot_curves, write_compare_tables
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,14 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         params = load_params(args.params)
-        # metric -> env -> run label -> curve; a run that does not log a metric (PPO has no
-        # eval_return) is left out of that metric's table
-        tables: dict[str, dict[str, dict]] = {m: defaultdict(dict) for m in TABLE_METRICS}
-        for name, run in (params.train or {}).items():
-            label = f"{name} ({run.method})"
-            tables[RETURN][run.env][label] = read_metric(args.curves / name)
-            if (args.curves / name / METRICS_SUBDIR / f"{EVAL_RETURN}.tsv").is_file():
-                tables[EVAL_RETURN][run.env][label] = read_metric(args.curves / name, EVAL_RETURN)
+        runs = [(name, run.env, run.method) for name, run in (params.train or {}).items()]
+        tables = compare_curves(runs, args.curves)
     except (PipelineError, FileNotFoundError) as exc:
         print_error(exc)
         return 2
@@ -67,11 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         plot_curves(curves, f"{env_id}: learning curves", args.out / f"{env_id}.png")
         print(f"{args.out / f'{env_id}.png'}: {len(curves)} runs")
     if args.tables is not None:
-        shutil.rmtree(args.tables, ignore_errors=True)  # an env no longer trained leaves none
-        for metric, by_env in tables.items():
-            for env_id, curves in by_env.items():
-                path = args.tables / metric / f"{env_id}.tsv"
-                atomic_write_bytes(path, env_curves_tsv(curves, metric))
+        write_compare_tables(tables, args.tables)
         print(f"{args.tables}: {', '.join(sorted(tables))} per env, one line per run")
     return 0
 

@@ -43,6 +43,7 @@ METRICS_SUBDIR = "plots/metrics"  # a run's per-metric TSVs (dvclive's layout)
 # what dvclive's Live removed from its directory on start: a rerun replaces them
 STALE_SUBDIRS = ("plots/metrics", "plots/images", "plots/sklearn", "plots/custom")
 STALE_FILES = ("params.yaml", "report.html", "report.md")
+Curves = dict[str, list[tuple[int, float]]]  # run label -> (step, value) rows
 
 
 def _logged(value: float) -> float | str:
@@ -145,7 +146,7 @@ def parse_metric_tsv(text: str, name: str = RETURN) -> list[tuple[int, float]]:
     return [(int(r["step"]), float(r[leaf])) for r in rows]
 
 
-def env_curves_tsv(curves: dict[str, list[tuple[int, float]]], name: str) -> bytes:
+def env_curves_tsv(curves: Curves, name: str) -> bytes:
     """One metric of several runs as one long table (columns `step`, `run`, `name`'s last path
     component), runs in the given order: what a top-level dvc.yaml plot with the `runs` template
     (.dvc/plots/runs.json) draws as one line per run."""
@@ -155,6 +156,40 @@ def env_curves_tsv(curves: dict[str, list[tuple[int, float]]], name: str) -> byt
     for run, points in curves.items():
         writer.writerows((step, run, _logged(value)) for step, value in points)
     return buffer.getvalue().encode()
+
+
+# the curves of `dvc plots show`'s default page (the `compare` stage, dvc.yaml's top-level plots)
+COMPARE_METRICS = (RETURN, EVAL_RETURN)
+
+
+def compare_curves(
+    runs: Iterable[tuple[str, str, str]], curves_dir: str | Path
+) -> dict[str, dict[str, Curves]]:
+    """metric -> env -> run label (`<run> (<method>)`) -> curve, for each `(run, env, method)`
+    whose directory `curves_dir/<run>` `write_training_log` wrote, in the runs' order. Every
+    run logs `return`; one that does not log a metric (PPO has no `eval_return`) is left out of
+    that metric. A run with no directory raises FileNotFoundError naming it."""
+    curves_dir = Path(curves_dir)
+    tables: dict[str, dict[str, Curves]] = {metric: {} for metric in COMPARE_METRICS}
+    for name, env_id, method in runs:
+        label = f"{name} ({method})"
+        for metric in COMPARE_METRICS:
+            logged = (curves_dir / name / METRICS_SUBDIR / f"{metric}.tsv").is_file()
+            if metric == RETURN or logged:
+                tables[metric].setdefault(env_id, {})[label] = read_metric(
+                    curves_dir / name, metric
+                )
+    return tables
+
+
+def write_compare_tables(tables: dict[str, dict[str, Curves]], out: str | Path) -> None:
+    """`compare_curves`' tables as `out/<metric>/<env>.tsv` (`env_curves_tsv`), replacing what
+    `out` held: an env no longer trained leaves no table."""
+    out = Path(out)
+    shutil.rmtree(out, ignore_errors=True)
+    for metric, by_env in tables.items():
+        for env_id, curves in by_env.items():
+            atomic_write_bytes(out / metric / f"{env_id}.tsv", env_curves_tsv(curves, metric))
 
 
 def steps_to(curve: Iterable[tuple[int, float]], threshold: float, window: int = 1) -> int | None:

@@ -195,3 +195,37 @@ def test_an_envs_runs_are_one_long_table_per_metric():
         {"a (sac)": [(0, 1.5), (100, 2.0)], "b (erpv)": [(50, float("nan"))]}, "eval_return"
     ).decode()
     assert tsv == "step\trun\teval_return\n0\ta (sac)\t1.5\n100\ta (sac)\t2.0\n50\tb (erpv)\tnan\n"
+
+
+def test_compare_gathers_each_envs_runs_and_leaves_out_a_metric_a_run_does_not_log(tmp_path):
+    """compare_curves: per metric and env, the runs in params' order, labelled with their method;
+    a PPO run (no eval_return) appears under `return` only. write_compare_tables replaces what
+    its directory held, so an env no longer trained leaves no table; a run with no curves is
+    named in the error."""
+    from pipeline.learn.curves import compare_curves, write_compare_tables, write_training_log
+
+    curves = tmp_path / "train"
+    write_training_log(
+        curves / "a", tmp_path / "a.json", [(10, 1.0)], [{"step": 5, "eval_return": 2.0}]
+    )
+    write_training_log(curves / "b", tmp_path / "b.json", [(20, 3.0)])
+    write_training_log(curves / "c", tmp_path / "c.json", [(30, 4.0)])
+    runs = [("b", "env-x", "ppo"), ("a", "env-x", "sac"), ("c", "env-y", "sac")]
+    tables = compare_curves(runs, curves)
+    assert list(tables["return"]["env-x"]) == ["b (ppo)", "a (sac)"]
+    assert tables["return"]["env-y"] == {"c (sac)": [(30, 4.0)]}
+    assert tables["eval_return"] == {"env-x": {"a (sac)": [(5, 2.0)]}}
+
+    out = tmp_path / "compare"
+    (out / "return").mkdir(parents=True)
+    (out / "return" / "env-gone.tsv").write_text("step\trun\treturn\n")
+    write_compare_tables(tables, out)
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*.tsv"))
+    assert written == ["eval_return/env-x.tsv", "return/env-x.tsv", "return/env-y.tsv"]
+    assert (out / "return" / "env-x.tsv").read_text().splitlines()[1:] == [
+        "20\tb (ppo)\t3.0",
+        "10\ta (sac)\t1.0",
+    ]
+
+    with pytest.raises(FileNotFoundError, match="missing"):
+        compare_curves([("missing", "env-x", "sac")], curves)
