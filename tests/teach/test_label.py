@@ -418,6 +418,34 @@ def test_a_run_over_its_budget_asks_nothing_and_a_cached_rerun_passes(rollouts, 
     assert summary.teacher_calls == 0
 
 
+def test_with_a_budget_on_ray_the_uncached_prompts_are_listed_once(rollouts, tmp_path,
+                                                                  monkeypatch):  # fmt: skip
+    """`label.budget` with `executor: ray`: one pass lists the prompts no cache answers; the
+    budget reads it, and Ray is sent that same list (over the budget, Ray is never started)."""
+    import pipeline.teach.labelling.label as label_module
+    import pipeline.teach.labelling.ray_executor as ray_module
+    from pipeline.teach.teachers.cached import prompt_cache_key
+
+    listed, sent = [], []
+    to_ask = label_module._to_ask
+    monkeypatch.setattr(label_module, "_to_ask", lambda *a: listed.append(1) or to_ask(*a))
+
+    def ask_with_ray(prompts, cfg, teacher, cache, build):
+        sent.append(len(prompts))
+        # Ray's answers handed back as if their calls had failed: the loop serves them
+        keys = [prompt_cache_key(prompt, teacher) for prompt in prompts]
+        return dict(zip(keys, teacher.answer(list(prompts)), strict=True))
+
+    monkeypatch.setattr(ray_module, "ask_with_ray", ask_with_ray)
+    teacher = CountingTeacher(ScriptedTeacher(0.8, 0))
+    with pytest.raises(LabelError, match="over the budget of 1"):
+        _label(rollouts, tmp_path, teacher, label_cfg(executor="ray", budget=1))
+    assert listed == [1] and sent == [] and teacher.asked == []
+    _label(rollouts, tmp_path, teacher, label_cfg(executor="ray", budget=10_000))
+    assert listed == [1, 1] and sent == [len(teacher.asked)] and len(teacher.asked) > 1
+    assert (tmp_path / "labels.parquet").exists()
+
+
 def test_the_estimate_prices_calls_at_the_recorded_latency_and_the_budget(tmp_path):
     """`--estimate`'s cost line: the paper's price always; the latency a previous run recorded
     (costs/label/<env>.json) where there is one; and the verdict against label.budget."""

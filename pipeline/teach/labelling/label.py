@@ -334,12 +334,15 @@ def label_rollouts(
         telemetry=telemetry_dir,
         rebuild=rebuild or f"`dvc repro label@{env_id}`",
     )  # fmt: skip
+    # the prompts no cache answers: listed once, for the budget and for Ray
+    listed = cfg.budget is not None or cfg.executor == "ray"
+    todo = _to_ask(rollout_dir, manifest, cfg, teacher, cache) if listed else {}
     if cfg.budget is not None:
-        _check_budget(rollout_dir, manifest, cfg, teacher, cache)
+        _check_budget(todo, cfg, teacher)
     summary = LabelSummary()
     probe = _Probe(teacher)
     if cfg.executor == "ray":
-        teacher = _ask_on_ray_first(rollout_dir, manifest, cfg, teacher, cache, probe, ray_build)
+        teacher = _ask_on_ray_first(todo, cfg, teacher, cache, probe, ray_build)
     queried_rows, carried = _label_queried(
         rollout_dir, manifest, cfg, teacher, cache, summary, probe, progress
     )
@@ -371,16 +374,9 @@ def _to_ask(
     )  # fmt: skip
 
 
-def _check_budget(
-    rollout_dir: str | Path,
-    manifest: dict[str, Any],
-    cfg: LabelConfig,
-    teacher: Teacher,
-    cache: LabelCache,
-) -> None:
+def _check_budget(todo: dict[str, Prompt], cfg: LabelConfig, teacher: Teacher) -> None:
     """`label.budget`: refuse before the first call a run that would send more prompts than
-    the cap; nothing is asked or written."""
-    todo = _to_ask(rollout_dir, manifest, cfg, teacher, cache)
+    the cap (`todo`: those no cache answers, `_to_ask`); nothing is asked or written."""
     if len(todo) > cfg.budget:  # type: ignore[operator]
         tasks = Counter(prompt.task for prompt in todo.values())
         by_task = ", ".join(f"{task} {n}" for task, n in sorted(tasks.items()))
@@ -407,19 +403,18 @@ class _Probe:
 
 
 def _ask_on_ray_first(
-    rollout_dir: str | Path,
-    manifest: dict[str, Any],
+    todo: dict[str, Prompt],
     cfg: LabelConfig,
     teacher: Teacher,
     cache: LabelCache,
     probe: _Probe,
     ray_build: Any,
 ) -> Teacher:
-    """The prompts not yet cached go through Ray Data first; the loop then finds every answer
-    in the cache (and the transport failures in the returned teacher), as a rerun would."""
+    """The prompts not yet cached (`todo`, `_to_ask`) go through Ray Data first; the loop then
+    finds every answer in the cache (and the transport failures in the returned teacher), as a
+    rerun would."""
     from pipeline.teach.labelling.ray_executor import RayAnswers, RayExecutorError, ask_with_ray
 
-    todo = _to_ask(rollout_dir, manifest, cfg, teacher, cache)
     if todo:
         probe()
     try:
