@@ -7,6 +7,8 @@ from typing import Any
 
 from jinja2 import Environment
 
+from pipeline.teach.labels.cost import ERPV_SECONDS_PER_CALL
+
 # The papers whose methods the labels serve (seeds of the project's design).
 CITATIONS = """@article{erpv,
   title = {ERPv: Enhancing Visual Reinforcement Learning with Partially Reliable Knowledge from VLMs},
@@ -85,7 +87,7 @@ with injected failures). They say nothing about any real model.
 
 A build without the label cache asks the teacher {{ info.cost.teacher_calls }} prompts (a frame asked one
 question twice is answered once): {% for task, n in info.cost.teacher_calls_by_task.items() %}{{ task }} {{ n }}{{ ", " if not loop.last else "" }}{% endfor %}.
-At ERPv table 14's 6.95 s per Qwen2-VL-7B call that is {{ "%.0f" | format(info.cost.seconds_at_erpv_rate) }} s of VLM time. The seconds
+At ERPv table 14's {{ erpv_seconds }} s per Qwen2-VL-7B call that is {{ "%.0f" | format(info.cost.seconds_at_erpv_rate) }} s of VLM time. The seconds
 and tokens measured where the dataset was built are that project's `costs/label/{{ info.env_id }}.json`
 (`dvc metrics show costs/label`): they depend on the machine and the server, so the dataset does not hold them.
 
@@ -165,5 +167,6 @@ def render_card(info: dict[str, Any], features: Any) -> str:
             scripted=scripted,
             size_category=size_category(info["counts"]["samples"]),
             citations=CITATIONS,
+            erpv_seconds=ERPV_SECONDS_PER_CALL,
         )
     )

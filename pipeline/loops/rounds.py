@@ -325,4 +325,7 @@ def cost_line(name: str, costs: dict[str, Any]) -> str:
             f"({recorded['seconds_per_call']:.3f} s per call over {recorded['calls']} recorded "
             "calls)"
         )
-    return line + f"; {costs['seconds_at_erpv_rate']:.0f} s at ERPv table 14's 6.95 s per call"
+    return (
+        f"{line}; {costs['seconds_at_erpv_rate']:.0f} s at ERPv table 14's "
+        f"{ERPV_SECONDS_PER_CALL} s per call"
+    )

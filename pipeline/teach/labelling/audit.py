@@ -6,9 +6,8 @@ telemetry, in a side file: wall-clock values stay out of the DVC output), agreem
 scripted reference answers, and frames beside the raw answers for failures and disagreements.
 
 Why one module of this length: it is one page, computed and rendered here; `build_audit` computes
-its sections in the order the page shows them, so that a number and the table it lands in stay
-together. (That function, not the module, is the long part: the next split is one function per
-section.)
+its sections (one helper each: parse status, distributions, agreement, failures) and gathers
+them in the order the page shows them, so that a number and the table it lands in stay together.
 """
 
 from __future__ import annotations
@@ -38,9 +37,9 @@ from pipeline.teach.labelling.review import (
     to_json,
     value_text,
 )
-from pipeline.teach.labels.cost import call_latency
+from pipeline.teach.labels.cost import ERPV_SECONDS_PER_CALL, call_latency
 from pipeline.teach.labels.parsers import ParseResult
-from pipeline.teach.labels.schema import label_schema
+from pipeline.teach.labels.schema import EnvLabelSchema, label_schema
 from pipeline.teach.labels.status import LABELLED_STATUSES, ParseStatus
 from pipeline.teach.labels.tasks import parse_answer, render_prompt
 from pipeline.teach.masks.base import decode_mask
@@ -182,26 +181,8 @@ def _page_labels(
     return pl.concat(tables, how="diagonal_relaxed"), samples, rounds
 
 
-def build_audit(
-    rollout_dir: str | Path,
-    labels_path: str | Path,
-    masks_path: str | Path | None = None,
-    against: str | Path | None = None,
-    max_frames: int = MAX_EMBEDDED_FRAMES,
-    earlier: Sequence[EarlierLabels] = (),
-) -> dict[str, Any]:
-    """Everything the report shows, as plain data (also what tests check). `against`: a second
-    label table of the same rollouts (another teacher) to compare with; `max_frames`: how many
-    frames the answer browser embeds; `earlier`: the labels of earlier rounds, listed with these
-    (a labelling round's page: every label of the chain with its round; masks are this round's)."""
-    if earlier and against is not None:
-        raise ValueError("a page of several rounds compares no second teacher (`against`)")
-    manifest = load_manifest(rollout_dir)
-    env_id, space = manifest["env_id"], manifest["action_space"]
-    table, samples, rounds = _page_labels(rollout_dir, labels_path, earlier)
-    queried = table.filter(pl.col("queried"))
-    schema = label_schema(env_id)
-
+def _status_by_task(queried: pl.DataFrame) -> dict[str, dict[str, int]]:
+    """task -> parse status -> count of the queried answers, the commonest status first."""
     status_counts = (
         queried.group_by("task", "parse_status")
         .len()
@@ -210,10 +191,18 @@ def build_audit(
     by_task: dict[str, dict[str, int]] = {}
     for task, status, n in status_counts.iter_rows():
         by_task.setdefault(task, {})[status] = n
+    return by_task
 
-    valid = queried.filter(pl.col("parse_status").is_in(LABELLED_STATUSES))
+
+def _distributions(
+    valid: pl.DataFrame, schema: EnvLabelSchema, space: dict[str, Any]
+) -> dict[str, Any]:
+    """What the parsed answers say, per task: milestone counts in the schema's order, action
+    counts (discrete) or per-dimension statistics and histograms (continuous), the 15 commonest
+    object phrases, and the judge's verdicts."""
     distributions: dict[str, Any] = {}
-    if "milestone" in set(valid["task"]):
+    tasks = set(valid["task"])
+    if "milestone" in tasks:
         counts = valid.filter(pl.col("task") == "milestone").group_by("milestone").len()
         order = {label: i for i, label in enumerate(schema.milestones)}
         distributions["milestone"] = sorted(counts.iter_rows(), key=lambda r: order.get(r[0], 99))
@@ -234,7 +223,7 @@ def build_audit(
                 }
                 for d, name in enumerate(schema.action_names)
             ]  # fmt: skip
-    if "objects" in set(valid["task"]):
+    if "objects" in tasks:
         phrases = valid.filter(pl.col("task") == "objects").select(pl.col("objects").explode())
         distributions["objects"] = (
             phrases.group_by("objects")
@@ -243,34 +232,76 @@ def build_audit(
             .head(15)
             .rows()
         )
-    if "judge" in set(valid["task"]):
+    if "judge" in tasks:
         distributions["judge"] = (
             valid.filter(pl.col("task") == "judge").group_by("judge").len().sort("judge").rows()
         )
+    return distributions
 
-    reference = _reference(env_id, space, valid, samples)
+
+def _agreement(
+    valid: pl.DataFrame, reference: dict[tuple[str, str], ParseResult], space: dict[str, Any]
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]], dict[tuple[str, str], bool]]:
+    """Agreement of the parsed answers with the reference's: per task (n, agree, rate); the
+    first EXAMPLES_PER_KIND disagreeing rows of each task, with the reference's value; and per
+    (sample, task) whether it agrees (the browser's reference filter)."""
     agreement: dict[str, dict[str, Any]] = {}
     disagreements: list[dict[str, Any]] = []
-    agrees: dict[tuple[str, str], bool] = {}  # per row, for the browser's reference filter
+    agrees: dict[tuple[str, str], bool] = {}
     for row in valid.iter_rows(named=True):
-        ref = reference.get((row["sample_key"], row["task"]))
+        key = (row["sample_key"], row["task"])
+        ref = reference.get(key)
         if ref is None or not ref.status.has_value:
             continue
         stats = agreement.setdefault(row["task"], {"n": 0, "agree": 0})
         stats["n"] += 1
-        agrees[(row["sample_key"], row["task"])] = _agrees(row, ref, space)
-        if agrees[(row["sample_key"], row["task"])]:
+        agrees[key] = _agrees(row, ref, space)
+        if agrees[key]:
             stats["agree"] += 1
         elif sum(1 for d in disagreements if d["task"] == row["task"]) < EXAMPLES_PER_KIND:
             disagreements.append({**row, "reference": ref.value})
     for stats in agreement.values():
         stats["rate"] = stats["agree"] / stats["n"]
+    return agreement, disagreements, agrees
 
-    failures, failure_kinds = [], []
+
+def _failures(
+    queried: pl.DataFrame,
+) -> tuple[list[dict[str, Any]], list[tuple[str, str, int, int]]]:
+    """The answers that did not parse: the first EXAMPLES_PER_KIND rows of each (task, status),
+    and each kind's (task, status, shown, total)."""
+    failures: list[dict[str, Any]] = []
+    failure_kinds: list[tuple[str, str, int, int]] = []
     failed = queried.filter(~pl.col("parse_status").is_in(LABELLED_STATUSES))
     for (task, status), group in failed.group_by("task", "parse_status", maintain_order=True):
         failures += group.head(EXAMPLES_PER_KIND).to_dicts()
         failure_kinds.append((task, status, min(EXAMPLES_PER_KIND, group.height), group.height))
+    return failures, failure_kinds
+
+
+def build_audit(
+    rollout_dir: str | Path,
+    labels_path: str | Path,
+    masks_path: str | Path | None = None,
+    against: str | Path | None = None,
+    max_frames: int = MAX_EMBEDDED_FRAMES,
+    earlier: Sequence[EarlierLabels] = (),
+) -> dict[str, Any]:
+    """Everything the report shows, as plain data (also what tests check). `against`: a second
+    label table of the same rollouts (another teacher) to compare with; `max_frames`: how many
+    frames the answer browser embeds; `earlier`: the labels of earlier rounds, listed with these
+    (a labelling round's page: every label of the chain with its round; masks are this round's)."""
+    if earlier and against is not None:
+        raise ValueError("a page of several rounds compares no second teacher (`against`)")
+    manifest = load_manifest(rollout_dir)
+    env_id, space = manifest["env_id"], manifest["action_space"]
+    table, samples, rounds = _page_labels(rollout_dir, labels_path, earlier)
+    queried = table.filter(pl.col("queried"))
+    schema = label_schema(env_id)
+    valid = queried.filter(pl.col("parse_status").is_in(LABELLED_STATUSES))
+    reference = _reference(env_id, space, valid, samples)
+    agreement, disagreements, agrees = _agreement(valid, reference, space)
+    failures, failure_kinds = _failures(queried)
     disagreement_counts = {
         t: s["n"] - s["agree"] for t, s in agreement.items() if s["n"] > s["agree"]
     }
@@ -299,8 +330,8 @@ def build_audit(
         "rows": table.height,
         "queried": queried.height,
         "frames": len(samples),
-        "status_by_task": by_task,
-        "distributions": distributions,
+        "status_by_task": _status_by_task(queried),
+        "distributions": _distributions(valid, schema, space),
         "agreement": agreement,
         "failures": [example(r) for r in failures],
         "disagreements": [example(r) for r in disagreements],
@@ -371,12 +402,12 @@ that paid for the calls (data/telemetry/, outside what DVC hashes and shares).</
     var tokens = p.calls_with_usage ? p.prompt_tokens + " + " + p.completion_tokens : "-";
     return '<tr><td class="l">' + task + "</td><td>" + f("p50") + "</td><td>" + f("p90") +
       "</td><td>" + f("p99") + "</td><td>" + p.calls + "</td><td>" + p.unrecorded +
-      "</td><td>" + (p.seconds || 0).toFixed(1) + "</td><td>" + (6.95 * p.calls).toFixed(0) +
+      "</td><td>" + (p.seconds || 0).toFixed(1) + "</td><td>" + ({{ erpv_seconds }} * p.calls).toFixed(0) +
       "</td><td>" + tokens + "</td></tr>";
   });
   document.getElementById("latency").innerHTML = '<table><tr><th class="l">task</th>' +
     "<th>p50</th><th>p90</th><th>p99</th><th>calls</th><th>not recorded here</th>" +
-    "<th>call seconds</th><th>at ERPv's 6.95 s/call</th><th>tokens (prompt + completion)</th></tr>" +
+    "<th>call seconds</th><th>at ERPv's {{ erpv_seconds }} s/call</th><th>tokens (prompt + completion)</th></tr>" +
     rows.join("") + "</table>";
 })();
 </script>
@@ -476,6 +507,7 @@ def render_audit(audit: dict[str, Any], telemetry_js: str | None = None) -> str:
     return env.from_string(_TEMPLATE).render(
         a=audit,
         telemetry_js=telemetry_js,
+        erpv_seconds=ERPV_SECONDS_PER_CALL,
         review_json=to_json(review),
         review_js=(Path(__file__).parent / "audit_page.js").read_text(),
     )

@@ -138,7 +138,9 @@ def estimate_cost(calls: int, metrics: str | Path | None, budget: int | None) ->
     """What `calls` teacher calls would cost, for `stages.label --estimate`: at the latency this
     teacher's earlier calls recorded (`metrics`: costs/label/<env>.json, where it exists), at
     ERPv table 14's 6.95 s per call, and against `label.budget`."""
-    prices = [f"{calls * ERPV_SECONDS_PER_CALL:,.0f} s at ERPv table 14's 6.95 s per call"]
+    prices = [
+        f"{calls * ERPV_SECONDS_PER_CALL:,.0f} s at ERPv table 14's {ERPV_SECONDS_PER_CALL} s per call"
+    ]
     if metrics is not None and Path(metrics).is_file():
         recorded = json.loads(Path(metrics).read_text()).get("recorded") or {}
         per_call = recorded.get("seconds_per_call")
