@@ -105,14 +105,15 @@ class Recorder:
     clips: list[list[np.ndarray]] = field(default_factory=list)
     clip_episodes: list[int] = field(default_factory=list)  # the evaluation episode of each clip
     _step: int = field(default=0, init=False, repr=False)  # agent steps into the clip
-    _offset: int = field(default=0, init=False, repr=False)  # episode index of a replay's first
 
     def wants(self, episode: int) -> bool:
+        """Whether the evaluation's episode `episode` is watched as it is played (`median`'s
+        are replayed afterwards instead)."""
         return self.which == "first" and episode < self.episodes
 
-    def begin(self, obs: dict[str, np.ndarray], episode: int = 0) -> None:
+    def begin(self, obs: dict[str, np.ndarray], episode: int) -> None:
         self.clips.append([])
-        self.clip_episodes.append(self._offset + episode)
+        self.clip_episodes.append(episode)
         self._step = 0
         self.see(obs)
 
@@ -145,21 +146,10 @@ def play_episodes(
     for i in bar:
         watch = record if record is not None and record.wants(i) else None
         episode_env = record_env if watch is not None and record_env is not None else env
-        obs, _ = episode_env.reset(seed=seed + i)
-        if watch is not None:
-            watch.begin(obs, i)
-        policy.begin(obs)
-        total, length, done = 0.0, 0, False
-        while not done:
-            obs, reward, terminated, truncated, _ = episode_env.step(policy.act(obs))
-            if watch is not None:
-                watch.see(obs)
-            total += float(reward)
-            length += 1
-            done = terminated or truncated
+        total, length, terminated = play_episode(episode_env, policy, seed + i, watch, i)
         returns.append(total)
         lengths.append(length)
-        successes.append(bool(terminated))
+        successes.append(terminated)
         bar.set_postfix(return_mean=f"{np.mean(returns):.1f}")
     return EvalResult(
         episodes=episodes,
@@ -170,6 +160,26 @@ def play_episodes(
         returns=returns,
         lengths=lengths,
     )
+
+
+def play_episode(
+    env: gym.Env, policy: Policy, seed: int, watch: Recorder | None = None, episode: int = 0
+) -> tuple[float, int, bool]:
+    """One episode from `reset(seed=seed)`: its native return, length and whether it terminated
+    (rather than ran out of time). `watch`: keeps its frames as the clip of evaluation episode
+    `episode`."""
+    obs, _ = env.reset(seed=seed)
+    if watch is not None:
+        watch.begin(obs, episode)
+    policy.begin(obs)
+    total, length, terminated, truncated = 0.0, 0, False, False
+    while not (terminated or truncated):
+        obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
+        if watch is not None:
+            watch.see(obs)
+        total += float(reward)
+        length += 1
+    return total, length, bool(terminated)
 
 
 def median_episodes(returns: Sequence[float], count: int) -> list[int]:
@@ -210,12 +220,7 @@ def evaluate_policy(
         if record is not None and record.which == "median":
             replay = record_env if record_env is not None else env
             for i in median_episodes(result.returns, record.episodes):
-                record._offset = i
-                record.which = "first"  # wants(0): the one episode of this replay
-                try:
-                    play_episodes(env, policy, 1, seed + i, record=record, record_env=replay)
-                finally:
-                    record.which, record._offset = "median", 0
+                play_episode(replay, policy, seed + i, record, i)
         return result
     finally:
         env.close()
