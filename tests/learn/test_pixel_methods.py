@@ -176,3 +176,24 @@ def test_erpv_at_lambda_zero_is_sac_offline_from_frames_and_lambda_1_is_not(
     assert not differ, f"lambda = 0 differs from sac-offline in {differ[:5]}"
     actor = [k for k in l0 if k.startswith("actor.")]
     assert any(l10[k].numpy().tobytes() != l0[k].numpy().tobytes() for k in actor)
+
+
+def test_the_gate_probe_reads_a_pixel_agent_and_splits_the_gate_by_agreement(pixel_pipeline):
+    """benchmarks.gate_probe on a pixel erpv agent: its frames stacked as the replay stacks them,
+    and the teacher's gate split by whether the agent agrees with the label. The split partitions
+    the rows: the open rates on either side, weighted by their shares, are the overall one."""
+    from benchmarks.gate_probe import format_probe, gate_probe
+    from stages import train
+
+    d = pixel_pipeline
+    model = d / "out" / "erpv-probe" / "model"
+    params = d / "erpv-probe.yaml"
+    params.write_text(yaml.safe_dump(params_for(d, "erpv")))
+    assert train.main(train_argv(d, params, "erpv", d / "out" / "erpv-probe")) == 0
+    probe = gate_probe(model, d / "critics", d / "ds", ENV, batches=4, batch_size=8)
+    split, overall = probe["teacher_split"], probe["per_critic/teacher"]["open"]
+    share = split["agree_share"]
+    parts = [(share, split["open_where_agrees"]), (1 - share, split["open_where_disagrees"])]
+    assert sum(w * rate for w, rate in parts if rate is not None) == pytest.approx(overall)
+    assert split["coupling"] is None or split["coupling"] >= 0
+    assert "the gate opens on" in format_probe(probe)
