@@ -7,9 +7,11 @@ between the label and the actor's action, L_V equals E[Q_f] E[gap]; the ratio
 
 says how far it is from that: about 1, the gate opens as often where the actor disagrees with
 the label as where it agrees; near 0, it opens only where they already agree, and the term pulls
-the actor nowhere whatever its weight. Each logged row is one batch's means (`vpg/loss`,
-`vpg/q_f`, `vpg/dist_pi_a_v`); the figures are over the rows after half of the run, beside
-|L_pi| (`actor_loss`) and lambda_1 (`vpg/weight`), which together make `guidance/ratio`.
+the actor nowhere whatever its weight. Each logged row holds the means of `vpg/loss`,
+`vpg/q_f` and `vpg/dist_pi_a_v` over the updates since the row before; the figures are over
+the rows after half of the run (step > steps / 2, the rows a sweep report's diagnostics
+average: `second_half_mean`), beside |L_pi| (`actor_loss`) and lambda_1 (`vpg/weight`),
+which together make `guidance/ratio`.
 
 A run in the workspace, or a table's experiment by its revision (`vlmrl-sweep status` lists it):
 
@@ -33,15 +35,15 @@ METRICS = ("vpg/loss", "vpg/q_f", "vpg/dist_pi_a_v", "actor_loss", "vpg/weight")
 
 
 def coupling(read: Callable[[str], str], run_dir: str, steps: int) -> dict[str, Any]:
-    """The late rows' (step >= steps // 2) means of L_V, E[Q_f] E[gap], |L_pi| and lambda_1, and
+    """The late rows' (step > steps / 2) means of L_V, E[Q_f] E[gap], |L_pi| and lambda_1, and
     the coupling per row (median, min, max). `read(path)` gives a file's text."""
     curves = {
         name: dict(parse_metric_tsv(read(f"{run_dir}/{METRICS_SUBDIR}/{name}.tsv"), name))
         for name in METRICS
     }
-    rows = [s for s in sorted(curves["vpg/loss"]) if s >= steps // 2]
+    rows = [s for s in sorted(curves["vpg/loss"]) if s > steps / 2]
     if not rows:
-        raise ValueError(f"{run_dir}: no vpg/loss row after step {steps // 2}: not an erpv run, "
+        raise ValueError(f"{run_dir}: no vpg/loss row after step {steps / 2:g}: not an erpv run, "
                          "or --steps is not its length")  # fmt: skip
     l_v = np.array([curves["vpg/loss"][s] for s in rows])
     independent = np.array([curves["vpg/q_f"][s] * curves["vpg/dist_pi_a_v"][s] for s in rows])
