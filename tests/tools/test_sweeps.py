@@ -983,6 +983,63 @@ def test_the_report_runs_the_preregistered_family_with_fisher_and_holm():
         )
 
 
+def test_an_amendment_is_its_own_holm_family_over_the_cells_it_adds():
+    """The first family keeps its Holm over its own comparisons; an amendment written later
+    adds cells and tests them in a family of its own. It cannot re-test an earlier family's
+    cells, nor a pair that involves none of its cells."""
+    first = {
+        "hypothesis": "more beats base",
+        "primary": "seeds at the flag",
+        "test": "fisher",
+        "success": 80.0,
+        "comparisons": [["more", "base"], ["bad", "base"]],
+    }
+    amendment = {
+        "why": "what blocks bad",
+        "hypothesis": "fixed beats bad",
+        "primary": "seeds at the flag",
+        "test": "fisher",
+        "success": 80.0,
+        "cells": ["fixed"],
+        "comparisons": [["fixed", "bad"]],
+    }
+    base = TABLE["cells"]["base"]
+    spec = {
+        **TABLE,
+        "seeds": [0, 1, 2, 3, 4],
+        "cells": {**TABLE["cells"], "bad": base, "fixed": base},
+        "preregistered": {**first, "amendments": [amendment]},
+    }
+    table = Table.model_validate(spec)
+    values = {"more": [93.0, 94.0, 92.0, 95.0, 91.0], "base": [-5.0, 0.0, 10.0, -1.0, 3.0],
+              "bad": [0.0, 2.0, -4.0, 85.0, 1.0], "fixed": [90.0, 91.0, 92.0, 93.0, 0.0]}  # fmt: skip
+    found = [dataclasses.replace(f, state="done", value=values[f.cell][f.seed])
+             for f in statuses(table, {})]  # fmt: skip
+    text = format_report(table, found)
+    p = stats.fisher_exact([[5, 0], [0, 5]], "greater").pvalue
+    r = stats.fisher_exact([[4, 1], [1, 4]], "greater").pvalue
+    assert "Pre-registered (greater, alpha 0.05, Holm over 2): more beats base" in text
+    assert f"| more | base | 5/5 vs 0/5 | {p:.2g} | {2 * p:.2g} | detected |" in text
+    assert ("Amendment 1, its own family, written before any seed of fixed ran (what blocks "
+            "bad) (greater, alpha 0.05, Holm over 1): fixed beats bad") in text  # fmt: skip
+    # one comparison in its family: Holm leaves its p as it is
+    assert f"| fixed | bad | 4/5 vs 1/5 | {r:.2g} | {r:.2g} | not detected at n = 5 |" in text
+    assert text.index("Pre-registered") < text.index("Amendment 1")
+
+    def invalid(**change: object) -> None:
+        changed = {**spec, "preregistered": {**first, "amendments": [{**amendment, **change}]}}
+        Table.model_validate(changed)
+
+    with pytest.raises(ValueError, match="already in an earlier family"):
+        invalid(cells=["bad"], comparisons=[["bad", "fixed"]])
+    with pytest.raises(ValueError, match="involves none of its cells"):
+        invalid(comparisons=[["more", "bad"]])
+    with pytest.raises(ValueError, match=r"amendment cells \['nope'\]"):
+        invalid(cells=["fixed", "nope"])
+    with pytest.raises(ValueError, match="give success"):
+        invalid(success=None)
+
+
 TOY_RESUMING_TRAIN = """
 import json, os, sys
 from pathlib import Path

@@ -17,7 +17,7 @@ from pipeline.loops.knowledge import prompts_text, return_text, share_text
 from pipeline.teach.labels.cost import read_label_cost
 from pipeline.tools.experiments import SeedSummary, welch_p
 from pipeline.tools.sweeps.status import Status
-from pipeline.tools.sweeps.table import SweepError, Table
+from pipeline.tools.sweeps.table import Family, SweepError, Table
 
 # ---- the report ----------------------------------------------------------------------------------
 
@@ -198,36 +198,51 @@ def _steps_cell(found: list[Status], cell: str, threshold: str) -> str:
 
 
 def format_preregistered(table: Table, cells: Mapping[str, SeedSummary]) -> list[str]:
-    """The pre-registered family: each comparison's test, raw and Holm-adjusted p, and the
-    decision at alpha; then Mann-Whitney on the metric for each pair (secondary, Holm too)."""
-    from pipeline.tools.experiments import fisher_p, holm, mann_whitney_p
-
+    """The pre-registered family, then each amendment's, each on its own: every comparison's
+    test, raw and Holm-adjusted p (Holm within its family), and the decision at alpha; then
+    Mann-Whitney on the metric for each pair (secondary, Holm too)."""
     pre = table.preregistered
     if pre is None:
         return []
+    lines = format_family(table, pre, cells, "Pre-registered")
+    for k, amendment in enumerate(pre.amendments, 1):
+        lines += format_family(
+            table, amendment, cells,
+            f"Amendment {k}, its own family, written before any seed of "
+            f"{', '.join(amendment.cells)} ran ({amendment.why})",
+        )  # fmt: skip
+    return lines
+
+
+def format_family(
+    table: Table, family: Family, cells: Mapping[str, SeedSummary], title: str
+) -> list[str]:
+    """One family's table (`format_preregistered`)."""
+    from pipeline.tools.experiments import fisher_p, holm, mann_whitney_p
+
     rows, primary, secondary = [], [], []
-    for cell, against in pre.comparisons:
+    for cell, against in family.comparisons:
         a, b = cells.get(cell), cells.get(against)
         x = list(a.per_seed().values()) if a else []
         y = list(b.per_seed().values()) if b else []
-        if pre.test == "fisher" and x and y:
-            k = (sum(v >= pre.success for v in x), len(x))
-            m = (sum(v >= pre.success for v in y), len(y))
-            primary.append(fisher_p(k, m, pre.alternative))
+        if family.test == "fisher" and x and y:
+            k = (sum(v >= family.success for v in x), len(x))
+            m = (sum(v >= family.success for v in y), len(y))
+            primary.append(fisher_p(k, m, family.alternative))
             shown = f"{k[0]}/{k[1]} vs {m[0]}/{m[1]}"
         else:
-            primary.append(mann_whitney_p(x, y, pre.alternative) if x and y else None)
+            primary.append(mann_whitney_p(x, y, family.alternative) if x and y else None)
             shown = f"n {len(x)} vs {len(y)}"
-        secondary.append(mann_whitney_p(x, y, pre.alternative) if x and y else None)
+        secondary.append(mann_whitney_p(x, y, family.alternative) if x and y else None)
         rows.append((cell, against, shown, min(len(x), len(y))))
     adjusted, adjusted_mw = holm(primary), holm(secondary)
-    what = (f"seeds with {table.metric} >= {pre.success:g}, Fisher's exact test"
-            if pre.test == "fisher" else f"{table.metric}, Mann-Whitney U")  # fmt: skip
+    what = (f"seeds with {table.metric} >= {family.success:g}, Fisher's exact test"
+            if family.test == "fisher" else f"{table.metric}, Mann-Whitney U")  # fmt: skip
     lines = [
         "",
-        f"Pre-registered ({pre.alternative}, alpha {pre.alpha:g}, Holm over "
-        f"{len(pre.comparisons)}): {pre.hypothesis}",
-        f"Primary: {pre.primary} ({what}).",
+        f"{title} ({family.alternative}, alpha {family.alpha:g}, Holm over "
+        f"{len(family.comparisons)}): {family.hypothesis}",
+        f"Primary: {family.primary} ({what}).",
         "",
         "| cell | against | primary | p | Holm p | at alpha | Mann-Whitney p (Holm) |",
         "|---|---|---|---|---|---|---|",
@@ -236,14 +251,14 @@ def format_preregistered(table: Table, cells: Mapping[str, SeedSummary]) -> list
         rows, primary, adjusted, secondary, adjusted_mw, strict=True
     ):
         decision = (
-            "" if q is None else ("detected" if q <= pre.alpha else f"not detected at n = {n}")
+            "" if q is None else ("detected" if q <= family.alpha else f"not detected at n = {n}")
         )
         lines.append(
             f"| {cell} | {against} | {shown} | {_p(p)} | {_p(q)} | {decision} | "
             f"{_p(mw)} ({_p(mwq)}) |"
         )
-    if pre.secondary:
-        lines.append("Secondary: " + "; ".join(pre.secondary) + ".")
+    if family.secondary:
+        lines.append("Secondary: " + "; ".join(family.secondary) + ".")
     return lines
 
 

@@ -72,8 +72,8 @@ class Cell(BaseModel):
         return train
 
 
-class Preregistration(BaseModel):
-    """What a table tests, written before any seed runs (its commit is the date): the report
+class Family(BaseModel):
+    """One family of comparisons: its hypothesis, primary metric, test and alpha; the report
     computes exactly these comparisons, Holm-adjusted over the family."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -92,7 +92,7 @@ class Preregistration(BaseModel):
     )
     alpha: float = Field(default=0.05, gt=0, lt=1, description="family-wise error rate (Holm)")
     comparisons: list[tuple[str, str]] = Field(
-        min_length=1, description="(cell, against): the pre-registered family"
+        min_length=1, description="(cell, against): the family"
     )
     secondary: list[str] = Field(
         default_factory=list,
@@ -100,10 +100,57 @@ class Preregistration(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _success_for_fisher(self) -> Preregistration:
+    def _success_for_fisher(self) -> Family:
         if self.test == "fisher" and self.success is None:
             raise ValueError("test fisher counts seeds that reach `success`: give success")
         return self
+
+
+class Amendment(Family):
+    """A family added to a pre-registered table once its first results showed what they leave
+    open: new cells and the comparisons that involve them, committed before any seed of its
+    cells runs (that commit is its date). Its own Holm family: the first one is untouched."""
+
+    why: str = Field(description="what the results so far leave open, in words")
+    cells: list[str] = Field(
+        min_length=1, description="the cells it adds: in no comparison of an earlier family"
+    )
+
+    @model_validator(mode="after")
+    def _tests_its_cells(self) -> Amendment:
+        for pair in self.comparisons:
+            if not set(pair) & set(self.cells):
+                raise ValueError(
+                    f"amendment comparison {list(pair)} involves none of its cells {self.cells}: "
+                    "an amendment tests what it adds, not a pair the results have already shown"
+                )
+        return self
+
+
+class Preregistration(Family):
+    """What a table tests, written before any seed runs (its commit is the date), and the
+    amendments written later, each before its own cells' seeds."""
+
+    amendments: list[Amendment] = Field(
+        default_factory=list, description="families added later, each with its own cells"
+    )
+
+    @model_validator(mode="after")
+    def _amendments_add_cells(self) -> Preregistration:
+        tested = {c for pair in self.comparisons for c in pair}
+        for k, amendment in enumerate(self.amendments, 1):
+            again = sorted(set(amendment.cells) & tested)
+            if again:
+                raise ValueError(
+                    f"amendment {k}: {again} already in an earlier family's comparisons; an "
+                    "amendment adds cells that no earlier family tested"
+                )
+            tested |= {c for pair in amendment.comparisons for c in pair}
+        return self
+
+    def families(self) -> list[Family]:
+        """The first family, then each amendment's."""
+        return [self, *self.amendments]
 
 
 class Table(BaseModel):
@@ -158,10 +205,17 @@ class Table(BaseModel):
         for cell in self.cells:
             _leaves(cell_params(self, cell, self.seeds[0]))  # every key a params path
         if self.preregistered is not None:
-            for pair in self.preregistered.comparisons:
-                unknown = [c for c in pair if c not in self.cells]
+            for family in self.preregistered.families():
+                for pair in family.comparisons:
+                    unknown = [c for c in pair if c not in self.cells]
+                    if unknown:
+                        raise ValueError(
+                            f"preregistered comparison {list(pair)}: {unknown} not cells"
+                        )
+            for amendment in self.preregistered.amendments:
+                unknown = [c for c in amendment.cells if c not in self.cells]
                 if unknown:
-                    raise ValueError(f"preregistered comparison {list(pair)}: {unknown} not cells")
+                    raise ValueError(f"amendment cells {unknown} are not cells of the table")
         return self
 
     def run(self, cell: str) -> str:
