@@ -561,3 +561,31 @@ def test_q_scaled_vpg_weight_follows_the_critics_scale():
     assert float(scaled) == pytest.approx(float(fixed) * 4.0)
     # a hundred times the reward scale: a hundred times the weight, as -Q's gradient grows
     assert float(out["q_scaled", 100.0][0]) == pytest.approx(100 * float(scaled))
+
+
+def test_the_coupling_says_whether_the_gated_rows_carry_a_gap():
+    """1 when the gate ignores the gap, 0 when it opens only where the actor already takes the
+    label, above 1 when it favours large gaps; logged at the metrics interval; nothing when no
+    row is gated."""
+    from pipeline.learn.methods.erpv import gap_coupling
+
+    gap = torch.tensor([0.0, 0.0, 2.0, 2.0])
+    assert float(gap_coupling(torch.ones(4), gap)["vpg/coupling"]) == pytest.approx(1.0)
+    assert float(gap_coupling(torch.tensor([1.0, 0.5, 0.0, 0.0]), gap)["vpg/coupling"]) == 0.0
+    favours = gap_coupling(torch.tensor([0.0, 0.0, 0.3, 0.1]), gap)["vpg/coupling"]
+    assert float(favours) == pytest.approx(2.0)  # all weight on rows of gap 2, mean gap 1
+    assert gap_coupling(torch.zeros(4), gap) == {}
+    assert gap_coupling(torch.ones(4), torch.zeros(4)) == {}
+
+    agent = ERPvAgent((1,), SPACE, small_cfg(lambda_1=1.0, gate_scaling="none"), vlm_critic())
+    batch = {
+        "obs": torch.tensor([[0.0], [1.0], [2.0]]),
+        "a_v": torch.tensor([[0.5], [-0.5], [0.9]]),
+        "has_label": torch.tensor([True, True, True]),
+    }
+    h = agent.encoder(batch["obs"]).detach()
+    pi = torch.zeros(3, 1, requires_grad=True)
+    _, metrics = agent.policy_guidance(h, pi, torch.tensor([0.0, 1.0, 2.0]), batch)
+    assert float(metrics["vpg/coupling"]) == pytest.approx(1.0)  # no gate: no selection
+    _, quiet = agent.policy_guidance(h, pi, torch.tensor([0.0, 1.0, 2.0]), batch, diagnose=False)
+    assert "vpg/coupling" not in quiet

@@ -275,7 +275,13 @@ def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp
         if k.startswith("actor.")
     )
     logged = set().union(*(row.keys() for row in logs["erpv-l0"]))
-    assert {"vpg/gate_open", "vpg/zeros/gate_open", "vpg/own/gate_open", "guidance/ratio"} <= logged
+    assert {
+        "vpg/gate_open",
+        "vpg/zeros/gate_open",
+        "vpg/own/gate_open",
+        "vpg/coupling",
+        "guidance/ratio",
+    } <= logged
 
 
 def test_a_state_and_a_pixel_erpv_run_share_an_env(pipeline_dir, tmp_path):

@@ -28,7 +28,8 @@ Paper ambiguities, resolved here:
   and `none` (no gate: table 3's M2) are the alternatives. Every actor step logs the gate's open
   rate and mean Q_f for a_v; the first actor step of each metrics row (`log_every`) also logs them,
   on the same rows, for an all-zero a_v and the agent's own action (two more C_V passes, which
-  every step would pay: 3 C_V passes an actor step instead of 1).
+  every step would pay: 3 C_V passes an actor step instead of 1), and `vpg/coupling`
+  (`gap_coupling`): whether the rows the gate opens carry a gap for eq. 3 to close.
 - eq. 14: G = 1 / L_T with eq. 12's L_T per row (mean over latent features). With a learned sigma
   L_T can be <= 0 (log sigma < 0); the denominator is floored at `confidence_eps`, so G saturates
   at 1 / eps and alpha_bar at 1. With figure 11's deterministic T (the default) L_T is the mean
@@ -186,6 +187,18 @@ def vpg_loss(
     L_V = mean_i Q_f,i ||a_v,i - a_r,i||^2, Q_f the gate of `vpg_gate`."""
     q_f = vpg_gate(q_v, q_r, scaling)  # (N,)
     return (q_f * (a_v - a_r).pow(2).sum(-1)).mean(), q_f
+
+
+def gap_coupling(q_f: torch.Tensor, gap: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`vpg/coupling` = L_V / (mean Q_f x mean gap) = the Q_f-weighted mean of the gap
+    ||a_v - a_r||^2 over the mean gap, on one batch's labelled rows: 1 when the gate ignores the
+    gap (`none`, `mean`), near 0 when it opens only where the actor already takes the label (then
+    eq. 3 pulls at that fraction of its weight's reach), above 1 when it favours large gaps.
+    Nothing when no row is gated or no row has a gap."""
+    weight, mean_gap = q_f.sum(), gap.mean()
+    if float(weight) <= 0.0 or float(mean_gap) <= 0.0:
+        return {}
+    return {"vpg/coupling": (q_f * gap).sum() / (weight * mean_gap)}
 
 
 def action_confidence(
@@ -370,6 +383,8 @@ class ERPvAgent(SACAgent):
         for name, gate in gates.items():
             metrics[f"vpg/{name}/q_f"] = gate.mean()
             metrics[f"vpg/{name}/gate_open"] = (gate > 0).float().mean()
+        if diagnose:
+            metrics.update(gap_coupling(q_f, (a_v - a_r.detach()).pow(2).sum(-1)))
         return guidance, metrics
 
     def entropy_regulariser(
