@@ -11,7 +11,8 @@ the actor nowhere whatever its weight. Each logged row holds the means of `vpg/l
 `vpg/q_f` and `vpg/dist_pi_a_v` over the updates since the row before; the figures are over
 the rows after half of the run (step > steps / 2, the rows a sweep report's diagnostics
 average: `second_half_mean`), beside |L_pi| (`actor_loss`) and lambda_1 (`vpg/weight`),
-which together make `guidance/ratio`.
+which together make `guidance/ratio`. Runs trained since ERPv logs `vpg/coupling` (one batch's
+exact ratio at each metrics row) carry it in their curves; this script serves the runs before.
 
 A run in the workspace, or a table's experiment by its revision (`vlmrl-sweep status` lists it):
 
