@@ -16,8 +16,9 @@ from pipeline.learn.curves import METRICS_SUBDIR, median_steps, parse_metric_tsv
 from pipeline.loops.knowledge import prompts_text, return_text, share_text
 from pipeline.teach.labels.cost import read_label_cost
 from pipeline.tools.experiments import SeedSummary, welch_p
+from pipeline.tools.sweeps.preregistration import Family
 from pipeline.tools.sweeps.status import Status
-from pipeline.tools.sweeps.table import Family, SweepError, Table
+from pipeline.tools.sweeps.table import SweepError, Table
 
 # ---- the report ----------------------------------------------------------------------------------
 
