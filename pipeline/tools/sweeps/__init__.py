@@ -14,6 +14,10 @@ parallel, and `dvc exp push` / `pull` carry them between machines.
     vlmrl-sweep status TABLE                 # every cell x seed: done, queued, running, failed,
                                              # stale or missing
     vlmrl-sweep queue TABLE --jobs 2 --wait  # queue what is not done, run 2 at a time, wait
+    vlmrl-sweep resume PLAN --repo CLONE --jobs 2 --nice 19 --wait --commit
+                                             # the day's restart of the tables run as
+                                             # background work, in the plan's order
+                                             # (pipeline/tools/sweeps/background.py)
     vlmrl-sweep report TABLE --out DIR       # table.md (mean +- std, ddof 1; Welch p against
                                              # the control), the figure, results.json (raw)
     vlmrl-sweep commands TABLE --cell C --seed S

@@ -46,14 +46,18 @@ def main(argv: list[str] | None = None) -> int:
         description=sweeps.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=("check", "status", "queue", "report", "commands"))
-    parser.add_argument("table", type=Path, help="the table's YAML file")
+    parser.add_argument(
+        "command", choices=("check", "status", "queue", "report", "commands", "resume")
+    )
+    parser.add_argument(
+        "table", type=Path, help="the table's YAML file (resume: a plan of tables, in order)"
+    )
     parser.add_argument("--repo", type=Path, default=Path("."), help="the DVC repository")
     parser.add_argument("--cell", action="append", help="these cells only (repeatable)")
     parser.add_argument("--seed", type=int, action="append", help="these seeds only")
     parser.add_argument("--force", action="store_true", help="queue: done experiments too")
-    parser.add_argument("--jobs", type=int, default=0, help="queue: start N queue workers")
-    parser.add_argument("--wait", action="store_true", help="queue: until none is queued")
+    parser.add_argument("--jobs", type=int, default=0, help="queue / resume: start N queue workers")
+    parser.add_argument("--wait", action="store_true", help="queue / resume: until none is queued")
     parser.add_argument("--out", type=Path, help="report: directory of the table and figure")
     parser.add_argument(
         "--rev",
@@ -71,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         "queue --wait rewrites it each time one more lands (default for report: --out)",
     )
     parser.add_argument(
-        "--commit", action="store_true", help="queue --wait: git-commit --results as it changes"
+        "--commit",
+        action="store_true",
+        help="queue / resume --wait: git-commit the results as they change",
     )
     parser.add_argument(
         "--resume-root",
@@ -91,6 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        if args.command == "resume":
+            from pipeline.tools.sweeps.background import load_plan, resume
+
+            workers = Workers(resume_root(args.resume_root), args.nice, args.threads)
+            resume(load_plan(args.table, args.repo), args.repo, workers, args.jobs,
+                   commit=args.commit, wait_too=args.wait)  # fmt: skip
+            return 0
         table = load_table(args.table)
         unknown = sorted(set(args.cell or ()) - set(table.cells))
         if unknown:
