@@ -941,6 +941,24 @@ def test_a_report_names_its_table_by_its_path_in_its_repository(tmp_path):
     assert repo_path(tmp_path / "lab" / "t" / "x.yaml") == "t/x.yaml"
 
 
+def test_queue_says_which_commit_it_queued_on_and_when_that_is_not_revs():
+    """DVC queues on the checked-out commit: a clone left at another table's commit would run
+    a table's new cells on the wrong code, so the line names the commit and the mismatch."""
+    from pipeline.tools.sweeps.cli import queued_line
+
+    table = Table.model_validate(TABLE)
+    found = statuses(table, {})[:2]
+    head, other = "a" * 40, "b" * 40
+    assert queued_line([], head, [other]) == "queued 0 experiment(s): every one is done or queued"
+    line = queued_line(found, head, [head, other])
+    assert (
+        line == "queued 2 experiment(s): t-base-s0, t-base-s1 (on aaaaaaa, the commit checked out)"
+    )
+    wrong = queued_line(found, head, [other])
+    assert "not --rev's bbbbbbb" in wrong and "dvc queue remove" in wrong
+    assert "not --rev" not in queued_line(found, head, [])
+
+
 def test_holm_adjusts_the_family_step_down_and_leaves_untested_out():
     from pipeline.tools.experiments import holm
 

@@ -13,6 +13,7 @@ from pipeline.tools.sweeps.queue import Keep, Workers, queue, run_checked, start
 from pipeline.tools.sweeps.report import format_report, read_curves, read_teachers, write_report
 from pipeline.tools.sweeps.roundtrip import roundtrip_problems
 from pipeline.tools.sweeps.status import (
+    Status,
     all_statuses,
     committed,
     format_status,
@@ -33,6 +34,22 @@ from pipeline.tools.sweeps.table import (
 )
 
 # ---- command line --------------------------------------------------------------------------------
+
+
+def queued_line(queued: list[Status], head: str, revs: list[str]) -> str:
+    """What `queue` queued, and on which commit: DVC queues on the checked-out one, which need
+    not be the one `--rev` names (right for a cell added on a later commit; wrong where the
+    table's commit was meant and the clone was left at another table's)."""
+    names = ", ".join(s.name for s in queued) or "every one is done or queued"
+    line = f"queued {len(queued)} experiment(s): {names}"
+    if not queued:
+        return line
+    line += f" (on {head[:7]}, the commit checked out"
+    if revs and head not in revs:
+        named = ", ".join(r[:7] for r in revs)
+        line += (f", not --rev's {named}: if they should run on {named}, remove them "
+                 f"(dvc queue remove) and queue again from a checkout of it")  # fmt: skip
+    return line + ")"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,8 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             full = run_checked(["git", "rev-parse", *revs], args.repo).stdout.split()
             rev = list(dict.fromkeys(full)) if args.rev else full[-1]
             queued = queue(table, args.repo, args.cell, args.seed, args.force, kept, rev)
-            names = ", ".join(s.name for s in queued) or "every one is done or queued"
-            print(f"queued {len(queued)} experiment(s): {names}", flush=True)
+            print(queued_line(queued, full[-1], full[:-1]), flush=True)
             if args.jobs:
                 start_workers(args.repo, args.jobs, workers)
             if args.wait:
