@@ -389,6 +389,7 @@ def test_queue_workers_run_at_low_priority_one_thread_with_the_resume_root(tmp_p
         lambda args, **kw: calls.append((args, kw)) or dataclasses.make_dataclass(
             "Done", [("returncode", int)])(0),
     )  # fmt: skip
+    monkeypatch.setattr(sweeps, "live_workers", lambda repo: 1)  # one of two died
     sweeps.start_workers(REPO, 2, sweeps.Workers(tmp_path / "states", nice=7, threads=1))
     ((args, kw),) = calls
     assert args == ["dvc", "queue", "start", "-j", "2"]
@@ -397,6 +398,29 @@ def test_queue_workers_run_at_low_priority_one_thread_with_the_resume_root(tmp_p
     assert (tmp_path / "states").is_dir()
     # the workers' `dvc` and stages' `python` are this interpreter's, activated or not
     assert kw["env"]["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+
+
+def test_no_worker_is_started_where_as_many_already_run(tmp_path, monkeypatch, capsys):
+    """A worker busy with an experiment may not answer DVC's ping: `dvc queue start` is not
+    asked while `jobs` worker processes run in the repository, found by their command line and
+    working directory (a process standing in for one here, not DVC's)."""
+    import subprocess
+
+    import pipeline.tools.sweeps.queue as sweeps
+
+    stand_in = [sys.executable, "-c", "import sys; sys.stdin.read()", "exp", "queue-worker", "w1"]
+    worker = subprocess.Popen(stand_in, cwd=tmp_path, stdin=subprocess.PIPE)
+    try:
+        assert sweeps.live_workers(tmp_path) == 1
+        assert sweeps.live_workers(tmp_path / "elsewhere") == 0
+        calls = []
+        monkeypatch.setattr(sweeps.subprocess, "run", lambda args, **kw: calls.append(args))
+        sweeps.start_workers(tmp_path, 1, sweeps.Workers(tmp_path / "states"))
+        assert calls == [] and "1 queue worker(s) already run there" in capsys.readouterr().out
+    finally:
+        worker.stdin.close()  # its read returns: it exits
+        worker.wait()
+    assert sweeps.live_workers(tmp_path) == 0
 
 
 def test_the_tools_find_the_projects_dvc_from_a_plain_shell():

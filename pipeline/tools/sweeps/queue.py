@@ -137,9 +137,30 @@ class Workers:
         }  # fmt: skip
 
 
+def live_workers(repo: Path) -> int:
+    """How many of DVC's queue workers (`dvc exp queue-worker` processes) run in `repo`."""
+    import psutil
+
+    root = repo.resolve()
+    count = 0
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cmdline, cwd = proc.info["cmdline"] or [], proc.info["cwd"]  # None: not ours to read
+        if "queue-worker" in cmdline and cwd is not None and Path(cwd).resolve() == root:
+            count += 1
+    return count
+
+
 def start_workers(repo: Path, jobs: int, workers: Workers | None = None) -> None:
     """`dvc queue start -j jobs`: starts the workers 1..jobs of `repo`'s queue that are not
-    running (DVC skips the live ones), with `workers`' priority, threads and resume root."""
+    running, with `workers`' priority, threads and resume root; nothing when `jobs` workers
+    already run there. DVC finds the live ones by asking them, and a worker busy with an
+    experiment may not answer: with both workers busy, `dvc queue start -j 2` started a second
+    worker of one name, and three runs shared the two cores."""
+    live = live_workers(repo)
+    if live >= jobs:
+        print(f"{time.strftime('%H:%M:%S')} {repo}: {live} queue worker(s) already run there; "
+              "none started", flush=True)  # fmt: skip
+        return
     workers = workers or Workers(resume_root())
     workers.resume_root.mkdir(parents=True, exist_ok=True)
     # not captured: the workers it starts keep its stdout open until they stop
