@@ -1062,8 +1062,8 @@ def test_an_amendment_is_its_own_holm_family_over_the_cells_it_adds():
     r = stats.fisher_exact([[4, 1], [1, 4]], "greater").pvalue
     assert "Pre-registered (greater, alpha 0.05, Holm over 2): more beats base" in text
     assert f"| more | base | 5/5 vs 0/5 | {p:.2g} | {2 * p:.2g} | detected |" in text
-    assert ("Amendment 1, its own family, written before any seed of fixed ran (what blocks "
-            "bad) (greater, alpha 0.05, Holm over 1): fixed beats bad") in text  # fmt: skip
+    assert ("Amendment 1, its own family, adding fixed (what blocks bad) (greater, alpha "
+            "0.05, Holm over 1): fixed beats bad") in text  # fmt: skip
     # one comparison in its family: Holm leaves its p as it is
     assert f"| fixed | bad | 4/5 vs 1/5 | {r:.2g} | {r:.2g} | not detected at n = 5 |" in text
     assert text.index("Pre-registered") < text.index("Amendment 1")

@@ -1,5 +1,5 @@
 """`vlmrl-sweep resume PLAN`: the tables that run as background work, started again in their
-order at the start of a working day (docs/benchmarks.md, 'Tables that outlive a working day').
+order at the start of a working day (docs/benchmarks.md, 'Tables that take days').
 
 A plan names the tables in the order they should finish, each with the commit it was queued on
 and its committed results directory, as paths in the repository that holds the plan:

@@ -100,7 +100,7 @@ def check_clean(repo: Path) -> None:
             f"{repo}: {len(changed)} tracked file(s) differ from the commit ({shown}): "
             "experiments queued now would hold them. Commit or stash them first, or queue the "
             "table from its own clone at the table's commit (docs/benchmarks.md, 'Tables that "
-            "outlive a working day') and go on working here"
+            "take days') and go on working here"
         )
 
 

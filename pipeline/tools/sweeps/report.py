@@ -209,8 +209,8 @@ def format_preregistered(table: Table, cells: Mapping[str, SeedSummary]) -> list
     for k, amendment in enumerate(pre.amendments, 1):
         lines += format_family(
             table, amendment, cells,
-            f"Amendment {k}, its own family, written before any seed of "
-            f"{', '.join(amendment.cells)} ran ({amendment.why})",
+            f"Amendment {k}, its own family, adding {', '.join(amendment.cells)} "
+            f"({amendment.why})",
         )  # fmt: skip
     return lines
 
