@@ -389,7 +389,7 @@ def test_queue_workers_run_at_low_priority_one_thread_with_the_resume_root(tmp_p
         lambda args, **kw: calls.append((args, kw)) or dataclasses.make_dataclass(
             "Done", [("returncode", int)])(0),
     )  # fmt: skip
-    monkeypatch.setattr(sweeps, "live_workers", lambda repo: 1)  # one of two died
+    monkeypatch.setattr(sweeps, "live_workers", lambda repo: [])  # none runs: DVC starts both
     sweeps.start_workers(REPO, 2, sweeps.Workers(tmp_path / "states", nice=7, threads=1))
     ((args, kw),) = calls
     assert args == ["dvc", "queue", "start", "-j", "2"]
@@ -400,27 +400,41 @@ def test_queue_workers_run_at_low_priority_one_thread_with_the_resume_root(tmp_p
     assert kw["env"]["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
 
 
-def test_no_worker_is_started_where_as_many_already_run(tmp_path, monkeypatch, capsys):
-    """A worker busy with an experiment may not answer DVC's ping: `dvc queue start` is not
-    asked while `jobs` worker processes run in the repository, found by their command line and
-    working directory (a process standing in for one here, not DVC's)."""
+def test_workers_are_started_by_name_where_some_already_run(tmp_path, monkeypatch, capsys):
+    """A worker busy with an experiment does not answer DVC's ping, so `dvc queue start` would
+    start it a second time: the live workers are found by their processes (a process standing
+    in for worker 2 here), none is started while `jobs` run, and a missing one is started by
+    its own name (worker 1 with DVC's `--clean`)."""
     import subprocess
 
     import pipeline.tools.sweeps.queue as sweeps
 
-    stand_in = [sys.executable, "-c", "import sys; sys.stdin.read()", "exp", "queue-worker", "w1"]
+    name = "dvc-exp-abc123-2@localhost"
+    stand_in = [sys.executable, "-c", "import sys; sys.stdin.read()", "exp", "queue-worker", name]
     worker = subprocess.Popen(stand_in, cwd=tmp_path, stdin=subprocess.PIPE)
     try:
-        assert sweeps.live_workers(tmp_path) == 1
-        assert sweeps.live_workers(tmp_path / "elsewhere") == 0
-        calls = []
-        monkeypatch.setattr(sweeps.subprocess, "run", lambda args, **kw: calls.append(args))
+        assert sweeps.live_workers(tmp_path) == [name]
+        assert sweeps.live_workers(tmp_path / "elsewhere") == []
+        ran, spawned = [], []
+        monkeypatch.setattr(sweeps.subprocess, "run", lambda args, **kw: ran.append(args))
+        monkeypatch.setattr(sweeps.subprocess, "Popen",
+                            lambda args, **kw: spawned.append((args, kw)))  # fmt: skip
         sweeps.start_workers(tmp_path, 1, sweeps.Workers(tmp_path / "states"))
-        assert calls == [] and "1 queue worker(s) already run there" in capsys.readouterr().out
+        assert "1 queue worker(s) already run there" in capsys.readouterr().out
+        assert ran == [] and spawned == []
+        sweeps.start_workers(tmp_path, 3, sweeps.Workers(tmp_path / "states", nice=19))
+        assert ran == []  # not `dvc queue start`: it would start worker 2 again
+        assert [args for args, _ in spawned] == [
+            ["dvc", "exp", "queue-worker", "dvc-exp-abc123-1@localhost", "--clean"],
+            ["dvc", "exp", "queue-worker", "dvc-exp-abc123-3@localhost"],
+        ]
+        kw = spawned[0][1]
+        assert kw["cwd"] == tmp_path and kw["start_new_session"] and kw["preexec_fn"] is not None
+        assert kw["env"]["OMP_NUM_THREADS"] == "1"
     finally:
         worker.stdin.close()  # its read returns: it exits
         worker.wait()
-    assert sweeps.live_workers(tmp_path) == 0
+    assert sweeps.live_workers(tmp_path) == []
 
 
 def test_the_tools_find_the_projects_dvc_from_a_plain_shell():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -137,32 +138,48 @@ class Workers:
         }  # fmt: skip
 
 
-def live_workers(repo: Path) -> int:
-    """How many of DVC's queue workers (`dvc exp queue-worker` processes) run in `repo`."""
+# DVC's name for its queue worker `num` of a repository (dvc/repo/experiments/queue/celery.py)
+WORKER_NAME = re.compile(r"^(dvc-exp-[0-9a-f]+-)(\d+)@localhost$")
+
+
+def live_workers(repo: Path) -> list[str]:
+    """The names of DVC's queue workers (`dvc exp queue-worker NAME` processes) running in
+    `repo`."""
     import psutil
 
     root = repo.resolve()
-    count = 0
+    names = []
     for proc in psutil.process_iter(["cmdline", "cwd"]):
         cmdline, cwd = proc.info["cmdline"] or [], proc.info["cwd"]  # None: not ours to read
         if "queue-worker" in cmdline and cwd is not None and Path(cwd).resolve() == root:
-            count += 1
-    return count
+            at = cmdline.index("queue-worker") + 1
+            names.append(cmdline[at] if at < len(cmdline) else "")
+    return names
 
 
 def start_workers(repo: Path, jobs: int, workers: Workers | None = None) -> None:
-    """`dvc queue start -j jobs`: starts the workers 1..jobs of `repo`'s queue that are not
-    running, with `workers`' priority, threads and resume root; nothing when `jobs` workers
-    already run there. DVC finds the live ones by asking them, and a worker busy with an
-    experiment may not answer: with both workers busy, `dvc queue start -j 2` started a second
-    worker of one name, and three runs shared the two cores."""
+    """Queue workers 1..jobs for `repo`, with `workers`' priority, threads and resume root: the
+    ones not running. DVC's own `dvc queue start -j jobs` finds the live ones by asking them,
+    and a worker busy with an experiment does not answer (DVC runs tasks in celery's solo
+    pool): with a worker busy, it started a second worker of that name, and three runs shared
+    two cores. So the live workers are found by their processes; with none, `dvc queue start`
+    starts them all, else each missing one is started by its name, as DVC would."""
     live = live_workers(repo)
-    if live >= jobs:
-        print(f"{time.strftime('%H:%M:%S')} {repo}: {live} queue worker(s) already run there; "
-              "none started", flush=True)  # fmt: skip
+    if len(live) >= jobs:
+        print(f"{time.strftime('%H:%M:%S')} {repo}: {len(live)} queue worker(s) already run "
+              "there; none started", flush=True)  # fmt: skip
         return
     workers = workers or Workers(resume_root())
     workers.resume_root.mkdir(parents=True, exist_ok=True)
+    matches = [WORKER_NAME.match(name) for name in live]
+    prefixes = {m.group(1) for m in matches if m}
+    if live and len(prefixes) == 1 and all(matches):
+        prefix = prefixes.pop()
+        running = {int(m.group(2)) for m in matches if m}
+        for num in range(1, 1 + jobs):
+            if num not in running:  # worker 1 cleans DVC's celery state when it stops
+                spawn_worker(repo, f"{prefix}{num}@localhost", num == 1, workers)
+        return
     # not captured: the workers it starts keep its stdout open until they stop
     start = ["dvc", "queue", "start", "-j", str(jobs)]
     done = subprocess.run(
@@ -171,6 +188,21 @@ def start_workers(repo: Path, jobs: int, workers: Workers | None = None) -> None
     )  # fmt: skip
     if done.returncode:
         raise SweepError(f"{shlex.join(start)} (in {repo}) failed: see above")
+
+
+def spawn_worker(repo: Path, name: str, clean: bool, workers: Workers) -> None:
+    """`dvc exp queue-worker NAME` in the background, as `dvc queue start` spawns it, with
+    `workers`' priority, threads and resume root; its output appended to
+    .dvc/tmp/exps/vlmrl-<name>.log."""
+    log_path = repo / ".dvc" / "tmp" / "exps" / f"vlmrl-{name.partition('@')[0]}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    args = ["dvc", "exp", "queue-worker", name, *(["--clean"] if clean else [])]
+    with log_path.open("ab") as log:
+        subprocess.Popen(
+            args, cwd=repo, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=workers.env(),
+            preexec_fn=workers.lower_priority, start_new_session=True,
+        )  # fmt: skip
+    print(f"{time.strftime('%H:%M:%S')} {repo}: started queue worker {name}", flush=True)
 
 
 @dataclass(frozen=True)
