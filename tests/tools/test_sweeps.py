@@ -626,6 +626,15 @@ def test_an_empty_git_repo_from_dvc_is_a_sweep_error_that_is_asked_again(monkeyp
     with pytest.raises(SweepError, match="dvc exp show: Empty git repo"):
         sweeps.exp_rows(REPO)
 
+    # a task's run file removed while DVC read it (it stopped a `resume` at its first read)
+    def vanished(repo, revs=None):
+        raise FileNotFoundError(2, "No such file or directory", ".dvc/tmp/exps/run/ab/ab.run")
+
+    monkeypatch.setattr(dvc.api, "exp_show", vanished)
+    monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
+    with pytest.raises(SweepError, match=r"dvc exp show: .*ab\.run"):
+        sweeps.settled_rows(REPO, tries=2)
+
 
 def test_experiments_of_several_commits_are_read_together_and_a_shared_name_raises(monkeypatch):
     """`--rev` repeated: a cell added on a later commit reports beside the earlier ones; a name

@@ -86,8 +86,9 @@ def exp_rows(repo: Path, rev: str | Sequence[str] | None = None) -> dict[str, di
 
     try:
         rows = dvc.api.exp_show(repo=str(repo), revs=rev)
-    # SCMError: a worker's workspace half made ("Empty git repo"), which DVC lets through
-    except (DvcException, SCMError) as exc:
+    # SCMError: a worker's workspace half made ("Empty git repo"), which DVC lets through;
+    # OSError: a task's run files removed while DVC read them (a worker ending its task)
+    except (DvcException, SCMError, OSError) as exc:
         raise SweepError(f"{repo}: dvc exp show: {exc}") from exc
     out: dict[str, dict[str, Any]] = {}
     for row in rows:
