@@ -634,6 +634,14 @@ def test_an_empty_git_repo_from_dvc_is_a_sweep_error_that_is_asked_again(monkeyp
     monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
     with pytest.raises(SweepError, match=r"dvc exp show: .*ab\.run"):
         sweeps.settled_rows(REPO, tries=2)
+    task = "14b8fccba9e28cd048b0b88e9149db18594be052"
+
+    def stale(repo, revs=None):  # one that stays: a task DVC holds active with no run files
+        raise FileNotFoundError(2, "No such file", f"/r/.dvc/tmp/exps/run/{task}/{task}.run")
+
+    monkeypatch.setattr(dvc.api, "exp_show", stale)
+    with pytest.raises(SweepError, match="`dvc queue kill 14b8fcc` then `dvc queue remove"):
+        sweeps.exp_rows(REPO)
 
 
 def test_experiments_of_several_commits_are_read_together_and_a_shared_name_raises(monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import os
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -89,7 +90,14 @@ def exp_rows(repo: Path, rev: str | Sequence[str] | None = None) -> dict[str, di
     # SCMError: a worker's workspace half made ("Empty git repo"), which DVC lets through;
     # OSError: a task's run files removed while DVC read them (a worker ending its task)
     except (DvcException, SCMError, OSError) as exc:
-        raise SweepError(f"{repo}: dvc exp show: {exc}") from exc
+        task = re.search(r"exps/run/([0-9a-f]{7,40})/", str(exc))
+        hint = (
+            f"; if it stays, the task's worker died as it took it up: `dvc queue kill "
+            f"{task.group(1)[:7]}` then `dvc queue remove {task.group(1)[:7]}` in {repo} let "
+            "DVC read its queue again (the next `queue` or `resume` queues it again)"
+            if task else ""
+        )  # fmt: skip
+        raise SweepError(f"{repo}: dvc exp show: {exc}{hint}") from exc
     out: dict[str, dict[str, Any]] = {}
     for row in rows:
         name = row.get("Experiment")
