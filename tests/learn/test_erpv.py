@@ -488,8 +488,10 @@ def test_ver_target_readings():
     assert torch.allclose(printed + text, torch.ones(3))
 
 
-def test_gate_diagnostics_are_logged_for_the_controls():
-    agent = ERPvAgent((1,), SPACE, small_cfg(lambda_1=1.0, gate_scaling="joint"), vlm_critic())
+def three_labelled_rows(gate_scaling: str) -> tuple[ERPvAgent, tuple]:
+    """An agent with that gate, and policy_guidance's arguments on three labelled rows where
+    the actor's action is zero."""
+    agent = ERPvAgent((1,), SPACE, small_cfg(lambda_1=1.0, gate_scaling=gate_scaling), vlm_critic())
     batch = {
         "obs": torch.tensor([[0.0], [1.0], [2.0]]),
         "a_v": torch.tensor([[0.5], [-0.5], [0.9]]),
@@ -497,7 +499,12 @@ def test_gate_diagnostics_are_logged_for_the_controls():
     }
     h = agent.encoder(batch["obs"]).detach()
     pi = torch.zeros(3, 1, requires_grad=True)
-    _, metrics = agent.policy_guidance(h, pi, torch.tensor([0.0, 1.0, 2.0]), batch)
+    return agent, (h, pi, torch.tensor([0.0, 1.0, 2.0]), batch)
+
+
+def test_gate_diagnostics_are_logged_for_the_controls():
+    agent, rows = three_labelled_rows("joint")
+    _, metrics = agent.policy_guidance(*rows)
     for name in ("vpg/gate_open", "vpg/zeros/gate_open", "vpg/own/gate_open", "vpg/dist_pi_a_v"):
         assert name in metrics
     # the agent's own action (zeros here) and the all-zero a_v are the same control
@@ -577,15 +584,8 @@ def test_the_coupling_says_whether_the_gated_rows_carry_a_gap():
     assert gap_coupling(torch.zeros(4), gap) == {}
     assert gap_coupling(torch.ones(4), torch.zeros(4)) == {}
 
-    agent = ERPvAgent((1,), SPACE, small_cfg(lambda_1=1.0, gate_scaling="none"), vlm_critic())
-    batch = {
-        "obs": torch.tensor([[0.0], [1.0], [2.0]]),
-        "a_v": torch.tensor([[0.5], [-0.5], [0.9]]),
-        "has_label": torch.tensor([True, True, True]),
-    }
-    h = agent.encoder(batch["obs"]).detach()
-    pi = torch.zeros(3, 1, requires_grad=True)
-    _, metrics = agent.policy_guidance(h, pi, torch.tensor([0.0, 1.0, 2.0]), batch)
+    agent, rows = three_labelled_rows("none")
+    _, metrics = agent.policy_guidance(*rows)
     assert float(metrics["vpg/coupling"]) == pytest.approx(1.0)  # no gate: no selection
-    _, quiet = agent.policy_guidance(h, pi, torch.tensor([0.0, 1.0, 2.0]), batch, diagnose=False)
+    _, quiet = agent.policy_guidance(*rows, diagnose=False)
     assert "vpg/coupling" not in quiet

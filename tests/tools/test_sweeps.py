@@ -1022,6 +1022,18 @@ def test_holm_adjusts_the_family_step_down_and_leaves_untested_out():
     assert holm([]) == []
 
 
+# five seeds of two cells: every seed of `more` at the flag (>= 80), none of `base`
+FLAG_SEEDS = {"more": [93.0, 94.0, 92.0, 95.0, 91.0], "base": [-5.0, 0.0, 10.0, -1.0, 3.0]}
+
+
+def report_of(spec: dict, values: dict[str, list[float]]) -> str:
+    """The report of the table `spec` with every experiment done at `values[cell][seed]`."""
+    table = Table.model_validate(spec)
+    found = [dataclasses.replace(f, state="done", value=values[f.cell][f.seed])
+             for f in statuses(table, {})]  # fmt: skip
+    return format_report(table, found)
+
+
 def test_the_report_runs_the_preregistered_family_with_fisher_and_holm():
     """5/5 seeds at the flag against 0/5: Fisher's one-sided p = 1/252 (0.004), Holm over the
     two comparisons doubles the smaller; a pair without a difference is `not detected at n`."""
@@ -1037,12 +1049,7 @@ def test_the_report_runs_the_preregistered_family_with_fisher_and_holm():
             "comparisons": [["more", "base"], ["bad", "base"]],
         },
     }
-    table = Table.model_validate(spec)
-    values = {"more": [93.0, 94.0, 92.0, 95.0, 91.0], "base": [-5.0, 0.0, 10.0, -1.0, 3.0],
-              "bad": [0.0, 2.0, -4.0, 85.0, 1.0]}  # fmt: skip
-    found = [dataclasses.replace(f, state="done", value=values[f.cell][f.seed])
-             for f in statuses(table, {})]  # fmt: skip
-    text = format_report(table, found)
+    text = report_of(spec, {**FLAG_SEEDS, "bad": [0.0, 2.0, -4.0, 85.0, 1.0]})
     p = stats.fisher_exact([[5, 0], [0, 5]], "greater").pvalue
     q = stats.fisher_exact([[1, 4], [0, 5]], "greater").pvalue
     assert "Holm over 2): more beats base" in text
@@ -1083,12 +1090,8 @@ def test_an_amendment_is_its_own_holm_family_over_the_cells_it_adds():
         "cells": {**TABLE["cells"], "bad": base, "fixed": base},
         "preregistered": {**first, "amendments": [amendment]},
     }
-    table = Table.model_validate(spec)
-    values = {"more": [93.0, 94.0, 92.0, 95.0, 91.0], "base": [-5.0, 0.0, 10.0, -1.0, 3.0],
-              "bad": [0.0, 2.0, -4.0, 85.0, 1.0], "fixed": [90.0, 91.0, 92.0, 93.0, 0.0]}  # fmt: skip
-    found = [dataclasses.replace(f, state="done", value=values[f.cell][f.seed])
-             for f in statuses(table, {})]  # fmt: skip
-    text = format_report(table, found)
+    text = report_of(spec, {**FLAG_SEEDS, "bad": [0.0, 2.0, -4.0, 85.0, 1.0],
+                            "fixed": [90.0, 91.0, 92.0, 93.0, 0.0]})  # fmt: skip
     p = stats.fisher_exact([[5, 0], [0, 5]], "greater").pvalue
     r = stats.fisher_exact([[4, 1], [1, 4]], "greater").pvalue
     assert "Pre-registered (greater, alpha 0.05, Holm over 2): more beats base" in text

@@ -36,6 +36,7 @@ from pipeline.tools.sweeps.queue import (
     start_workers,
     wait,
 )
+from pipeline.tools.sweeps.report import git_root
 from pipeline.tools.sweeps.status import all_statuses, committed, settled_rows
 from pipeline.tools.sweeps.table import SweepError, Table, load_table
 
@@ -68,11 +69,10 @@ class Step:
 
 def plan_root(path: Path) -> Path:
     """The root of the git repository that holds the plan file: its paths are relative to it."""
-    full = path.resolve()
-    for root in full.parents:
-        if (root / ".git").exists():
-            return root
-    raise SweepError(f"{path}: not in a git repository; a plan names files of its repository")
+    root = git_root(path)
+    if root is None:
+        raise SweepError(f"{path}: not in a git repository; a plan names files of its repository")
+    return root
 
 
 def load_plan(path: Path, repo: Path) -> list[Step]:

@@ -344,14 +344,19 @@ def plot_cells(table: Table, found: list[Status], path: Path) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def git_root(path: Path) -> Path | None:
+    """The root of the git repository that holds `path` (None outside one)."""
+    for root in path.resolve().parents:
+        if (root / ".git").exists():
+            return root
+    return None
+
+
 def repo_path(path: Path) -> str:
     """`path` relative to the root of the git repository that holds it (where results files
     name it, so that they name no directory of the machine they were made on), else as given."""
-    full = path.resolve()
-    for root in full.parents:
-        if (root / ".git").exists():
-            return full.relative_to(root).as_posix()
-    return str(path)
+    root = git_root(path)
+    return str(path) if root is None else path.resolve().relative_to(root).as_posix()
 
 
 def write_report(table: Table, table_path: Path, found: list[Status], out: Path) -> str:
