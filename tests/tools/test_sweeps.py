@@ -395,9 +395,43 @@ def test_queue_workers_run_at_low_priority_one_thread_with_the_resume_root(tmp_p
     assert args == ["dvc", "queue", "start", "-j", "2"]
     assert kw["env"][RESUME_ROOT_ENV] == str(tmp_path / "states")
     assert kw["env"]["OMP_NUM_THREADS"] == "1" and kw["preexec_fn"] is not None
+    assert kw["start_new_session"]  # its workers share its session's (lowered) autogroup
     assert (tmp_path / "states").is_dir()
     # the workers' `dvc` and stages' `python` are this interpreter's, activated or not
     assert kw["env"]["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+
+
+AUTOGROUP_OF_CHILD = (
+    "import os, sys; from pathlib import Path; from pipeline.tools.sweeps.queue import Workers; "
+    "Workers(Path('.'), nice=int(sys.argv[1])).lower_priority(); "
+    "print(os.nice(0), Path('/proc/self/autogroup').read_text().split()[-1])"
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroup scheduling")
+def test_a_worker_lowers_its_sessions_autogroup_and_never_the_callers():
+    """Under Linux's autogroup the CPU is shared between sessions before niceness counts, so a
+    worker at nice 19 in its own session would take as much as the shell's: a worker started in
+    a session of its own gives that session's autogroup its niceness too, and one started in the
+    caller's session (which `start_workers` never does) leaves the caller's group alone."""
+    import subprocess
+
+    def child(nice: int, own_session: bool) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", AUTOGROUP_OF_CHILD, str(nice)], cwd=REPO, text=True,
+            capture_output=True, start_new_session=own_session, check=True,
+        )  # fmt: skip
+
+    ours = Path("/proc/self/autogroup").read_text()
+    done = child(19, own_session=True)
+    nice, group_nice = done.stdout.split()
+    assert nice == "19"
+    if "could not give" in done.stderr:  # a container that forbids it: the user is told why
+        assert "/autogroup niceness 19" in done.stderr and "equal share" in done.stderr
+    else:
+        assert group_nice == "19", done.stderr
+    done = child(int(ours.split()[-1]) + 5, own_session=False)
+    assert Path("/proc/self/autogroup").read_text() == ours and done.stderr == ""
 
 
 def test_workers_are_started_by_name_where_some_already_run(tmp_path, monkeypatch, capsys):
