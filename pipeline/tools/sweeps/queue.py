@@ -158,8 +158,10 @@ def lower_group_priority(pid: int, nice: int) -> None:
     except FileNotFoundError:
         return
     except (OSError, ValueError) as err:  # not ours to change (setpriority's rules), or unread
-        print(f"warning: could not give {path} niceness {nice} ({err}): the workers compete "
-              "with the machine's other sessions at an equal share", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"warning: could not give {path} niceness {nice} ({err}): the workers compete with "
+            "the machine's other sessions at an equal share", file=sys.stderr, flush=True,
+        )  # fmt: skip
 
 
 # DVC's name for its queue worker `num` of a repository (dvc/repo/experiments/queue/celery.py)
