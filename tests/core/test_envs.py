@@ -122,6 +122,55 @@ def test_action_repeat_sums_rewards_and_stops_at_the_end():
     assert reward == 2.0 and terminated and env.unwrapped.calls == 2
 
 
+def _carracing_episode(frames: bool, max_episode_steps: int, agent_steps: int) -> list:
+    """Each agent step's (pixels, state, reward, terminated, truncated, context) of one CarRacing
+    episode at action repeat 4, with its frames drawn only when seen or (as gymnasium does) at
+    every step."""
+    env = make_env("CarRacing-v3", env_cfg(action_repeat=4, max_episode_steps=max_episode_steps))
+    if not frames:
+        env.env.frames = None  # the ActionRepeat under the contract
+    obs, info = env.reset(seed=3)
+    env.action_space.seed(0)
+    steps = [(obs[PIXELS], obs[STATE], 0.0, False, False, info[CONTEXT])]
+    for _ in range(agent_steps):
+        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        steps.append((obs[PIXELS], obs[STATE], reward, terminated, truncated, info[CONTEXT]))
+        if terminated or truncated:
+            break
+    env.close()
+    return steps
+
+
+@pytest.mark.parametrize("max_episode_steps", [None, 30])  # 30: it ends inside a repeat
+def test_carracing_draws_only_the_frames_it_shows_and_shows_the_same(max_episode_steps):
+    """At action repeat 4 CarRacing's own step drew every repeated step's frame and three in
+    four were thrown away: the steps before the last skip it, one that ends the episode draws
+    it after, and the episode is the same bytes as when every frame is drawn."""
+    from pipeline.core.envs.gym_envs import CarRacingFrames
+
+    env = make_env("CarRacing-v3", env_cfg(action_repeat=4))
+    assert isinstance(env.env.frames, CarRacingFrames)
+    env.close()
+    lean = _carracing_episode(True, max_episode_steps, agent_steps=12)
+    full = _carracing_episode(False, max_episode_steps, agent_steps=12)
+    assert len(lean) == len(full) == (9 if max_episode_steps else 13)
+    assert full[-1][4] == (max_episode_steps is not None)  # 30 env steps: truncated at step 8
+    for a, b in zip(lean, full, strict=True):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+        assert a[2:] == b[2:]
+    assert len({frame.tobytes() for frame, *_ in lean}) > 1  # the car moved: frames differ
+
+
+def test_the_carracing_frames_benchmark_prints_both_rates_and_agrees(capsys):
+    from benchmarks.carracing_frames import main
+
+    main(["--episodes", "1", "--steps", "6"])
+    out = capsys.readouterr().out
+    assert "every repeated step drawn:" in out and "drawn only when seen:" in out
+    assert "same pixels and rewards: True" in out
+
+
 def test_unknown_env_id_is_a_clear_error():
     with pytest.raises(
         UnknownEnvError, match=r"unknown env id 'Pong-v5'; known env ids: MountainCar-v0"

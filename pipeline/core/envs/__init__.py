@@ -91,7 +91,12 @@ def make_env(env_id: str, cfg: EnvConfig, *, pixels: bool = True) -> gym.Env:
             )
     if not info.shipped:
         _check_brought_actions(env_id, base.action_space)
-    env = ActionRepeat(base, cfg.action_repeat)
+    frames = None
+    if info.family == "carracing" and cfg.action_repeat > 1:
+        from pipeline.core.envs.gym_envs import CarRacingFrames
+
+        frames = CarRacingFrames(base)
+    env = ActionRepeat(base, cfg.action_repeat, frames)
     return ObservationContract(
         env,
         image_size=cfg.image_size,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import gymnasium as gym
@@ -59,6 +61,36 @@ def carracing_state_from_context(ctx: dict[str, Any]) -> np.ndarray:
 
 def carracing_state(env: gym.Env, obs: Any) -> np.ndarray:
     return carracing_state_from_context(carracing_context(env, obs))
+
+
+class CarRacingFrames:
+    """CarRacing's frames drawn only when seen (`ActionRepeat`'s `DeferredFrames`). Its `step`
+    draws the 96x96 observation (`_render("state_pixels")`: the road's polygons, one by one in
+    Python, most of a step's time) and reads nothing of it back: reward, termination and physics
+    come from the car and the track (gymnasium's box2d/car_racing.py). At action repeat 4, three
+    of every four drawings were thrown away (benchmarks/carracing_frames.py)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        self.car_racing = env.unwrapped
+        if not callable(getattr(self.car_racing, "_render", None)):
+            raise TypeError(
+                f"{type(self.car_racing).__name__} has no _render(mode): this gymnasium's "
+                "CarRacing draws its frames another way; build the env without CarRacingFrames"
+            )
+
+    @contextmanager
+    def skipped(self) -> Iterator[None]:
+        env = self.car_racing
+        env._render = lambda mode: env.state.copy()  # the frame drawn last: a valid observation
+        try:
+            yield
+        finally:
+            del env._render  # the class's again
+
+    def draw(self) -> np.ndarray:
+        env = self.car_racing
+        env.state = env._render("state_pixels")
+        return env.state
 
 
 def _headless_pygame() -> None:

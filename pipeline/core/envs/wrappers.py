@@ -10,7 +10,8 @@ Contract (what `make_env` returns):
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -34,21 +35,44 @@ def resize_frame(frame: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(image)
 
 
-class ActionRepeat(gym.Wrapper):
-    """Repeat each action `repeat` times, summing rewards; stop early when the episode ends."""
+class DeferredFrames(Protocol):
+    """How an env that draws its observation inside every step (CarRacing) draws it only when it
+    is seen: `skipped()` around a step whose observation is thrown away, `draw()` for the
+    observation of the step just taken (the same pixels: the drawing reads only the state the
+    step left)."""
 
-    def __init__(self, env: gym.Env, repeat: int) -> None:
+    def skipped(self) -> AbstractContextManager[None]: ...
+
+    def draw(self) -> Any: ...
+
+
+class ActionRepeat(gym.Wrapper):
+    """Repeat each action `repeat` times, summing rewards; stop early when the episode ends.
+
+    Only the last repeated step's observation is returned. With `frames`, the steps before it
+    skip drawing theirs, and a step that ends the episode early draws it afterwards: the same
+    observations, rewards and ends, for one drawing per agent step instead of `repeat`."""
+
+    def __init__(self, env: gym.Env, repeat: int, frames: DeferredFrames | None = None) -> None:
         if repeat < 1:
             raise ValueError(f"action repeat must be >= 1, got {repeat}")
         super().__init__(env)
         self.repeat = repeat
+        self.frames = frames
 
     def step(self, action):
         total = 0.0
-        for _ in range(self.repeat):
-            obs, reward, terminated, truncated, info = self.env.step(action)
+        for i in range(self.repeat):
+            last = i == self.repeat - 1
+            if last or self.frames is None:
+                obs, reward, terminated, truncated, info = self.env.step(action)
+            else:
+                with self.frames.skipped():
+                    obs, reward, terminated, truncated, info = self.env.step(action)
             total += float(reward)
             if terminated or truncated:
+                if not last and self.frames is not None:
+                    obs = self.frames.draw()
                 break
         return obs, total, terminated, truncated, info
 
