@@ -222,14 +222,15 @@ def test_dvc_repro_reruns_only_what_changed(built_a, tmp_path):
     write_params(repo / "params.yaml", params)
 
     # a prompt edit relabels every env and changes no rollout: collect (which imports the label
-    # code) reruns as a no-op, so verify does not rerun
+    # code) reruns as a no-op, so verify does not rerun. The audits are the targets: what reads
+    # the new labels downstream (datasets, C_V, the runs) reruns as DVC's graph says, unchecked
     prompt = repo / "pipeline" / "teach" / "labels" / "prompts" / "common" / "objects.txt"
     prompt.write_text(prompt.read_text() + "Name at most five objects.\n")
-    fourth = _run(["dvc", "repro"], repo)
+    fourth = _run(["dvc", "repro", *(f"audit@{e}" for e in ENVS)], repo)
     ran = _ran(fourth)
     assert {f"{s}@{e}" for s in ("label", "audit") for e in ENVS} <= set(ran)
     assert not any(stage.startswith("verify@") for stage in ran)
-    # (a word boundary: teacher_eval's "20 teacher calls" is not a zero)
+    # (a word boundary: a count such as "20 teacher calls" is not a zero)
     assert "nothing to do" in fourth and not re.search(r"(?<![\d,])0 teacher calls", fourth)
 
 
