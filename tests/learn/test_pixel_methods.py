@@ -197,3 +197,24 @@ def test_the_gate_probe_reads_a_pixel_agent_and_splits_the_gate_by_agreement(pix
     assert sum(w * rate for w, rate in parts if rate is not None) == pytest.approx(overall)
     assert split["coupling"] is None or split["coupling"] >= 0
     assert "the gate opens on" in format_probe(probe)
+
+
+def test_the_label_probe_trains_on_one_episode_and_scores_the_other(pixel_pipeline, tmp_path):
+    """benchmarks.label_probe on the pipeline-built pixel dataset: for the state and for the
+    stacked frames, each episode held out once; the held-out rows and the training rows are
+    the labelled rows, and the scores are shares and squared errors of labels in [-1, 1]."""
+    import json
+
+    from benchmarks.label_probe import labelled_rows, main
+
+    out = tmp_path / "probe.json"
+    main(["--dataset", str(pixel_pipeline / "ds"), "--steps", "3", "--batch", "8",
+          "--hidden", "16", "--out", str(out)])  # fmt: skip
+    results = json.loads(out.read_text())["results"]
+    frames, labels, episode = labelled_rows(pixel_pipeline / "ds", "pixels", 3)
+    assert frames.shape[1] == 9 and len(frames) == len(labels) == len(episode)
+    assert len(results) == 4 and {k.split(",")[0] for k in results} == {"state", "pixels"}
+    for row in results.values():
+        assert row["rows_train"] + row["rows_test"] == len(labels)
+        assert 0 <= row["sign_agreement"] <= 1
+        assert 0 <= row["mse"] <= 4 and 0 <= row["mse_of_the_mean_label"] <= 4

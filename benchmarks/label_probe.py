@@ -1,0 +1,125 @@
+"""Can an actor's network read the teacher's action label from what it observes? A supervised
+probe, no RL: the encoder of a run (pixels: DrQ's, frame stack k, as P1's cells; or the state)
+and a tanh head regress the teacher's label a_v (MSE) on one episode of a dataset and are scored
+on another: the share of held-out rows whose prediction has the label's sign, the held-out MSE
+against that of predicting the training episode's mean label, and the sign agreement on the
+training rows (a probe that fits those and not the held-out ones memorised). Where the pixel
+probe cannot beat the mean label from frames while the state probe can, the label depends on
+something this network does not read from these frames at this budget, and a term that pulls
+the actor toward the labels has nothing there that it can learn.
+
+    python -m benchmarks.label_probe --dataset data/datasets/MountainCarContinuous-v0 \\
+        --steps 1500 --out reports/label_probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from pipeline.core.stacking import stack_window, to_channels
+from pipeline.dataset.transitions import load_offline_transitions
+from pipeline.learn.agents.networks import make_encoder
+
+
+def labelled_rows(dataset: Path, obs: str, frame_stack: int):
+    """(inputs per labelled row, a_v (N, A), episode id per row) of `dataset`."""
+    data = load_offline_transitions(dataset, obs, ("action",))
+    rows = np.flatnonzero(data["has_label"].reshape(len(data)))
+    index = data.obs_index[rows]
+    if obs == "pixels":
+        window = stack_window(index, data.episode_start[index], frame_stack)
+        inputs = to_channels(data.obs[window])  # (N, 3k, H, W) uint8
+    else:
+        inputs = data.obs[index].astype(np.float32)
+    return inputs, data["a_v"][rows].astype(np.float32), data.episode_start[index]
+
+
+class Probe(nn.Module):
+    def __init__(self, obs: str, shape: tuple[int, ...], action_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.pixels = obs == "pixels"
+        self.encoder = make_encoder(obs, shape)  # type: ignore[arg-type]
+        self.head = nn.Sequential(
+            nn.Linear(50, hidden), nn.ReLU(), nn.Linear(hidden, action_dim), nn.Tanh()
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pixels:
+            x = x.float() / 255.0
+        return self.head(self.encoder(x))
+
+
+def probe(obs: str, inputs, labels, train, test, steps: int, batch: int, hidden: int, seed: int):
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = Probe(obs, inputs.shape[1:], labels.shape[1], hidden)
+    optim = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.from_numpy(inputs), torch.from_numpy(labels)
+    for _ in range(steps):
+        pick = torch.from_numpy(rng.choice(train, batch))
+        loss = (model(x[pick]) - y[pick]).pow(2).mean()
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    with torch.no_grad():
+        pred, fit = (
+            torch.cat([model(x[torch.from_numpy(c)]) for c in np.array_split(rows, 16)])
+            for rows in (test, train)
+        )
+    held, seen = y[torch.from_numpy(test)], y[torch.from_numpy(train)]
+    mean_label = seen.mean(0)
+    return {
+        "rows_train": len(train),
+        "rows_test": len(test),
+        "sign_agreement": float((torch.sign(pred) == torch.sign(held)).float().mean()),
+        "sign_agreement_on_the_training_rows": float(
+            (torch.sign(fit) == torch.sign(seen)).float().mean()
+        ),
+        "mse": float((pred - held).pow(2).mean()),
+        "mse_of_the_mean_label": float((mean_label - held).pow(2).mean()),
+        "mean_abs_prediction": float(pred.abs().mean()),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", type=Path, required=True)
+    parser.add_argument("--frame-stack", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    results = {}
+    for obs in ("state", "pixels"):
+        inputs, labels, episode = labelled_rows(args.dataset, obs, args.frame_stack)
+        episodes = np.unique(episode)
+        if len(episodes) < 2:
+            raise SystemExit(
+                f"{args.dataset}: one episode; the probe trains on one and tests on another"
+            )
+        for held_out in episodes[:2]:
+            train, test = np.flatnonzero(episode != held_out), np.flatnonzero(episode == held_out)
+            row = probe(obs, inputs, labels, train, test, args.steps, args.batch, args.hidden,
+                        args.seed)  # fmt: skip
+            results[f"{obs}, held-out episode starting at row {held_out}"] = row
+            print(f"{obs:6s} held out {held_out:5d}: sign agreement {row['sign_agreement']:.3f} "
+                  f"(training rows {row['sign_agreement_on_the_training_rows']:.3f}), "
+                  f"MSE {row['mse']:.3f} (the mean label's {row['mse_of_the_mean_label']:.3f}), "
+                  f"mean |prediction| {row['mean_abs_prediction']:.3f}", flush=True)  # fmt: skip
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                        "results": results}, indent=2) + "\n")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
