@@ -41,17 +41,17 @@ def labelled_rows(dataset: Path, obs: str, frame_stack: int):
 
 
 class Probe(nn.Module):
+    """The encoder (pixels: uint8 frames in, scaled by the encoder itself, as in training) and a
+    tanh head."""
+
     def __init__(self, obs: str, shape: tuple[int, ...], action_dim: int, hidden: int) -> None:
         super().__init__()
-        self.pixels = obs == "pixels"
         self.encoder = make_encoder(obs, shape)  # type: ignore[arg-type]
         self.head = nn.Sequential(
             nn.Linear(50, hidden), nn.ReLU(), nn.Linear(hidden, action_dim), nn.Tanh()
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.pixels:
-            x = x.float() / 255.0
         return self.head(self.encoder(x))
 
 
