@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,9 +47,12 @@ class Probe(nn.Module):
 
     def __init__(self, obs: str, shape: tuple[int, ...], action_dim: int, hidden: int) -> None:
         super().__init__()
-        self.encoder = make_encoder(obs, shape)  # type: ignore[arg-type]
+        # `features`: a trained encoder's outputs, frozen (`--features`): the head alone learns
+        kind: Any = obs  # "pixels" or "state" where not "features"
+        self.encoder: nn.Module = nn.Identity() if obs == "features" else make_encoder(kind, shape)
+        width = shape[0] if obs == "features" else 50
         self.head = nn.Sequential(
-            nn.Linear(50, hidden), nn.ReLU(), nn.Linear(hidden, action_dim), nn.Tanh()
+            nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, action_dim), nn.Tanh()
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -95,12 +99,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--features", type=Path, action="append", default=[],
+        help="a .npy of an agent's encoder outputs (N, F) for the labelled rows in the probe's "
+        "order (`labelled_rows(..., 'pixels', k)`): the head alone learns from them, frozen; "
+        "repeat for several agents",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     results = {}
-    for obs in ("state", "pixels"):
-        inputs, labels, episode = labelled_rows(args.dataset, obs, args.frame_stack)
+    kinds = [("state", None), ("pixels", None), *(("features", f) for f in args.features)]
+    for kind, features in kinds:
+        inputs, labels, episode = labelled_rows(
+            args.dataset, "pixels" if features else kind, args.frame_stack
+        )
+        name = kind
+        if features is not None:  # the spread: the features' std over rows (ddof 1), mean over F
+            inputs = np.load(features).astype(np.float32)
+            if len(inputs) != len(labels):
+                raise SystemExit(f"{features}: {len(inputs)} rows, the dataset {len(labels)}")
+            name = f"{features.name} (spread {inputs.std(0, ddof=1).mean():.2g})"
         episodes = np.unique(episode)
         if len(episodes) < 2:
             raise SystemExit(
@@ -108,10 +127,10 @@ def main(argv: list[str] | None = None) -> None:
             )
         for held_out in episodes[:2]:
             train, test = np.flatnonzero(episode != held_out), np.flatnonzero(episode == held_out)
-            row = probe(obs, inputs, labels, train, test, args.steps, args.batch, args.hidden,
+            row = probe(kind, inputs, labels, train, test, args.steps, args.batch, args.hidden,
                         args.seed)  # fmt: skip
-            results[f"{obs}, held-out episode starting at row {held_out}"] = row
-            print(f"{obs:6s} held out {held_out:5d}: sign agreement {row['sign_agreement']:.3f} "
+            results[f"{name}, held-out episode starting at row {held_out}"] = row
+            print(f"{name:6s} held out {held_out:5d}: sign agreement {row['sign_agreement']:.3f} "
                   f"(training rows {row['sign_agreement_on_the_training_rows']:.3f}), "
                   f"MSE {row['mse']:.3f} (the mean label's {row['mse_of_the_mean_label']:.3f}), "
                   f"mean |prediction| {row['mean_abs_prediction']:.3f}", flush=True)  # fmt: skip

@@ -205,15 +205,21 @@ def test_the_label_probe_trains_on_one_episode_and_scores_the_other(pixel_pipeli
     the labelled rows, and the scores are shares and squared errors of labels in [-1, 1]."""
     import json
 
+    import numpy as np
+
     from benchmarks.label_probe import labelled_rows, main
 
-    out = tmp_path / "probe.json"
-    main(["--dataset", str(pixel_pipeline / "ds"), "--steps", "3", "--batch", "8",
-          "--hidden", "16", "--out", str(out)])  # fmt: skip
-    results = json.loads(out.read_text())["results"]
     frames, labels, episode = labelled_rows(pixel_pipeline / "ds", "pixels", 3)
     assert frames.shape[1] == 9 and len(frames) == len(labels) == len(episode)
-    assert len(results) == 4 and {k.split(",")[0] for k in results} == {"state", "pixels"}
+    features = tmp_path / "encoder.npy"  # a collapsed encoder's: the same vector on every row
+    np.save(features, np.full((len(labels), 50), 0.3, np.float32))
+    out = tmp_path / "probe.json"
+    main(["--dataset", str(pixel_pipeline / "ds"), "--steps", "3", "--batch", "8",
+          "--hidden", "16", "--features", str(features), "--out", str(out)])  # fmt: skip
+    results = json.loads(out.read_text())["results"]
+    assert len(results) == 6
+    names = {k.split(",")[0] for k in results}
+    assert {"state", "pixels"} < names and any(n.startswith("encoder.npy (spread") for n in names)
     for row in results.values():
         assert row["rows_train"] + row["rows_test"] == len(labels)
         assert 0 <= row["sign_agreement"] <= 1
