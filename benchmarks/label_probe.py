@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         name = kind
         if features is not None:  # the spread: the features' std over rows (ddof 1), mean over F
-            inputs = np.load(features).astype(np.float32)
+            inputs = np.load(features, allow_pickle=False).astype(np.float32)
             if len(inputs) != len(labels):
                 raise SystemExit(f"{features}: {len(inputs)} rows, the dataset {len(labels)}")
             name = f"{features.name} (spread {inputs.std(0, ddof=1).mean():.2g})"

@@ -170,6 +170,9 @@ SAFE_UNPICKLING = {
         "are sympified, which can run code; tests/teach/test_collect.py); refuses pickled payloads "
         "first, then loads with torch.load forced to weights_only"
     ),
+    ("benchmarks/label_probe.py", "main", "np.load"): (
+        "a benchmark's --features .npy, read with allow_pickle=False: an object array is refused"
+    ),
 }
 UNPICKLERS = {
     "torch.load", "pickle.load", "pickle.loads", "pickle.Unpickler", "np.load", "numpy.load",
