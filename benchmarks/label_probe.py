@@ -110,10 +110,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     results = {}
     kinds = [("state", None), ("pixels", None), *(("features", f) for f in args.features)]
+    read: dict[str, tuple] = {}  # the dataset read once per kind: features reuse the pixels' rows
     for kind, features in kinds:
-        inputs, labels, episode = labelled_rows(
-            args.dataset, "pixels" if features else kind, args.frame_stack
-        )
+        source = "pixels" if features else kind
+        if source not in read:
+            read[source] = labelled_rows(args.dataset, source, args.frame_stack)
+        inputs, labels, episode = read[source]
         name = kind
         if features is not None:  # the spread: the features' std over rows (ddof 1), mean over F
             inputs = np.load(features, allow_pickle=False).astype(np.float32)
