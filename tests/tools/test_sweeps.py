@@ -16,7 +16,7 @@ from scipy import stats
 from pipeline.learn.curves import median_steps, steps_to
 from pipeline.teach.labels.cost import label_cost
 from pipeline.tools.sweeps.cli import main
-from pipeline.tools.sweeps.queue import tool_env
+from pipeline.tools.sweeps.queue import autogroup_nice, tool_env
 from pipeline.tools.sweeps.report import format_report, summaries
 from pipeline.tools.sweeps.status import statuses
 from pipeline.tools.sweeps.table import (
@@ -404,7 +404,8 @@ def test_queue_workers_run_at_low_priority_one_thread_with_the_resume_root(tmp_p
 AUTOGROUP_OF_CHILD = (
     "import os, sys; from pathlib import Path; from pipeline.tools.sweeps.queue import Workers; "
     "Workers(Path('.'), nice=int(sys.argv[1])).lower_priority(); "
-    "print(os.nice(0), Path('/proc/self/autogroup').read_text().split()[-1])"
+    "from pipeline.tools.sweeps.queue import autogroup_nice; "
+    "print(os.nice(0), autogroup_nice(Path('/proc/self/autogroup').read_text()))"
 )
 
 
@@ -430,8 +431,18 @@ def test_a_worker_lowers_its_sessions_autogroup_and_never_the_callers():
         assert "/autogroup niceness 19" in done.stderr and "equal share" in done.stderr
     else:
         assert group_nice == "19", done.stderr
-    done = child(int(ours.split()[-1]) + 5, own_session=False)
+    # a runner in no autogroup (a container's first session: the file is empty) has none to lose
+    done = child((autogroup_nice(ours) or os.nice(0)) + 5, own_session=False)
     assert Path("/proc/self/autogroup").read_text() == ours and done.stderr == ""
+
+
+def test_autogroup_text_is_read_or_refused_by_name():
+    """/proc/PID/autogroup is "/autogroup-N nice K", or empty for a process in no autogroup
+    (the root group a container's first session runs in): that has no niceness to lower."""
+    assert autogroup_nice("/autogroup-746 nice 7\n") == 7
+    assert autogroup_nice("") is None and autogroup_nice("\n") is None
+    with pytest.raises(ValueError, match="unexpected autogroup text"):
+        autogroup_nice("/autogroup-746 niceness")
 
 
 def test_workers_are_started_by_name_where_some_already_run(tmp_path, monkeypatch, capsys):

@@ -152,8 +152,8 @@ def lower_group_priority(pid: int, nice: int) -> None:
     /proc/PID/autogroup, and the process's niceness alone orders the CPU."""
     path = Path(f"/proc/{pid}/autogroup")
     try:
-        current = int(path.read_text().split()[-1])  # "/autogroup-746 nice 0"
-        if nice > current:
+        current = autogroup_nice(path.read_text())
+        if current is not None and nice > current:
             path.write_text(str(nice))
     except FileNotFoundError:
         return
@@ -162,6 +162,19 @@ def lower_group_priority(pid: int, nice: int) -> None:
             f"warning: could not give {path} niceness {nice} ({err}): the workers compete with "
             "the machine's other sessions at an equal share", file=sys.stderr, flush=True,
         )  # fmt: skip
+
+
+def autogroup_nice(text: str) -> int | None:
+    """The niceness in /proc/PID/autogroup's text ("/autogroup-746 nice 0"), or None where it
+    is empty: the kernel writes nothing for a process in no autogroup (the root group that a
+    container's first session runs in, or a kernel with autogroup off), which has no group
+    niceness to change. Other text raises ValueError."""
+    fields = text.split()
+    if not fields:
+        return None
+    if len(fields) != 3 or fields[1] != "nice":
+        raise ValueError(f"unexpected autogroup text {text!r}")
+    return int(fields[2])
 
 
 # DVC's name for its queue worker `num` of a repository (dvc/repo/experiments/queue/celery.py)
