@@ -16,7 +16,9 @@ Rows, per size (`--configs`):
   with SAC-AE's actor (`actor_encoder: shared`);
 - `ours: sac + DeepMDP`: the same without the shift, with ERPv's DeepMDP heads (its base agent);
 - `ours: erpv`: that plus VPG + VER on a batch half from a labelled dataset (C_V forward, the
-  transition model's confidence): ERPv's extra work;
+  transition model's confidence): ERPv's extra work; `..., the actor's loss into the encoder`
+  the same with `actor_encoder: coupled` (one more encoder pass, forward and backward, per
+  actor step);
 - `ours: semore m4`: the dual-stream encoder, cross-attention and eq. 5 on masked rows.
 
 Each row fills its replay with the same random frames (episodes of 125 steps) and is timed on
@@ -179,6 +181,7 @@ OURS = {
     "drq-shared": "drq, actor on the critic's features",  # SAC-AE's actor (`actor_encoder: shared`)
     "sac": "sac + DeepMDP",
     "erpv": "erpv (VPG + VER)",
+    "erpv-coupled": "erpv, the actor's loss into the encoder",  # `actor_encoder: coupled`
     "semore": "semore m4",
 }
 COMPILE_MODES = [
@@ -201,9 +204,11 @@ def our_agent(name: str, config: tuple[int, int, int], batch: int, device: str,
     if name == "sac":  # DrQ's params with the shift off (DrQParams asks for one), SAC's actor
         cfg = DrQParams(**common, image_pad=4, actor_encoder="shared")
         return DrQAgent(shape, SPACE, cfg.model_copy(update={"image_pad": 0})), False
-    if name == "erpv":
+    if name in ("erpv", "erpv-coupled"):
         critic = VLMCritic(shape, SPACE.low, SPACE.high, net).freeze()
-        return ERPvAgent(shape, SPACE, ERPvParams(**common, offline_fraction=0.5), critic), True
+        actor = "coupled" if name == "erpv-coupled" else "shared"
+        cfg = ERPvParams(**common, offline_fraction=0.5, actor_encoder=actor)
+        return ERPvAgent(shape, SPACE, cfg, critic), True
     # Semore's eq. 5 compares feature maps by SSIM: the small encoder keeps 3 layers (7x7 maps
     # at 64x64) with a 5x5 window and attends per position (the CPU pixel table's semore cells)
     small = {"encoder_layers": 3, "attention_stride": 1, "attention_dim": 32}

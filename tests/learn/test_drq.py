@@ -327,3 +327,61 @@ def test_own_actor_head_is_refused_where_the_paper_shares_features(method):
         method_of(method).params_class.model_validate(raw)
     with pytest.raises(ValueError, match=r"which\s+frames have"):
         SACParams.model_validate({**raw, "network": {**raw["network"], "obs": "state"}})
+
+
+def test_a_coupled_actor_trains_the_critics_encoder_by_its_own_loss():
+    """`actor_encoder: coupled`: the actor reads the critic encoder's features with their
+    gradient, so its step moves the encoder (by the actor's optimiser), while `shared` (SAC-AE)
+    leaves the encoder to the critic's step. Q reads the features detached: the critic's
+    weights get no actor gradient."""
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    raw = {**_params()["drq"], "image_pad": 0}
+    moved = {}
+    for mode in ("shared", "coupled"):
+        agent = SACAgent(
+            (24, 24, 3), space, SACParams.model_validate({**raw, "actor_encoder": mode}), seed=1
+        )
+        b = _batch(3)
+        step = agent.update_critic(b)
+        encoder = [p.detach().clone() for p in agent.encoder.parameters()]
+        actor = [p.detach().clone() for p in agent.actor.parameters()]
+        agent.critic_optimizer.zero_grad(set_to_none=True)
+        agent.update_actor_and_alpha(step.h, step.next_h, b)
+        moved[mode] = not _unchanged(encoder, agent.encoder)
+        assert not _unchanged(actor, agent.actor)
+        assert all(p.grad is None or not p.grad.any() for p in agent.critic.parameters())
+        x = _batch(4)["obs"][:1]
+        with torch.no_grad():  # it acts on the critic's features either way
+            torch.testing.assert_close(agent.actor_features(x), agent.features(x))
+    assert moved == {"shared": False, "coupled": True}
+
+
+def test_a_coupled_actor_is_erpvs_option_and_resumes_exactly(tmp_path):
+    """ERPv takes `coupled` (its actor still reads the critic's encoder) and refuses `own`;
+    a coupled agent's training state (the actor's optimiser holds the encoder's moments) comes
+    back so that the next updates are the same as without the stop."""
+    from pipeline.learn.methods.erpv import ERPvParams
+
+    raw = {**_params()["drq"], "image_pad": 0, "actor_update_freq": 1}
+    assert ERPvParams.model_validate({**raw, "actor_encoder": "coupled"}).actor_encoder == "coupled"
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    cfg = SACParams.model_validate({**raw, "actor_encoder": "coupled"})
+    straight = SACAgent((24, 24, 3), space, cfg, seed=1)
+    stopped = SACAgent((24, 24, 3), space, cfg, seed=1)
+    for i in range(2):
+        torch.manual_seed(i)
+        straight.update(_batch(i))
+        torch.manual_seed(i)
+        stopped.update(_batch(i))
+    state = stopped.training_state()
+    stopped.save(tmp_path / "agent")
+    resumed = SACAgent((24, 24, 3), space, cfg, seed=7)
+    resumed.load_weights(tmp_path / "agent")
+    resumed.load_training_state(state)
+    for i in range(2, 4):
+        torch.manual_seed(i)
+        straight.update(_batch(i))
+        torch.manual_seed(i)
+        resumed.update(_batch(i))
+    for name, module in straight._modules().items():
+        assert _unchanged(list(module.parameters()), resumed._modules()[name]), name

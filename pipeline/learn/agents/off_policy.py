@@ -164,13 +164,18 @@ class SACParams(Section):
         description="Deterministic episodes played in an env of their own at every metrics row "
         "(`eval_return`: a learning curve even when training episodes are long); 0: none.",
     )
-    actor_encoder: Literal["shared", "own"] = Field(
+    actor_encoder: Literal["shared", "own", "coupled"] = Field(
         default="shared",
         exclude_if=lambda v: v == "shared",  # agents saved before it existed load as before
         description="What the actor reads: `shared`, the critic encoder's features, detached "
         "(SAC-AE, ERPv: only the critic shapes the encoder); `own`, a head of its own (FC + "
         "LayerNorm + tanh) over the critic's conv map, detached, trained by the actor's loss "
-        "(DrQ's actor: convs tied, head its own; the default of `drq`). Pixels only.",
+        "(DrQ's actor: convs tied, head its own; the default of `drq`; pixels only); "
+        "`coupled`, the critic encoder's features with their gradient: the actor's whole loss "
+        "(ERPv's lambda_1 L_V with it) trains the encoder too, by an optimiser of the actor's "
+        "(as SAC-AE's decoder loss trains it by one of its own), while Q reads them detached. "
+        "Not in the papers: a control for an encoder that the critic alone leaves blind to "
+        "what the labels depend on. One more encoder pass per actor step.",
     )
     image_pad: int = Field(
         default=0,
@@ -384,6 +389,8 @@ class OffPolicyAgent(ABC):
         actor = [*self.actor.parameters()]
         if self.actor_head is not None:
             actor += self.actor_head.parameters()
+        if cfg.actor_encoder == "coupled":  # the actor's loss steps the encoder by its own Adam
+            actor += self.encoder.parameters()
         self.actor_optimizer = adam(actor, cfg.actor_lr, betas)
         self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr, betas)
         self.update_step = 0
@@ -419,9 +426,13 @@ class OffPolicyAgent(ABC):
         obs_map: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The latent the actor reads for `obs`, (B, F); `h` (and `obs_map`): the critic's
-        features (and conv map) of `obs` where already computed. Here they are the critic's
-        (SAC-AE); an agent whose actor has a head of its own (`actor_head`) overrides this."""
-        return self.features(obs) if h is None else h
+        features (and conv map) of `obs` where already computed, detached. Here they are the
+        critic's (SAC-AE), computed again with their gradient where the actor's loss trains the
+        encoder (`actor_encoder: coupled`); an agent whose actor has a head of its own
+        (`actor_head`) overrides this."""
+        if h is None or (self.cfg.actor_encoder == "coupled" and torch.is_grad_enabled()):
+            return self.features(obs)
+        return h
 
     @abstractmethod
     def update_critic(self, batch: Tensors) -> CriticStep:
@@ -487,7 +498,7 @@ class OffPolicyAgent(ABC):
         metrics = step.metrics
         if self.update_step % self.cfg.actor_update_freq == 0:
             # DrQ-v2: the actor reuses this step's features (and conv map), detached (SAC-AE: no
-            # actor gradient into the encoder)
+            # actor gradient into the encoder; `actor_encoder: coupled` encodes again with it)
             metrics |= self.update_actor_and_alpha(step.h, step.next_h, b, step.obs_map)
         if self.update_step % self.cfg.target_update_freq == 0:
             soft_update(self.critic_target, self.critic, self.cfg.critic_tau)

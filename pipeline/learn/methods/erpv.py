@@ -136,10 +136,11 @@ class ERPvParams(SACParams):
 
     @model_validator(mode="after")
     def _actor_reads_the_critics_features(self) -> Self:
-        if self.actor_encoder != "shared":
+        if self.actor_encoder == "own":
             raise ValueError(
                 "ERPv's actor reads the critic encoder's features (its SAC + DeepMDP, C.3: the "
-                "visual encoders share parameters): actor_encoder must be shared"
+                "visual encoders share parameters): actor_encoder must be shared (the paper's, "
+                "detached) or coupled (the actor's loss trains the encoder too)"
             )
         return self
 
