@@ -385,3 +385,17 @@ def test_a_coupled_actor_is_erpvs_option_and_resumes_exactly(tmp_path):
         resumed.update(_batch(i))
     for name, module in straight._modules().items():
         assert _unchanged(list(module.parameters()), resumed._modules()[name]), name
+
+
+def test_the_critic_step_logs_how_far_the_features_tell_rows_apart():
+    """`encoder_spread`: the std over the batch's rows (ddof 1) of the critic's features, mean
+    over features; 0 for a batch of one frame repeated, where nothing tells the rows apart."""
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    agent = SACAgent((24, 24, 3), space, SACParams.model_validate(_params()["drq"]), seed=1)
+    b = _batch(2)
+    with torch.no_grad():
+        expected = agent.features(b["obs"]).std(0, correction=1).mean()
+    torch.testing.assert_close(agent.update_critic(b).metrics["encoder_spread"], expected)
+    assert float(expected) > 0
+    same = dict(b, obs=b["obs"][:1].expand_as(b["obs"]).clone())
+    assert float(agent.update_critic(same).metrics["encoder_spread"]) == 0.0

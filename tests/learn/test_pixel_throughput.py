@@ -44,7 +44,8 @@ def _rows(capsys, *extra: str) -> dict[str, str]:
 
 
 EAGER = {"reference DrQ (K=M=1)", "reference DrQ-v2", "ours: drq", "ours: drq, actor on the critic's features",
-         "ours: sac + DeepMDP", "ours: erpv (VPG + VER)", "ours: semore m4"}  # fmt: skip
+         "ours: sac + DeepMDP", "ours: erpv (VPG + VER)",
+         "ours: erpv, the actor's loss into the encoder", "ours: semore m4"}  # fmt: skip
 
 
 def test_every_row_runs_and_reports_its_flops(capsys):
