@@ -117,6 +117,12 @@ class Recorder:
         self._step = 0
         self.see(obs)
 
+    @property
+    def full(self) -> bool:
+        """Whether the clip being recorded holds `max_frames` frames: the rest of its episode
+        adds none."""
+        return bool(self.clips) and len(self.clips[-1]) >= self.max_frames
+
     def see(self, obs: dict[str, np.ndarray]) -> None:
         clip = self.clips[-1]
         if self._step % self.every == 0 and len(clip) < self.max_frames:
@@ -163,11 +169,17 @@ def play_episodes(
 
 
 def play_episode(
-    env: gym.Env, policy: Policy, seed: int, watch: Recorder | None = None, episode: int = 0
+    env: gym.Env,
+    policy: Policy,
+    seed: int,
+    watch: Recorder | None = None,
+    episode: int = 0,
+    until_full: bool = False,
 ) -> tuple[float, int, bool]:
     """One episode from `reset(seed=seed)`: its native return, length and whether it terminated
     (rather than ran out of time). `watch`: keeps its frames as the clip of evaluation episode
-    `episode`."""
+    `episode`; `until_full`: stops once that clip is full (a replay whose return is known: the
+    return and length it gives are then those of the steps played)."""
     obs, _ = env.reset(seed=seed)
     if watch is not None:
         watch.begin(obs, episode)
@@ -179,6 +191,8 @@ def play_episode(
             watch.see(obs)
         total += float(reward)
         length += 1
+        if until_full and watch is not None and watch.full:
+            break
     return total, length, bool(terminated)
 
 
@@ -220,7 +234,7 @@ def evaluate_policy(
         if record is not None and record.which == "median":
             replay = record_env if record_env is not None else env
             for i in median_episodes(result.returns, record.episodes):
-                play_episode(replay, policy, seed + i, record, i)
+                play_episode(replay, policy, seed + i, record, i, until_full=True)
         return result
     finally:
         env.close()

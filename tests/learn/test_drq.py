@@ -399,3 +399,19 @@ def test_the_critic_step_logs_how_far_the_features_tell_rows_apart():
     assert float(expected) > 0
     same = dict(b, obs=b["obs"][:1].expand_as(b["obs"]).clone())
     assert float(agent.update_critic(same).metrics["encoder_spread"]) == 0.0
+
+
+def test_an_agent_loaded_for_acting_has_no_optimisers_and_says_so(tmp_path):
+    """`load` builds the agent for acting (no Adam: building one imports torch._dynamo, about
+    2 s of every evaluation); asked to train, it says how to get an agent that trains."""
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    agent = SACAgent((24, 24, 3), space, SACParams.model_validate(_params()["drq"]), seed=1)
+    agent.update(_batch(0))
+    agent.save(tmp_path / "agent")
+    loaded = SACAgent.load(tmp_path / "agent")
+    assert not loaded.trains and not hasattr(loaded, "actor_optimizer")
+    x = _batch(1)["obs"][0]
+    np.testing.assert_array_equal(loaded.act(x, True), agent.act(x, True))
+    for call in (lambda: loaded.update(_batch(2)), loaded.training_state):
+        with pytest.raises(RuntimeError, match=r"built for acting.*load_weights"):
+            call()

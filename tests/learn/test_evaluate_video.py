@@ -87,6 +87,26 @@ def test_the_median_episode_is_recorded_as_it_was_played():
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_median_replay_stops_when_its_clip_is_full():
+    """The replay's return is known already: once `max_frames` frames are kept, it stops
+    rather than rendering the rest of the episode, and the clip is the same frames."""
+    cfg = env_cfg(max_episode_steps=15)
+    with make_env(CARTPOLE, cfg, pixels=False) as env:
+        policy = Policy(_swinging(env.action_space).act, "state", {"env": CARTPOLE})
+    whole = Recorder(episodes=1, which="median")
+    evaluate_policy(policy, CARTPOLE, cfg, 3, seed=7, record=whole)
+    assert len(whole.clips[0]) == 16
+    cut = Recorder(episodes=1, which="median", max_frames=5)
+    played = []
+    real_see = cut.see
+    cut.see = lambda obs: (played.append(1), real_see(obs))  # type: ignore[method-assign]
+    off = evaluate_policy(policy, CARTPOLE, cfg, 3, seed=7, record=cut)
+    assert len(played) == 5  # the first observation and 4 steps, then the replay stops
+    assert cut.clip_episodes == whole.clip_episodes and off.lengths == [15, 15, 15]
+    for a, b in zip(cut.clips[0], whole.clips[0][:5], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_the_evaluation_std_is_the_sample_std_and_its_metrics_say_so():
     """`return_std` is ddof 1 over the episodes, as teacher_eval's (the two sit side by side in
     the reports); one episode has no spread to estimate: 0.0, as there."""

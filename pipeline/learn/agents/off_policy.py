@@ -360,7 +360,10 @@ class OffPolicyAgent(ABC):
         *,
         device: torch.device | str | None = None,
         seed: int = 0,
+        trains: bool = True,
     ) -> None:
+        """`trains`: build the optimisers (False: an agent for acting, `load`'s, which has none;
+        building an Adam imports torch._dynamo, about 2 s of every process that only acts)."""
         self.cfg = cfg = cfg if cfg is not None else self.params_class()
         self.device = cfg.torch_device() if device is None else torch.device(device)
         self.obs_shape = tuple(int(d) for d in obs_shape)
@@ -380,7 +383,17 @@ class OffPolicyAgent(ABC):
         self.log_alpha = torch.tensor(
             math.log(cfg.init_temperature), device=self.device, requires_grad=True
         )
-        betas = cfg.adam_betas
+        self.trains = trains
+        self.update_step = 0
+        # the guidance's diagnostics (controls that cost forward passes: ERPv's gate for other
+        # actions) are computed at the next actor step only; the training loop asks for them
+        # again after each metrics row, so they cost one actor step per `log_every`
+        self.diagnostics_due = True
+        if trains:
+            self._build_optimizers()
+
+    def _build_optimizers(self) -> None:
+        cfg, betas = self.cfg, self.cfg.adam_betas
         self.critic_optimizer = adam(
             [*self.encoder.parameters(), *self.critic.parameters()], cfg.critic_lr, betas
         )
@@ -393,11 +406,13 @@ class OffPolicyAgent(ABC):
             actor += self.encoder.parameters()
         self.actor_optimizer = adam(actor, cfg.actor_lr, betas)
         self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr, betas)
-        self.update_step = 0
-        # the guidance's diagnostics (controls that cost forward passes: ERPv's gate for other
-        # actions) are computed at the next actor step only; the training loop asks for them
-        # again after each metrics row, so they cost one actor step per `log_every`
-        self.diagnostics_due = True
+
+    def _check_trains(self) -> None:
+        if not self.trains:
+            raise RuntimeError(
+                f"this {type(self).__name__} was built for acting (`load`, trains=False) and has "
+                "no optimisers: build the agent for training and `load_weights` into it"
+            )
 
     @classmethod
     def for_env(cls, env: gym.Env, cfg: SACParams | None = None, **kwargs: Any) -> Self:
@@ -453,6 +468,7 @@ class OffPolicyAgent(ABC):
         }
 
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        self._check_trains()
         return {
             "critic": self.critic_optimizer,
             "model": self.model_optimizer,
@@ -489,6 +505,7 @@ class OffPolicyAgent(ABC):
         """One gradient step of the critic (and what trains with it); every `actor_update_freq`
         steps the actor and alpha; every `target_update_freq` steps the targets. Returns float
         metrics."""
+        self._check_trains()
         self.update_step += 1
         self._graph_step()
         b = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
@@ -679,6 +696,6 @@ class OffPolicyAgent(ABC):
             )
         # for acting, eagerly: compiling is a training setting (Inductor needs a C++ compiler)
         cfg = _saved_config(meta["config"], params_class or cls.params_class, "off")
-        agent = cls(tuple(meta["obs_shape"]), space, cfg, device=device)
+        agent = cls(tuple(meta["obs_shape"]), space, cfg, device=device, trains=False)
         agent.load_weights(path)
         return agent

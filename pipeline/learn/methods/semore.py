@@ -599,6 +599,7 @@ class SemoreAgent(OffPolicyAgent):
         *,
         device: torch.device | str | None = None,
         seed: int = 0,
+        trains: bool = True,
     ) -> None:
         if len(obs_shape) != 3 or obs_shape[2] != 3:
             raise ValueError(f"Semore reads (H, W, 3) frames, got shape {tuple(obs_shape)}")
@@ -612,7 +613,7 @@ class SemoreAgent(OffPolicyAgent):
         else:
             self.w_transition = cfg.transition_weight if sw["transition"] else 0.0
             self.w_reward = cfg.reward_weight
-        super().__init__(obs_shape, action_space, cfg, device=device, seed=seed)
+        super().__init__(obs_shape, action_space, cfg, device=device, seed=seed, trains=trains)
 
     def _build(self, action_dim: int) -> None:
         net, sw = self.cfg.network, self.switches
