@@ -215,6 +215,34 @@ def test_highway_reset_is_deterministic_per_seed(highway):
     assert ca != cc and not np.array_equal(fa, fc)  # another seed, other traffic
 
 
+def test_highway_envs_own_observation_changes_nothing_the_pipeline_reads(monkeypatch):
+    """HighwayEnv computes an observation the pipeline never reads (its state and frame come
+    from the simulator and the renderer): the stand-in's cheap one gives the same frames,
+    states, contexts, rewards and ends, step for step, as HighwayEnv's default Kinematics."""
+    from pipeline.core.envs import STATE, highway
+
+    def rollout():
+        env = make_env("highway-hw", EnvConfig(image_size=84, action_repeat=1,
+                                               max_episode_steps=20, include_state=True))  # fmt: skip
+        obs, info = env.reset(seed=6)
+        steps = [(obs[PIXELS], obs[STATE], info[CONTEXT])]
+        rng = np.random.default_rng(0)
+        for _ in range(20):
+            obs, reward, terminated, truncated, info = env.step(rng.uniform(-1, 1, 2))
+            steps.append((obs[PIXELS], obs[STATE], info[CONTEXT], reward, terminated, truncated))
+        env.close()
+        return steps
+
+    ours = rollout()
+    monkeypatch.setitem(highway.CONFIG, "observation", {"type": "Kinematics"})
+    default = rollout()
+    assert len(ours) == len(default) == 21 and ours[0][0].std() > 5  # frames, not blank ones
+    for a, b in zip(ours, default, strict=True):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+        assert a[2:] == b[2:]
+
+
 def test_highway_car_mask_is_where_the_renderer_draws_the_ego(highway):
     """The ego is drawn centred at 30 % of the width and half the height (CONFIG's centering)."""
     from pipeline.teach.masks.base import MaskRequest

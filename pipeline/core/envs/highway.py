@@ -34,6 +34,17 @@ CONFIG: dict[str, Any] = {
     "screen_height": 192,
     "scaling": 3.5,  # px per m: 55 m of road in view
     "centering_position": [0.3, 0.5],  # the ego a third from the left: more road ahead
+    # HighwayEnv computes its observation at every step, and the pipeline reads none of it (the
+    # state is `highway_state`'s, from the simulator; the frame is rendered): its default
+    # Kinematics table of 5 vehicles (pandas, normalised) was half of every step's time, the
+    # ego's presence alone is next to free (benchmarks/highway_throughput.py)
+    "observation": {
+        "type": "Kinematics",
+        "vehicles_count": 1,
+        "features": ["presence"],
+        "normalize": False,
+        "clip": False,
+    },
 }
 EGO_MASS_KG = 1500.0  # a crash's collision intensity: the ego's momentum, as an impulse (N s)
 GAP_CAP_M = 100.0  # gap reported when no vehicle is ahead in the lane
