@@ -121,6 +121,9 @@ def resume(
         start_workers(repo, jobs, workers)
     if not wait_too:
         return
+    # the poller is background work too: its asks (up to POLL_SHARE of a core) at the workers'
+    # priority, its session's autogroup with it when started in a session of its own (`setsid`)
+    workers.lower_priority()
     for step in steps:
         wait(
             step.table, repo, jobs=jobs, rev=step.rev, workers=workers,
