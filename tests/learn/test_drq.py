@@ -3,6 +3,9 @@ run trains from pixels and comes back through the method table's `load_agent`.""
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -399,6 +402,10 @@ def test_the_critic_step_logs_how_far_the_features_tell_rows_apart():
     assert float(expected) > 0
     same = dict(b, obs=b["obs"][:1].expand_as(b["obs"]).clone())
     assert float(agent.update_critic(same).metrics["encoder_spread"]) == 0.0
+    one = {k: v[:1] for k, v in b.items()}  # one row has no spread, and no warning says so
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert math.isnan(float(agent.update_critic(one).metrics["encoder_spread"]))
 
 
 def test_an_agent_loaded_for_acting_has_no_optimisers_and_says_so(tmp_path):

@@ -115,12 +115,10 @@ class SACAgent(OffPolicyAgent):
         critic_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)  # TD loss on both heads
         loss = critic_loss
         # how much the features tell the batch's observations apart: std over the rows (ddof 1),
-        # mean over the features; near 0, a collapsed encoder no head can read a state from
-        metrics = {
-            "critic_loss": critic_loss,
-            "q": q1.mean(),
-            "encoder_spread": h.detach().std(0).mean(),
-        }
+        # mean over the features; near 0, a collapsed encoder no head can read a state from (NaN
+        # for a batch of one row, which has no spread)
+        spread = h.detach().std(0).mean() if len(h) > 1 else h.new_full((), float("nan"))
+        metrics = {"critic_loss": critic_loss, "q": q1.mean(), "encoder_spread": spread}
         if self.cfg.aux_weight > 0:
             mu, sigma = self.transition(h, action)  # eq. 13: T_D([a, s_t])
             transition_loss = transition_nll(next_h, mu, sigma).mean()  # eq. 12, target detached
