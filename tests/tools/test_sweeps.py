@@ -432,7 +432,8 @@ def test_a_worker_lowers_its_sessions_autogroup_and_never_the_callers():
     else:
         assert group_nice == "19", done.stderr
     # a runner in no autogroup (a container's first session: the file is empty) has none to lose
-    done = child((autogroup_nice(ours) or os.nice(0)) + 5, own_session=False)
+    group = autogroup_nice(ours)
+    done = child((os.nice(0) if group is None else group) + 5, own_session=False)
     assert Path("/proc/self/autogroup").read_text() == ours and done.stderr == ""
 
 
