@@ -284,6 +284,58 @@ def test_wait_starts_the_workers_again_when_fewer_than_jobs_run_with_work_queued
     assert "fewer than 2 running with experiments queued" in capsys.readouterr().out
 
 
+def test_wait_all_reads_each_tables_commit_keeps_each_tables_results_and_counts_workers_over_all(
+    monkeypatch, capsys
+):
+    """Two tables queued on two commits: one `dvc exp show` per commit a round; a table's report
+    is kept only when one more of its own experiments is done; the workers are topped up by the
+    runs of both tables together (one running in each is two); it returns when both are done."""
+    import pipeline.tools.sweeps.queue as sweeps
+
+    t = Table.model_validate(TABLE)
+    u = Table.model_validate({**TABLE, "table": "u"})
+    cells = [(c, s) for c in t.cells for s in t.seeds]
+
+    def rows(table, running, queued):
+        states = ["Running"] * running + ["Queued"] * queued
+        states += ["Success"] * (len(cells) - len(states))
+        return {r["Experiment"]: r for r in (
+            _row(table, c, s, None if state != "Success" else 1.0, state=state)
+            for (c, s), state in zip(cells, states, strict=True)
+        )}  # fmt: skip
+
+    rounds = iter([
+        {"rev-t": rows(t, 1, 4), "rev-u": rows(u, 1, 5)},  # two running: no top-up
+        {"rev-t": rows(t, 0, 4), "rev-u": rows(u, 1, 5)},  # t: one more done; one running
+        {"rev-t": rows(t, 0, 4), "rev-u": rows(u, 1, 5)},  # in all, twice: top-up
+        {"rev-t": rows(t, 0, 4), "rev-u": rows(u, 1, 5)},
+        {"rev-t": rows(t, 0, 0), "rev-u": rows(u, 0, 0)},
+    ])  # fmt: skip
+    asked, kept, started, current = [], [], [], {}
+
+    def settled_rows(repo, rev=None, every_s=10.0):
+        if rev == "rev-t":  # each round asks t's commit first
+            current.update(next(rounds))
+        asked.append(rev)
+        return current[rev]
+
+    monkeypatch.setattr(sweeps, "settled_rows", settled_rows)
+    monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
+    monkeypatch.setattr(sweeps, "start_workers", lambda repo, jobs, *_: started.append(jobs))
+    monkeypatch.setattr(sweeps, "keep_results",
+                        lambda table, path, found, repo, keep: kept.append(table.table))  # fmt: skip
+    watches = [sweeps.Watch(table, rev, keep=sweeps.Keep(REPO / "r" / table.table),
+                            table_path=REPO / f"{table.table}.yaml")
+               for table, rev in ((t, "rev-t"), (u, "rev-u"))]  # fmt: skip
+    found = sweeps.wait_all(watches, REPO, jobs=2)
+    assert asked == ["rev-t", "rev-u"] * 5
+    assert [{f.state for f in each} for each in found] == [{"done"}, {"done"}]
+    assert kept == ["t", "t", "u"]  # t at rounds 2 and 5, u at round 5
+    assert started == [2]
+    out = capsys.readouterr().out
+    assert "t, u: fewer than 2 running" in out and out.count("u: ") >= 2
+
+
 def test_each_experiment_is_done_stale_failed_queued_or_missing():
     table = Table.model_validate(TABLE)
     rows = [

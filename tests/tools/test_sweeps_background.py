@@ -52,13 +52,9 @@ def plan(tmp_path):
     return path, clone, first, second
 
 
-def test_resume_takes_the_queue_down_then_queues_each_table_in_the_plans_order(plan, monkeypatch):
-    """The queued tasks of every table come off DVC's queue before any table is queued again,
-    so that the first table's orphans, queued again at the back, still run before the second
-    table's tasks; each table is queued from the clone at its own commit (given short, resolved
-    in full), then the workers start and each table is waited on in turn, its results kept."""
-    path, clone, first, second = plan
-    log = []
+def fake_dvc(monkeypatch, clone, log, pending):
+    """background's DVC side replaced by `log`: each table's seed 0 queued and seed 1 running
+    (b) or done (a); `to_queue` returns `pending[table]`'s seeds."""
 
     def all_statuses(table, rows):
         found = statuses(table, {})
@@ -73,28 +69,41 @@ def test_resume_takes_the_queue_down_then_queues_each_table_in_the_plans_order(p
             return real(args, repo)
         log.append(tuple(args))
 
+    def to_queue(table, repo, *, kept, rev):
+        log.append(("to_queue", table.table, rev, kept["of"]))
+        return [f for f in statuses(table, {}) if f.seed in pending[table.table]]
+
     monkeypatch.setattr(background, "check_clean", lambda repo: log.append(("clean",)))
     monkeypatch.setattr(background, "settled_rows", lambda repo, rev: log.append(("rows", rev)))
     monkeypatch.setattr(background, "all_statuses", all_statuses)
     monkeypatch.setattr(background, "committed", lambda table, results: {"of": results.name})
     monkeypatch.setattr(background, "run_checked", run_checked)
-
-    def queue(table, repo, *, kept, rev):
-        log.append(("queue", table.table, rev, kept["of"]))
-        return []
-
-    monkeypatch.setattr(background, "queue", queue)
+    monkeypatch.setattr(background, "to_queue", to_queue)
+    monkeypatch.setattr(background, "queue_one",
+                        lambda table, status, repo: log.append(("queue", status.name)))  # fmt: skip
     monkeypatch.setattr(background, "start_workers",
                         lambda repo, jobs, workers: log.append(("workers", jobs, workers.nice)))  # fmt: skip
 
-    def wait(table, repo, *, jobs, rev, workers, kept, keep, table_path):
-        log.append(("wait", table.table, rev, keep.results.name, keep.commit, table_path.name))
+    def wait_all(watches, repo, *, jobs, workers):
+        log.append(("wait", jobs, *((w.table.table, w.rev, w.keep.results.name, w.keep.commit,
+                                     w.table_path.name) for w in watches)))  # fmt: skip
 
-    monkeypatch.setattr(background, "wait", wait)
+    monkeypatch.setattr(background, "wait_all", wait_all)
     # the poller lowers its own priority to the workers' before it waits (not this test's)
     monkeypatch.setattr(
         background.Workers, "lower_priority", lambda self: log.append(("lowered", self.nice))
     )
+
+
+def test_resume_takes_the_queue_down_then_queues_each_table_in_the_plans_order(plan, monkeypatch):
+    """The queued tasks of every table come off DVC's queue before any table is queued again,
+    so that the first table's orphans, queued again at the back, still run before the second
+    table's tasks; each table is queued from the clone at its own commit (given short, resolved
+    in full); the workers start once there is a run for each, while the rest is queued; then all
+    the tables are waited on at once, each keeping its own results."""
+    path, clone, first, second = plan
+    log = []
+    fake_dvc(monkeypatch, clone, log, {"b": [0], "a": [0, 1]})
     argv = ["resume", str(path), "--repo", str(clone), "--jobs", "2", "--nice", "19", "--wait",
             "--commit"]  # fmt: skip
     assert main(argv) == 0
@@ -102,19 +111,60 @@ def test_resume_takes_the_queue_down_then_queues_each_table_in_the_plans_order(p
         ("clean",),
         ("rows", second), ("dvc", "queue", "remove", "b-x-s0"),
         ("rows", first), ("dvc", "queue", "remove", "a-x-s0"),
-        ("git", "checkout", "-q", second), ("queue", "b", second, "b"),
-        ("git", "checkout", "-q", first), ("queue", "a", first, "a"),
+        ("to_queue", "b", second, "b"), ("to_queue", "a", first, "a"),
+        ("git", "checkout", "-q", second), ("queue", "b-x-s0"),
+        ("git", "checkout", "-q", first), ("queue", "a-x-s0"),
         ("workers", 2, 19),
+        ("queue", "a-x-s1"),
         ("lowered", 19),
-        ("wait", "b", second, "b", True, "b.yaml"),
-        ("wait", "a", first, "a", True, "a.yaml"),
+        ("wait", 2, ("b", second, "b", True, "b.yaml"), ("a", first, "a", True, "a.yaml")),
     ]  # fmt: skip
 
     log.clear()  # without --wait: queued and started, nothing waited on
     assert main(["resume", str(path), "--repo", str(clone), "--jobs", "2"]) == 0
-    assert [entry[0] for entry in log].count("queue") == 2
-    assert log[-1] == ("workers", 2, 10)
+    assert [entry[0] for entry in log].count("queue") == 3
+    assert ("workers", 2, 10) in log
     assert not any(entry[0] in ("wait", "lowered") for entry in log)
+
+    log.clear()  # fewer runs than workers: the workers start once all are queued
+    fake_dvc(monkeypatch, clone, log, {"b": [], "a": [1]})
+    assert main(["resume", str(path), "--repo", str(clone), "--jobs", "2"]) == 0
+    assert [e for e in log if e[0] in ("queue", "workers")] == [("queue", "a-x-s1"),
+                                                                ("workers", 2, 10)]  # fmt: skip
+
+
+def test_an_interleaved_plan_queues_its_tables_in_turns(plan, monkeypatch):
+    """`interleave: true`: each table's next run, round after round, the clone checked out at
+    each run's own commit."""
+    path, clone, first, second = plan
+    spec = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**spec, "interleave": True}))
+    log = []
+    fake_dvc(monkeypatch, clone, log, {"b": [0], "a": [0, 1]})
+    assert main(["resume", str(path), "--repo", str(clone), "--jobs", "1"]) == 0
+    assert [e for e in log if e[0] in ("queue", "workers") or e[:2] == ("git", "checkout")] == [
+        ("git", "checkout", "-q", second), ("queue", "b-x-s0"), ("workers", 1, 10),
+        ("git", "checkout", "-q", first), ("queue", "a-x-s0"), ("queue", "a-x-s1"),
+    ]  # fmt: skip
+
+
+def test_turns_take_each_tables_teachers_first_then_seed_by_seed():
+    from pipeline.tools.sweeps.status import Status
+
+    def run(table, cell, seed):
+        return Status(cell, seed, f"{table}-{cell}-{seed}", "missing")
+
+    long = [run("p", c, s) for c in ("x", "y") for s in (0, 1, 2)] + [run("p", "teach", None)]
+    short = [run("q", "z", 4)]
+    order = [(i, r.name) for i, r in background.turns([long, short])]
+    assert order == [
+        (0, "p-teach-None"), (1, "q-z-4"),
+        (0, "p-x-0"), (0, "p-y-0"), (0, "p-x-1"), (0, "p-y-1"), (0, "p-x-2"), (0, "p-y-2"),
+    ]  # fmt: skip
+    assert background.turns([[], []]) == []
+    # an entry's `turns: 2`: two of its runs each round
+    order = [r.name for _, r in background.turns([long[:4], short + short], [1, 2])]
+    assert order == ["p-x-0", "q-z-4", "q-z-4", "p-y-0", "p-x-1", "p-x-2"]
 
 
 def test_a_plan_that_names_a_commit_the_clone_lacks_or_no_tables_is_refused(plan, tmp_path, capsys):

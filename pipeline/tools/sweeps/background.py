@@ -7,20 +7,26 @@ and its committed results directory, as paths in the repository that holds the p
     tables:
       - {table: benchmarks/tables/frames_mcc.yaml, rev: 543a509, results: benchmarks/results/frames_mcc}
       - {table: benchmarks/tables/frames_cartpole.yaml, rev: 99da6e6, results: ...}
+    interleave: true  # optional: the tables take turns on the workers
 
 DVC's queue runs its tasks first in, first out, and `queue` puts a run orphaned by a stopped
 machine back at the end: behind every task of the tables queued after its own. So `resume`:
 
 1. removes the queued (not running) tasks of every table of the plan from DVC's queue;
-2. queues each table again, in the plan's order, from the clone checked out at the table's
-   commit: the removed tasks and the orphans alike (each run goes on from its resume state),
-   never what the table's results directory holds as done;
-3. starts the workers and waits on each table in turn, writing (and with `commit`, committing)
-   its results each time one more experiment lands.
+2. queues each table's runs again from the clone checked out at the table's commit: the removed
+   tasks and the orphans alike (each run goes on from its resume state), never what the
+   table's results directory holds as done. One table after another in the plan's order, or,
+   with `interleave`, in turns (`turns`; an entry's `turns: 2` queues two of its runs each
+   round): a long table then holds back no other, and each table's cells move seed by seed;
+3. starts the workers as soon as there is a run for each (queueing takes minutes), and waits
+   on all the tables at once, writing (and with `commit`,
+   committing) a table's results each time one more of its experiments lands.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,15 +35,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.tools.sweeps.queue import (
     Keep,
+    Watch,
     Workers,
     check_clean,
-    queue,
+    queue_one,
     run_checked,
     start_workers,
-    wait,
+    to_queue,
+    wait_all,
 )
 from pipeline.tools.sweeps.report import git_root
-from pipeline.tools.sweeps.status import all_statuses, committed, settled_rows
+from pipeline.tools.sweeps.status import Status, all_statuses, committed, settled_rows
 from pipeline.tools.sweeps.table import SweepError, Table, load_table
 
 
@@ -49,12 +57,20 @@ class Entry(BaseModel):
         pattern=r"^[0-9a-f]{7,40}$", description="the commit its experiments are queued on"
     )
     results: Path = Field(description="its committed results directory (`--results`)")
+    turns: int = Field(
+        default=1, ge=1, description="with `interleave`: how many of its runs each round queues"
+    )
 
 
 class Plan(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     tables: list[Entry] = Field(min_length=1, description="in the order they should finish")
+    interleave: bool = Field(
+        default=False,
+        description="the tables take turns on the workers (each table's next run, round after "
+        "round, seed by seed) instead of one table after another",
+    )
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,7 @@ class Step:
     path: Path
     rev: str
     results: Path
+    turns: int = 1
 
 
 def plan_root(path: Path) -> Path:
@@ -75,9 +92,9 @@ def plan_root(path: Path) -> Path:
     return root
 
 
-def load_plan(path: Path, repo: Path) -> list[Step]:
+def load_plan(path: Path, repo: Path) -> tuple[list[Step], bool]:
     """The plan's tables, each loaded, with its commit resolved in `repo` (the clone the tables
-    are queued from: it must hold every commit the plan names)."""
+    are queued from: it must hold every commit the plan names), and whether they interleave."""
     try:
         plan = Plan.model_validate(yaml.safe_load(path.read_text()))
     except (OSError, yaml.YAMLError, ValidationError) as exc:
@@ -94,15 +111,51 @@ def load_plan(path: Path, repo: Path) -> list[Step]:
             ) from exc
         table_path = root / entry.table
         steps.append(
-            Step(load_table(table_path), table_path, rev.stdout.strip(), root / entry.results)
+            Step(
+                load_table(table_path),
+                table_path,
+                rev.stdout.strip(),
+                root / entry.results,
+                entry.turns,
+            )
         )
-    return steps
+    return steps, plan.interleave
+
+
+def turns(
+    pending: list[list[Status]], shares: Sequence[int] | None = None
+) -> list[tuple[int, Status]]:
+    """The order in which interleaved tables' `pending` runs (one list per table, as `to_queue`
+    gives them) are queued, as (table index, run): round after round, each table's next
+    `shares[i]` runs (default 1). Within a table, its teachers' runs first, then seed by seed
+    (every cell of its first seed, then of the next): a table cut short holds its cells at the
+    same seeds."""
+    shares = shares or [1] * len(pending)
+    ordered = [
+        sorted(runs, key=lambda s: (s.seed is not None, -1 if s.seed is None else s.seed))
+        for runs in pending
+    ]  # stable: within a seed, the cells keep the table's order
+    rounds = max((-(-len(runs) // k) for runs, k in zip(ordered, shares, strict=True)), default=0)
+    return [
+        (i, run)
+        for r in range(rounds)
+        for i, (runs, k) in enumerate(zip(ordered, shares, strict=True))
+        for run in runs[r * k : (r + 1) * k]
+    ]
 
 
 def resume(
-    steps: list[Step], repo: Path, workers: Workers, jobs: int, *, commit: bool, wait_too: bool
+    steps: list[Step],
+    repo: Path,
+    workers: Workers,
+    jobs: int,
+    *,
+    commit: bool,
+    wait_too: bool,
+    interleave: bool = False,
 ) -> None:
-    """Steps 1-3 of the module's doc for `steps` (`load_plan`), from the clone `repo`."""
+    """Steps 1-3 of the module's doc for `steps` (`load_plan`), from the clone `repo`; with
+    `interleave`, the tables' runs are queued in `turns`."""
     check_clean(repo)
     for step in steps:
         found = all_statuses(step.table, settled_rows(repo, step.rev))
@@ -111,22 +164,36 @@ def resume(
             run_checked(["dvc", "queue", "remove", *waiting], repo)
             print(f"{step.table.table}: {len(waiting)} queued task(s) taken off the queue",
                   flush=True)  # fmt: skip
-    for step in steps:
-        run_checked(["git", "checkout", "-q", step.rev], repo)
-        queued = queue(step.table, repo, kept=committed(step.table, step.results), rev=step.rev)
-        print(f"{step.table.table} at {step.rev[:7]}: queued {len(queued)} experiment(s)"
-              + (f": {', '.join(s.name for s in queued)}" if queued else ""),
-              flush=True)  # fmt: skip
-    if jobs:
+    pending = [
+        to_queue(step.table, repo, kept=committed(step.table, step.results), rev=step.rev)
+        for step in steps
+    ]
+    order = (
+        turns(pending, [step.turns for step in steps])
+        if interleave
+        else [(i, r) for i, runs in enumerate(pending) for r in runs]
+    )
+    checked_out, started = None, False
+    for n, (i, run) in enumerate(order, 1):
+        if steps[i].rev != checked_out:
+            run_checked(["git", "checkout", "-q", steps[i].rev], repo)
+            checked_out = steps[i].rev
+        queue_one(steps[i].table, run, repo)
+        print(f"{time.strftime('%H:%M:%S')} queued {n}/{len(order)}: {run.name} "
+              f"(at {steps[i].rev[:7]})", flush=True)  # fmt: skip
+        if jobs and n == jobs:  # the workers take these up while the rest is queued
+            start_workers(repo, jobs, workers)
+            started = True
+    if jobs and not started:
         start_workers(repo, jobs, workers)
     if not wait_too:
         return
     # the poller is background work too: its asks (up to POLL_SHARE of a core) at the workers'
     # priority, its session's autogroup with it when started in a session of its own (`setsid`)
     workers.lower_priority()
-    for step in steps:
-        wait(
-            step.table, repo, jobs=jobs, rev=step.rev, workers=workers,
-            kept=committed(step.table, step.results), keep=Keep(step.results, commit),
-            table_path=step.path,
-        )  # fmt: skip
+    watches = [
+        Watch(step.table, step.rev, committed(step.table, step.results),
+              Keep(step.results, commit), step.path)
+        for step in steps
+    ]  # fmt: skip
+    wait_all(watches, repo, jobs=jobs, workers=workers)

@@ -118,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             from pipeline.tools.sweeps.background import load_plan, resume
 
             workers = Workers(resume_root(args.resume_root), args.nice, args.threads)
-            resume(load_plan(args.table, args.repo), args.repo, workers, args.jobs,
-                   commit=args.commit, wait_too=args.wait)  # fmt: skip
+            steps, interleave = load_plan(args.table, args.repo)
+            resume(steps, args.repo, workers, args.jobs, commit=args.commit, wait_too=args.wait,
+                   interleave=interleave)  # fmt: skip
             return 0
         table = load_table(args.table)
         unknown = sorted(set(args.cell or ()) - set(table.cells))

@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pipeline.tools.sweeps.report import read_curves, read_teachers, write_report
 from pipeline.tools.sweeps.status import (
@@ -64,26 +65,42 @@ def queue(
     that `kept` (the committed results) holds is done. `rev`: the commits whose experiments
     count (default: the one checked out), e.g. the one a table was queued on and HEAD, so that
     a commit made while it runs does not queue its experiments twice. Returns what was queued."""
-    queued = []
-    found = with_committed(all_statuses(table, settled_rows(repo, rev), cells, seeds), kept or {})
+    found = to_queue(table, repo, cells, seeds, force, kept, rev)
     for status in found:
-        if status.state in ("queued", "running") or (status.state == "done" and not force):
-            continue
-        if not queued:
-            check_clean(repo)
-        if status.kept:  # --force: DVC has no experiment of that name to replace
-            status = dataclasses.replace(status, state="missing")
-        if status.why == ORPHANED_WHY:  # DVC's task of a dead process: kill, then remove it
-            run_checked(["dvc", "queue", "kill", str(status.rev)], repo)
-            run_checked(["dvc", "queue", "remove", str(status.rev)], repo)
-        elif status.state != "missing":
-            run_checked(["dvc", "exp", "remove", status.name], repo)
-        if status.seed is None:
-            run_checked(teacher_command(table, status.cell, queue=True), repo)
-        else:
-            run_checked(exp_command(table, status.cell, status.seed, queue=True), repo)
-        queued.append(status)
-    return queued
+        queue_one(table, status, repo)
+    return found
+
+
+def to_queue(
+    table: Table,
+    repo: Path,
+    cells: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    force: bool = False,
+    kept: Mapping[str, Status] | None = None,
+    rev: str | Sequence[str] | None = None,
+) -> list[Status]:
+    """What `queue` would queue (its arguments), in the order it would: nothing is queued."""
+    found = with_committed(all_statuses(table, settled_rows(repo, rev), cells, seeds), kept or {})
+    return [f for f in found
+            if f.state not in ("queued", "running") and (f.state != "done" or force)]  # fmt: skip
+
+
+def queue_one(table: Table, status: Status, repo: Path) -> None:
+    """Queue the experiment `status` names (one of `to_queue`'s), from the checkout `repo`: a
+    failed, stale or orphaned experiment of that name is removed from DVC first."""
+    check_clean(repo)
+    if status.kept:  # --force: DVC has no experiment of that name to replace
+        status = dataclasses.replace(status, state="missing")
+    if status.why == ORPHANED_WHY:  # DVC's task of a dead process: kill, then remove it
+        run_checked(["dvc", "queue", "kill", str(status.rev)], repo)
+        run_checked(["dvc", "queue", "remove", str(status.rev)], repo)
+    elif status.state != "missing":
+        run_checked(["dvc", "exp", "remove", status.name], repo)
+    if status.seed is None:
+        run_checked(teacher_command(table, status.cell, queue=True), repo)
+    else:
+        run_checked(exp_command(table, status.cell, status.seed, queue=True), repo)
 
 
 def check_clean(repo: Path) -> None:
@@ -276,6 +293,19 @@ def keep_results(table: Table, table_path: Path, found: list[Status], repo: Path
             return
 
 
+@dataclass(frozen=True)
+class Watch:
+    """One table that `wait_all` waits on: the commits its experiments were queued on (`rev`,
+    default the one checked out), its committed results (`kept`), and where its report is kept
+    as experiments land (`keep`, with the table's file `table_path`)."""
+
+    table: Table
+    rev: str | Sequence[str] | None = None
+    kept: Mapping[str, Status] | None = None
+    keep: Keep | None = None
+    table_path: Path | None = None
+
+
 def wait(
     table: Table,
     repo: Path,
@@ -288,46 +318,72 @@ def wait(
     keep: Keep | None = None,
     table_path: Path | None = None,
 ) -> list[Status]:
-    """Until no experiment of the table is queued or running: one line each time the counts
-    change. Driven by the queue's own progress (no time limit): a stuck worker shows as a count
-    that stops moving, and `dvc queue status` / `dvc queue logs NAME` say why.
+    """`wait_all` for one table."""
+    watch = Watch(table, rev, kept, keep, table_path)
+    return wait_all([watch], repo, every_s, jobs, workers=workers)[0]
 
-    - `rev`: the commit the experiments were queued on (default: the one checked out), so that
-      commits made while they run (`keep`) do not hide them.
+
+def _revs_key(rev: str | Sequence[str] | None) -> str | tuple[str, ...] | None:
+    return rev if rev is None or isinstance(rev, str) else tuple(rev)
+
+
+def wait_all(
+    watches: Sequence[Watch],
+    repo: Path,
+    every_s: float = 10.0,
+    jobs: int = 0,
+    *,
+    workers: Workers | None = None,
+) -> list[list[Status]]:
+    """Until no experiment of the tables is queued or running: one line for a table each time
+    its counts change. Driven by the queue's own progress (no time limit): a stuck worker shows
+    as a count that stops moving, and `dvc queue status` / `dvc queue logs NAME` say why.
+    Returns each table's statuses, in `watches`' order.
+
+    - Each table's experiments are read on its own commits (`Watch.rev`), so that commits made
+      while they run (`keep`) do not hide them: one `dvc exp show` for each set of commits.
     - `dvc exp show` takes longer the more experiments a commit holds (3 s for 162 on an idle
-      2-core machine, more while the workers hold the cores), so the pause between two asks is
-      at least every_s and at least (1 / POLL_SHARE - 1) times the last ask: the workers keep
-      the cores.
+      2-core machine, more while the workers hold the cores), so the pause between two rounds
+      of asks is at least every_s and at least (1 / POLL_SHARE - 1) times the last round: the
+      workers keep the cores.
     - With `jobs`, a worker that died is started again: a queue worker can die on a half-written
       message of DVC's file broker (celery's "Unrecoverable error: JSONDecodeError",
       treeverse/dvc#7903): it finishes the experiment it holds, stops, and leaves the rest to
-      the others. When two asks in a row find experiments queued and fewer than `jobs` running,
-      `start_workers` tops the workers up.
-    - With `keep`, each time one more experiment is done, the report is written there (and
-      committed): each finished cell's raw results as it lands."""
-    last = None
-    short = 0  # asks in a row with experiments queued and fewer than `jobs` running
-    done_before = None
+      the others. When two rounds in a row find experiments queued and fewer than `jobs`
+      running (over all the tables), `start_workers` tops the workers up.
+    - With a table's `keep`, each time one more of its experiments is done, its report is
+      written there (and committed): each finished cell's raw results as it lands."""
+    last: list[str | None] = [None] * len(watches)
+    done_before: list[int | None] = [None] * len(watches)
+    short = 0  # rounds in a row with experiments queued and fewer than `jobs` running
     while True:
         started = time.monotonic()
-        found = with_committed(
-            all_statuses(table, settled_rows(repo, rev, every_s=every_s)), kept or {}
-        )
+        rows: dict[Any, dict[str, dict[str, Any]]] = {}
+        every: list[list[Status]] = []
+        for watch in watches:
+            key = _revs_key(watch.rev)
+            if key not in rows:
+                rows[key] = settled_rows(repo, watch.rev, every_s=every_s)
+            every.append(with_committed(all_statuses(watch.table, rows[key]), watch.kept or {}))
         asked_s = time.monotonic() - started
-        line = count_line(found)
-        if line != last:
-            print(f"{time.strftime('%H:%M:%S')} {table.table}: {line}", flush=True)
-            last = line
-        states = [f.state for f in found]
-        if keep is not None and table_path is not None:
-            if done_before is not None and states.count("done") > done_before:
-                keep_results(table, table_path, found, repo, keep)
-            done_before = states.count("done")
+        for i, (watch, found) in enumerate(zip(watches, every, strict=True)):
+            line = count_line(found)
+            if line != last[i]:
+                print(f"{time.strftime('%H:%M:%S')} {watch.table.table}: {line}", flush=True)
+                last[i] = line
+            done = sum(f.state == "done" for f in found)
+            if watch.keep is not None and watch.table_path is not None:
+                before = done_before[i]
+                if before is not None and done > before:
+                    keep_results(watch.table, watch.table_path, found, repo, watch.keep)
+                done_before[i] = done
+        states = [f.state for found in every for f in found]
         if "queued" not in states and "running" not in states:
-            return found
+            return every
         short = short + 1 if jobs and "queued" in states and states.count("running") < jobs else 0
         if short >= 2:
-            print(f"{time.strftime('%H:%M:%S')} {table.table}: fewer than {jobs} running with "
+            names = ", ".join(w.table.table for w in watches)
+            print(f"{time.strftime('%H:%M:%S')} {names}: fewer than {jobs} running with "
                   "experiments queued: starting the missing workers", flush=True)  # fmt: skip
             start_workers(repo, jobs, workers)
             short = 0
