@@ -336,6 +336,34 @@ def test_wait_all_reads_each_tables_commit_keeps_each_tables_results_and_counts_
     assert "t, u: fewer than 2 running" in out and out.count("u: ") >= 2
 
 
+def test_a_running_task_is_orphaned_when_its_process_or_every_worker_is_gone(tmp_path, monkeypatch):
+    """DVC lists a task as running until a worker marks it done, even when none ever will:
+    with a recorded pid, the task is orphaned once that process is gone; with no record (its
+    worker died as it took it up), once no queue worker runs in the repository."""
+    import json
+    import subprocess
+
+    import pipeline.tools.sweeps.status as status
+
+    rev = "ab" * 20
+    workers: list[str] = []
+    monkeypatch.setattr(status, "live_workers", lambda repo: workers)
+    assert status.orphaned(tmp_path, rev)  # no record, no worker: nothing will run it
+    workers.append("dvc-exp-0a1b2c-1@localhost")
+    assert not status.orphaned(tmp_path, rev)  # a worker may be taking it up
+
+    record = tmp_path / ".dvc" / "tmp" / "exps" / "run" / rev / f"{rev}.json"
+    record.parent.mkdir(parents=True)
+    gone = subprocess.Popen(["true"])  # a pid that has exited and been reaped
+    gone.wait()
+    record.write_text(json.dumps({"pid": gone.pid, "returncode": None}))
+    assert status.orphaned(tmp_path, rev)  # its process is gone, workers or not
+    record.write_text(json.dumps({"pid": os.getpid(), "returncode": None}))
+    assert not status.orphaned(tmp_path, rev)
+    workers.clear()
+    assert not status.orphaned(tmp_path, rev)  # its process runs: a worker's death is not its
+
+
 def test_each_experiment_is_done_stale_failed_queued_or_missing():
     table = Table.model_validate(TABLE)
     rows = [

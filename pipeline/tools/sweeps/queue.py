@@ -21,6 +21,7 @@ from pipeline.tools.sweeps.status import (
     Status,
     all_statuses,
     count_line,
+    live_workers,
     resume_root,
     settled_rows,
     with_committed,
@@ -196,21 +197,6 @@ def autogroup_nice(text: str) -> int | None:
 
 # DVC's name for its queue worker `num` of a repository (dvc/repo/experiments/queue/celery.py)
 WORKER_NAME = re.compile(r"^(dvc-exp-[0-9a-f]+-)(\d+)@localhost$")
-
-
-def live_workers(repo: Path) -> list[str]:
-    """The names of DVC's queue workers (`dvc exp queue-worker NAME` processes) running in
-    `repo`."""
-    import psutil
-
-    root = repo.resolve()
-    names = []
-    for proc in psutil.process_iter(["cmdline", "cwd"]):
-        cmdline, cwd = proc.info["cmdline"] or [], proc.info["cwd"]  # None: not ours to read
-        if "queue-worker" in cmdline and cwd is not None and Path(cwd).resolve() == root:
-            at = cmdline.index("queue-worker") + 1
-            names.append(cmdline[at] if at < len(cmdline) else "")
-    return names
 
 
 def start_workers(repo: Path, jobs: int, workers: Workers | None = None) -> None:

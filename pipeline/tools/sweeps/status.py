@@ -124,7 +124,10 @@ def orphaned(repo: Path, rev: str) -> bool:
     """Whether the experiment task `rev` (a queued stash commit) that DVC lists as running has
     lost its process: the pid DVC's task runner recorded (`.dvc/tmp/exps/run/<rev>/<rev>.json`)
     is not alive and no return code was written. A SIGKILLed worker, or a machine that stopped,
-    leaves its task so; DVC keeps showing it as running."""
+    leaves its task so; DVC keeps showing it as running. A task with no such record is orphaned
+    when no queue worker runs in `repo`: its worker died as it took the task up (DVC's file
+    broker, treeverse/dvc#7903, or a machine that stopped then), and no process will ever
+    write one. With a worker alive it may be starting, and counts as running."""
     import json
 
     for info in (repo / ".dvc" / "tmp" / "exps" / "run").glob(f"{rev}*/{rev}*.json"):
@@ -136,7 +139,22 @@ def orphaned(repo: Path, rev: str) -> bool:
         if not isinstance(pid, int) or proc.get("returncode") is not None:
             continue
         return not _alive(pid)
-    return False
+    return not live_workers(repo)
+
+
+def live_workers(repo: Path) -> list[str]:
+    """The names of DVC's queue workers (`dvc exp queue-worker NAME` processes) running in
+    `repo`."""
+    import psutil
+
+    root = repo.resolve()
+    names = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cmdline, cwd = proc.info["cmdline"] or [], proc.info["cwd"]  # None: not ours to read
+        if "queue-worker" in cmdline and cwd is not None and Path(cwd).resolve() == root:
+            at = cmdline.index("queue-worker") + 1
+            names.append(cmdline[at] if at < len(cmdline) else "")
+    return names
 
 
 def _alive(pid: int) -> bool:
