@@ -392,7 +392,7 @@ def test_a_run_killed_with_its_worker_is_partial_at_the_step_of_its_resume_state
     """With VLMRL_RESUME_ROOT (what `queue` gives its workers) a run's resume state lives under
     `<root>/<run>/<fingerprint>/`, found from any workspace; two seeds of one cell never share
     one; `status` reads the step each reached: an experiment that no worker holds any more is
-    `partial` there, a running one says how far it is."""
+    `partial` there, a running one says how far it is, a queued one where it will go on from."""
     from pipeline.learn.methods.base import RESUME_ROOT_ENV, TrainError, resume_for
     from pipeline.tools.sweeps.status import resume_progress, with_progress
 
@@ -418,6 +418,10 @@ def test_a_run_killed_with_its_worker_is_partial_at_the_step_of_its_resume_state
     )
     assert by_name["t-base-s1"].state == "running" and "at step 70" in by_name["t-base-s1"].why
     assert by_name["t-base-s2"].state == "missing"  # no state: nothing to go on from
+    rows[0] = _row(table, "base", 0, None, state="Queued")  # queued again: from where it was
+    found = with_progress(table, statuses(table, {r["Experiment"]: r for r in rows}), progress)
+    assert (found[0].state, found[0].why) == (
+        "queued", "goes on from step 40 of 100 (resume state)")  # fmt: skip
     monkeypatch.setenv(RESUME_ROOT_ENV, "relative/dir")
     with pytest.raises(TrainError, match="absolute"):
         resume_for(".resume/x", 10, {"run": "x"})

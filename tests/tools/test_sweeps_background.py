@@ -197,3 +197,18 @@ def test_the_committed_plan_names_tables_and_results_of_this_repository():
     for entry in plan.tables:
         load_table(REPO / entry.table)
         assert entry.results.parts[:2] == ("benchmarks", "results"), entry.results  # may be new
+
+
+def test_status_of_a_plan_reads_each_table_on_its_commit_in_the_plans_order(
+    plan, monkeypatch, capsys
+):
+    path, clone, first, second = plan
+    asked = []
+    monkeypatch.setattr(background, "settled_rows", lambda repo, rev: asked.append(rev) or {})
+    monkeypatch.setattr(background, "committed", lambda table, results: {})
+    assert main(["status", str(path), "--repo", str(clone)]) == 0
+    out = capsys.readouterr().out
+    assert asked == [second, first]
+    assert out.index(f"== b (b.yaml at {second[:7]};") < out.index(f"== a (a.yaml at {first[:7]};")
+    assert out.count("2 missing") == 2 and "b-x-s1" in out and "a-x-s0" in out
+    assert not background.is_plan(path.parent / "a.yaml")  # a table is not a plan

@@ -45,7 +45,16 @@ from pipeline.tools.sweeps.queue import (
     wait_all,
 )
 from pipeline.tools.sweeps.report import git_root
-from pipeline.tools.sweeps.status import Status, all_statuses, committed, settled_rows
+from pipeline.tools.sweeps.status import (
+    Status,
+    all_statuses,
+    committed,
+    format_status,
+    resume_progress,
+    settled_rows,
+    with_committed,
+    with_progress,
+)
 from pipeline.tools.sweeps.table import SweepError, Table, load_table
 
 
@@ -90,6 +99,28 @@ def plan_root(path: Path) -> Path:
     if root is None:
         raise SweepError(f"{path}: not in a git repository; a plan names files of its repository")
     return root
+
+
+def is_plan(path: Path) -> bool:
+    """Whether the YAML file `path` is a plan of tables (a mapping with `tables`), not a table."""
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return False  # the table's loader says what is wrong with it
+    return isinstance(spec, dict) and "tables" in spec
+
+
+def plan_status(steps: list[Step], repo: Path, root: Path) -> str:
+    """`status` of each table of a plan, on its own commit, its committed results done and its
+    resume states under `root` read: a header line per table, then its experiments."""
+    blocks = []
+    for step in steps:
+        found = all_statuses(step.table, settled_rows(repo, step.rev))
+        found = with_committed(found, committed(step.table, step.results))
+        found = with_progress(step.table, found, resume_progress(step.table, root))
+        head = f"== {step.table.table} ({step.path.name} at {step.rev[:7]}; {step.results}) =="
+        blocks.append(f"{head}\n{format_status(step.table, found)}")
+    return "\n\n".join(blocks)
 
 
 def load_plan(path: Path, repo: Path) -> tuple[list[Step], bool]:

@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         "command", choices=("check", "status", "queue", "report", "commands", "resume")
     )
     parser.add_argument(
-        "table", type=Path, help="the table's YAML file (resume: a plan of tables, in order)"
+        "table",
+        type=Path,
+        help="the table's YAML file (resume: a plan of tables, in order; status: either)",
     )
     parser.add_argument("--repo", type=Path, default=Path("."), help="the DVC repository")
     parser.add_argument("--cell", action="append", help="these cells only (repeatable)")
@@ -114,9 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        if args.command == "resume":
-            from pipeline.tools.sweeps.background import load_plan, resume
+        from pipeline.tools.sweeps.background import is_plan, load_plan, plan_status, resume
 
+        if args.command == "status" and is_plan(args.table):
+            steps, _ = load_plan(args.table, args.repo)
+            print(plan_status(steps, args.repo, resume_root(args.resume_root)))
+            return 0
+        if args.command == "resume":
             workers = Workers(resume_root(args.resume_root), args.nice, args.threads)
             steps, interleave = load_plan(args.table, args.repo)
             resume(steps, args.repo, workers, args.jobs, commit=args.commit, wait_too=args.wait,

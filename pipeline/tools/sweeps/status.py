@@ -313,14 +313,17 @@ def with_progress(
 ) -> list[Status]:
     """`found` with each unfinished experiment's resume state: a running one says its step; one
     that no worker holds (missing, failed: its machine or worker stopped) is `partial`, and the
-    next `queue` goes on from there."""
+    next `queue` goes on from there; a queued one says the step it will go on from."""
     out = []
     for f in found:
         at = progress.get((table.run(f.cell), f.seed)) if f.seed is not None else None
-        if at is None or f.state in ("done", "stale", "queued"):
+        if at is None or f.state in ("done", "stale"):
             out.append(f)
             continue
         where = f"at step {at[0]:,}" + (f" of {at[1]:,}" if at[1] else "") + " (resume state)"
+        if f.state == "queued":
+            out.append(dataclasses.replace(f, why=f"goes on from {where.removeprefix('at ')}"))
+            continue
         state = "running" if f.state == "running" else "partial"
         out.append(dataclasses.replace(f, state=state, why=where))
     return out
