@@ -34,7 +34,7 @@
 # call, within the idle release, picks it up. Everything that comes back is under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-TABLE=benchmarks/tables/pixels_paper.yaml
+TABLE=${TABLE:-benchmarks/tables/pixels_paper.yaml}  # or P2 at paper scale: frames_cartpole_paper.yaml
 LOG=/tmp/pixels_paper.log
 mkdir -p "$OUT"
 
