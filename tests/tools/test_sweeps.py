@@ -223,6 +223,18 @@ def test_a_list_param_that_dvc_shows_as_its_repr_is_the_tables_value():
     assert "reward_terms=\"['env']\" (table: ['env', 'kinematic'])" in found[1].why
 
 
+def _rows_in_states(table, running, queued):
+    """DVC's rows of every (cell, seed) of `table`: the first `running` running, the next
+    `queued` queued, the rest done."""
+    cells = [(c, s) for c in table.cells for s in table.seeds]
+    states = ["Running"] * running + ["Queued"] * queued
+    states += ["Success"] * (len(cells) - len(states))
+    return {r["Experiment"]: r for r in (
+        _row(table, c, s, None if state != "Success" else 1.0, state=state)
+        for (c, s), state in zip(cells, states, strict=True)
+    )}  # fmt: skip
+
+
 def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
     monkeypatch, capsys
 ):
@@ -262,15 +274,9 @@ def test_wait_starts_the_workers_again_when_fewer_than_jobs_run_with_work_queued
     import pipeline.tools.sweeps.queue as sweeps
 
     table = Table.model_validate(TABLE)
-    cells = [(c, s) for c in table.cells for s in table.seeds]
 
     def rows(running, queued):
-        states = ["Running"] * running + ["Queued"] * queued
-        states += ["Success"] * (len(cells) - len(states))
-        return {r["Experiment"]: r for r in (
-            _row(table, c, s, None if state != "Success" else 1.0, state=state)
-            for (c, s), state in zip(cells, states, strict=True)
-        )}  # fmt: skip
+        return _rows_in_states(table, running, queued)
 
     answers = iter([rows(2, 3), rows(1, 3), rows(2, 2), rows(1, 2), rows(1, 1), rows(2, 0),
                     rows(0, 0)])  # fmt: skip
@@ -294,15 +300,7 @@ def test_wait_all_reads_each_tables_commit_keeps_each_tables_results_and_counts_
 
     t = Table.model_validate(TABLE)
     u = Table.model_validate({**TABLE, "table": "u"})
-    cells = [(c, s) for c in t.cells for s in t.seeds]
-
-    def rows(table, running, queued):
-        states = ["Running"] * running + ["Queued"] * queued
-        states += ["Success"] * (len(cells) - len(states))
-        return {r["Experiment"]: r for r in (
-            _row(table, c, s, None if state != "Success" else 1.0, state=state)
-            for (c, s), state in zip(cells, states, strict=True)
-        )}  # fmt: skip
+    rows = _rows_in_states
 
     rounds = iter([
         {"rev-t": rows(t, 1, 4), "rev-u": rows(u, 1, 5)},  # two running: no top-up
