@@ -212,3 +212,33 @@ def test_status_of_a_plan_reads_each_table_on_its_commit_in_the_plans_order(
     assert out.index(f"== b (b.yaml at {second[:7]};") < out.index(f"== a (a.yaml at {first[:7]};")
     assert out.count("2 missing") == 2 and "b-x-s1" in out and "a-x-s0" in out
     assert not background.is_plan(path.parent / "a.yaml")  # a table is not a plan
+
+
+def test_a_table_amended_on_a_later_commit_is_read_on_both_and_queued_on_the_last(
+    plan, monkeypatch, capsys
+):
+    """`rev: [first, second]`: the experiments queued on the first commit (running, waiting)
+    are the table's too, so none is queued twice; what is queued now goes on the last."""
+    path, clone, first, second = plan
+    spec = yaml.safe_load(path.read_text())
+    spec["tables"] = [{**spec["tables"][1], "rev": [first[:7], second]}]  # table a
+    path.write_text(yaml.safe_dump(spec))
+    log = []
+    fake_dvc(monkeypatch, clone, log, {"a": [0]})
+    assert main(["resume", str(path), "--repo", str(clone), "--jobs", "1", "--wait"]) == 0
+    both = [first, second]
+    assert ("rows", both) in log and ("to_queue", "a", both, "a") in log
+    at = log.index(("queue", "a-x-s0"))
+    assert log[at - 1] == ("git", "checkout", "-q", second)
+    assert log[-1] == ("wait", 1, ("a", both, "a", False, "a.yaml"))
+    capsys.readouterr()
+
+    monkeypatch.setattr(background, "settled_rows", lambda repo, rev: log.append(rev) or {})
+    assert main(["status", str(path), "--repo", str(clone)]) == 0
+    assert f"(a.yaml at {first[:7]}, {second[:7]};" in capsys.readouterr().out
+    assert log[-1] == both
+
+    spec["tables"][0]["rev"] = []
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["status", str(path), "--repo", str(clone)]) == 2
+    assert "names no commit" in capsys.readouterr().err

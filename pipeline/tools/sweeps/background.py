@@ -29,9 +29,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from pipeline.tools.sweeps.queue import (
     Keep,
@@ -57,13 +58,16 @@ from pipeline.tools.sweeps.status import (
 )
 from pipeline.tools.sweeps.table import SweepError, Table, load_table
 
+Commit = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{7,40}$")]
+
 
 class Entry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     table: Path = Field(description="the table's YAML file")
-    rev: str = Field(
-        pattern=r"^[0-9a-f]{7,40}$", description="the commit its experiments are queued on"
+    rev: Commit | list[Commit] = Field(
+        description="the commit its experiments are queued on; a list: the commits they were "
+        "queued on, the last the one they are queued on now (a cell added by an amendment)"
     )
     results: Path = Field(description="its committed results directory (`--results`)")
     turns: int = Field(
@@ -84,13 +88,23 @@ class Plan(BaseModel):
 
 @dataclass(frozen=True)
 class Step:
-    """One table of a plan, read: its paths resolved, its commit in full."""
+    """One table of a plan, read: its paths resolved, its commits in full."""
 
     table: Table
     path: Path
-    rev: str
+    revs: tuple[str, ...]  # every commit its experiments were queued on, the last one now
     results: Path
     turns: int = 1
+
+    @property
+    def rev(self) -> str:
+        """The commit its experiments are queued on now."""
+        return self.revs[-1]
+
+    @property
+    def read(self) -> str | list[str]:
+        """The commits whose experiments are the table's (`settled_rows`' `rev`)."""
+        return self.revs[0] if len(self.revs) == 1 else list(self.revs)
 
 
 def plan_root(path: Path) -> Path:
@@ -115,10 +129,11 @@ def plan_status(steps: list[Step], repo: Path, root: Path) -> str:
     resume states under `root` read: a header line per table, then its experiments."""
     blocks = []
     for step in steps:
-        found = all_statuses(step.table, settled_rows(repo, step.rev))
+        found = all_statuses(step.table, settled_rows(repo, step.read))
         found = with_committed(found, committed(step.table, step.results))
         found = with_progress(step.table, found, resume_progress(step.table, root))
-        head = f"== {step.table.table} ({step.path.name} at {step.rev[:7]}; {step.results}) =="
+        at = ", ".join(r[:7] for r in step.revs)
+        head = f"== {step.table.table} ({step.path.name} at {at}; {step.results}) =="
         blocks.append(f"{head}\n{format_status(step.table, found)}")
     return "\n\n".join(blocks)
 
@@ -133,19 +148,24 @@ def load_plan(path: Path, repo: Path) -> tuple[list[Step], bool]:
     root = plan_root(path)
     steps = []
     for entry in plan.tables:
-        try:
-            rev = run_checked(["git", "rev-parse", "--verify", f"{entry.rev}^{{commit}}"], repo)
-        except SweepError as exc:
-            raise SweepError(
-                f"{path}: {entry.table} names commit {entry.rev}, which {repo} does not hold; "
-                "fetch it there (git fetch) or clone the repository again"
-            ) from exc
+        revs = []
+        for named in [entry.rev] if isinstance(entry.rev, str) else entry.rev:
+            try:
+                found = run_checked(["git", "rev-parse", "--verify", f"{named}^{{commit}}"], repo)
+            except SweepError as exc:
+                raise SweepError(
+                    f"{path}: {entry.table} names commit {named}, which {repo} does not hold; "
+                    "fetch it there (git fetch) or clone the repository again"
+                ) from exc
+            revs.append(found.stdout.strip())
+        if not revs:
+            raise SweepError(f"{path}: {entry.table} names no commit (rev: [])")
         table_path = root / entry.table
         steps.append(
             Step(
                 load_table(table_path),
                 table_path,
-                rev.stdout.strip(),
+                tuple(dict.fromkeys(revs)),
                 root / entry.results,
                 entry.turns,
             )
@@ -189,14 +209,14 @@ def resume(
     `interleave`, the tables' runs are queued in `turns`."""
     check_clean(repo)
     for step in steps:
-        found = all_statuses(step.table, settled_rows(repo, step.rev))
+        found = all_statuses(step.table, settled_rows(repo, step.read))
         waiting = [f.name for f in found if f.state == "queued"]
         if waiting:
             run_checked(["dvc", "queue", "remove", *waiting], repo)
             print(f"{step.table.table}: {len(waiting)} queued task(s) taken off the queue",
                   flush=True)  # fmt: skip
     pending = [
-        to_queue(step.table, repo, kept=committed(step.table, step.results), rev=step.rev)
+        to_queue(step.table, repo, kept=committed(step.table, step.results), rev=step.read)
         for step in steps
     ]
     order = (
@@ -223,7 +243,7 @@ def resume(
     # priority, its session's autogroup with it when started in a session of its own (`setsid`)
     workers.lower_priority()
     watches = [
-        Watch(step.table, step.rev, committed(step.table, step.results),
+        Watch(step.table, step.read, committed(step.table, step.results),
               Keep(step.results, commit), step.path)
         for step in steps
     ]  # fmt: skip
