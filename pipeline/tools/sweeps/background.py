@@ -19,8 +19,12 @@ machine back at the end: behind every task of the tables queued after its own. S
    with `interleave`, in turns (`turns`; an entry's `turns: 2` queues two of its runs each
    round): a long table then holds back no other, and each table's cells move seed by seed;
 3. starts the workers as soon as there is a run for each (queueing takes minutes), and waits
-   on all the tables at once, writing (and with `commit`,
-   committing) a table's results each time one more of its experiments lands.
+   on all the tables at once, writing (and with `commit`, committing) a table's results each
+   time one more of its experiments lands.
+
+An entry's `rev` may list commits: those its experiments were queued on, the last the one they
+are queued on now (a cell added by an amendment). All are read, so that nothing running or
+waiting on an earlier one is queued twice.
 """
 
 from __future__ import annotations
