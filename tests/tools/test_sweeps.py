@@ -1533,3 +1533,34 @@ def test_a_params_file_that_dvcs_rewrite_would_change_is_named_line_by_line(tmp_
     assert main(["queue", str(table), "--repo", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "nothing queued: DVC's rewrite of params.yaml" in err and "objects.0" in err
+
+
+def test_a_checkout_whose_top_level_plots_lie_in_an_output_it_lacks_is_refused(tmp_path):
+    """DVC stages dvc.yaml's top-level plots when it commits an experiment, after its stages
+    ran: a plot in a directory output that a fresh clone's empty cache lacks failed every P1b
+    experiment so, each after its compute. `check_commit_paths` reads the same now: the clone
+    is refused, naming the output and what to do; with the cache of the checkout that built it,
+    it passes, as the checkout itself does."""
+    import subprocess
+
+    from pipeline.tools.sweeps.queue import check_commit_paths, tool_env
+
+    def run(cwd, *cmd):
+        subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True, env=tool_env())
+
+    built, clone = tmp_path / "built", tmp_path / "clone"
+    built.mkdir()
+    (built / "dvc.yaml").write_text(
+        "stages:\n  tables:\n    cmd: mkdir -p out && printf 'x,y\\n0,1\\n' > out/curve.csv\n"
+        "    outs: [out]\nplots:\n  - out/curve.csv: {x: x, y: y}\n"
+    )
+    for cmd in (("git", "init", "-q"), ("dvc", "init", "-q"), ("dvc", "repro", "-q"),
+                ("git", "add", "-A"),
+                ("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built")):  # fmt: skip
+        run(built, *cmd)
+    check_commit_paths(built)  # the workspace and the cache hold it
+    run(tmp_path, "git", "clone", "-q", str(built), str(clone))
+    with pytest.raises(SweepError, match=r"would fail as DVC commits it.*'out'.*dvc cache dir"):
+        check_commit_paths(clone)
+    run(clone, "dvc", "cache", "dir", "--local", str(built / ".dvc" / "cache"))
+    check_commit_paths(clone)

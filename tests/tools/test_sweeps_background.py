@@ -74,6 +74,7 @@ def fake_dvc(monkeypatch, clone, log, pending):
         return [f for f in statuses(table, {}) if f.seed in pending[table.table]]
 
     monkeypatch.setattr(background, "check_clean", lambda repo: log.append(("clean",)))
+    monkeypatch.setattr(background, "check_commit_paths", lambda repo: log.append(("paths",)))
     monkeypatch.setattr(background, "settled_rows", lambda repo, rev: log.append(("rows", rev)))
     monkeypatch.setattr(background, "all_statuses", all_statuses)
     monkeypatch.setattr(background, "committed", lambda table, results: {"of": results.name})
@@ -109,6 +110,8 @@ def test_resume_takes_the_queue_down_then_queues_each_table_in_the_plans_order(p
     assert main(argv) == 0
     assert log == [
         ("clean",),
+        ("git", "checkout", "-q", second), ("paths",),  # each commit can commit its experiments
+        ("git", "checkout", "-q", first), ("paths",),
         ("rows", second), ("dvc", "queue", "remove", "b-x-s0"),
         ("rows", first), ("dvc", "queue", "remove", "a-x-s0"),
         ("to_queue", "b", second, "b"), ("to_queue", "a", first, "a"),
@@ -142,7 +145,7 @@ def test_an_interleaved_plan_queues_its_tables_in_turns(plan, monkeypatch):
     log = []
     fake_dvc(monkeypatch, clone, log, {"b": [0], "a": [0, 1]})
     assert main(["resume", str(path), "--repo", str(clone), "--jobs", "1"]) == 0
-    assert [e for e in log if e[0] in ("queue", "workers") or e[:2] == ("git", "checkout")] == [
+    assert [e for e in log if e[0] in ("queue", "workers") or e[:2] == ("git", "checkout")][2:] == [
         ("git", "checkout", "-q", second), ("queue", "b-x-s0"), ("workers", 1, 10),
         ("git", "checkout", "-q", first), ("queue", "a-x-s0"), ("queue", "a-x-s1"),
     ]  # fmt: skip

@@ -12,7 +12,8 @@ and its committed results directory, as paths in the repository that holds the p
 DVC's queue runs its tasks first in, first out, and `queue` puts a run orphaned by a stopped
 machine back at the end: behind every task of the tables queued after its own. So `resume`:
 
-1. removes the queued (not running) tasks of every table of the plan from DVC's queue;
+1. checks that each table's commit can commit its experiments (`check_commit_paths`), then
+   removes the queued (not running) tasks of every table of the plan from DVC's queue;
 2. queues each table's runs again from the clone checked out at the table's commit: the removed
    tasks and the orphans alike (each run goes on from its resume state), never what the
    table's results directory holds as done. One table after another in the plan's order, or,
@@ -43,6 +44,7 @@ from pipeline.tools.sweeps.queue import (
     Watch,
     Workers,
     check_clean,
+    check_commit_paths,
     queue_one,
     run_checked,
     start_workers,
@@ -212,6 +214,10 @@ def resume(
     """Steps 1-3 of the module's doc for `steps` (`load_plan`), from the clone `repo`; with
     `interleave`, the tables' runs are queued in `turns`."""
     check_clean(repo)
+    # each commit's experiments could commit (before any task comes off the queue)
+    for rev in dict.fromkeys(step.rev for step in steps):
+        run_checked(["git", "checkout", "-q", rev], repo)
+        check_commit_paths(repo)
     for step in steps:
         found = all_statuses(step.table, settled_rows(repo, step.read))
         waiting = [f.name for f in found if f.state == "queued"]

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pipeline.tools.sweeps as sweeps
 from pipeline.core.errors import print_error
-from pipeline.tools.sweeps.queue import Keep, Workers, queue, run_checked, start_workers, wait
+from pipeline.tools.sweeps.queue import (
+    Keep,
+    Workers,
+    check_commit_paths,
+    queue,
+    run_checked,
+    start_workers,
+    wait,
+)
 from pipeline.tools.sweeps.report import format_report, read_curves, read_teachers, write_report
 from pipeline.tools.sweeps.roundtrip import roundtrip_problems
 from pipeline.tools.sweeps.status import (
@@ -175,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SweepError("nothing queued: DVC's rewrite of params.yaml for each "
                                  "experiment would change what the stages read:\n"
                                  + "\n".join(rewritten))  # fmt: skip
+            check_commit_paths(args.repo)
             workers = Workers(root, args.nice, args.threads)
             # the table's experiments on the commits it was queued on, and those queued now
             revs = [*(args.rev or []), "HEAD"]

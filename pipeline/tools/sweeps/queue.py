@@ -123,6 +123,30 @@ def check_clean(repo: Path) -> None:
         )
 
 
+def check_commit_paths(repo: Path) -> None:
+    """Read now what DVC reads when it commits each experiment of the checkout `repo`, after
+    the experiment's stages have run: dvc.yaml's top-level metrics, params and plots
+    (`ExecutorBase._get_top_level_paths`, dvc 3.x). A top-level plot that lies in a directory
+    output whose tree neither the workspace nor the DVC cache holds (a fresh clone's cache is
+    empty) fails every experiment there, each after all its compute. Raises SweepError naming
+    it and what gives the clone that output."""
+    from dvc.repo import Repo
+    from dvc_data.index.index import DataIndexError
+
+    try:
+        with Repo(str(repo)) as dvc_repo:
+            dvc_repo.index._plot_sources  # noqa: B018  (the property is the read)
+    except DataIndexError as exc:
+        raise SweepError(
+            f"{repo}: every experiment queued here would fail as DVC commits it, after its "
+            f"stages have run: dvc.yaml's top-level plots read a directory output that neither "
+            f"the workspace nor the DVC cache here holds ({exc}). Give this checkout that output "
+            "first: share the cache of the checkout that built it (`dvc cache dir --local "
+            "<that checkout>/.dvc/cache` here), `dvc pull` it from a remote, or `dvc repro` the "
+            "stage that writes it"
+        ) from exc
+
+
 POLL_SHARE = 0.2  # wait: at most this share of one core goes to asking `dvc exp show`
 
 
