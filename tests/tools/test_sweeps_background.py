@@ -52,9 +52,14 @@ def plan(tmp_path):
     return path, clone, first, second
 
 
-def fake_dvc(monkeypatch, clone, log, pending):
+def fake_dvc(monkeypatch, clone, log, pending, progress=None):
     """background's DVC side replaced by `log`: each table's seed 0 queued and seed 1 running
-    (b) or done (a); `to_queue` returns `pending[table]`'s seeds."""
+    (b) or done (a); `to_queue` returns `pending[table]`'s seeds; `progress[table]` holds the
+    resume states' steps by seed."""
+    monkeypatch.setattr(background, "resume_progress", lambda table, root: {
+        (table.run("x"), seed): (step, 100)
+        for seed, step in (progress or {}).get(table.table, {}).items()
+    })  # fmt: skip
 
     def all_statuses(table, rows):
         found = statuses(table, {})
@@ -245,3 +250,22 @@ def test_a_table_amended_on_a_later_commit_is_read_on_both_and_queued_on_the_las
     path.write_text(yaml.safe_dump(spec))
     assert main(["status", str(path), "--repo", str(clone)]) == 2
     assert "names no commit" in capsys.readouterr().err
+
+
+def test_runs_with_a_resume_state_go_first_the_furthest_first(plan, monkeypatch):
+    """Whatever the turns, a run that has a resume state has the least left to pay: the
+    partial runs of every table come first (in the plan's order, the furthest along first
+    within a table), then the rest in turns."""
+    path, clone, _, _ = plan
+    spec = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**spec, "interleave": True}))
+    log = []
+    fake_dvc(monkeypatch, clone, log, {"b": [0, 1], "a": [0, 1]},
+             progress={"a": {1: 40, 0: 80}, "b": {1: 10}})  # fmt: skip
+    assert main(["resume", str(path), "--repo", str(clone)]) == 0
+    assert [e[1] for e in log if e[0] == "queue"] == [
+        "b-x-s1",
+        "a-x-s0",
+        "a-x-s1",  # partial: b (the plan's first), then a's furthest first
+        "b-x-s0",  # then the rest in turns
+    ]

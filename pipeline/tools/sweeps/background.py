@@ -16,7 +16,8 @@ machine back at the end: behind every task of the tables queued after its own. S
    removes the queued (not running) tasks of every table of the plan from DVC's queue;
 2. queues each table's runs again from the clone checked out at the table's commit: the removed
    tasks and the orphans alike (each run goes on from its resume state), never what the
-   table's results directory holds as done. One table after another in the plan's order, or,
+   table's results directory holds as done. Runs that have a resume state go first (they have
+   the least left to pay); then one table after another in the plan's order, or,
    with `interleave`, in turns (`turns`; an entry's `turns: 2` queues two of its runs each
    round): a long table then holds back no other, and each table's cells move seed by seed;
 3. starts the workers as soon as there is a run for each (queueing takes minutes), and waits
@@ -31,7 +32,7 @@ waiting on an earlier one is queued twice.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -201,6 +202,27 @@ def turns(
     ]
 
 
+def partial_first(
+    steps: list[Step],
+    pending: list[list[Status]],
+    progress: list[Mapping[tuple[str, int], tuple[int, int | None]]],
+) -> list[tuple[int, Status]]:
+    """The pending runs (one list per table) that have a resume state (`resume_progress`, one
+    mapping per table), as (table index, run): they go first, whatever the turns, since each
+    has the least left to pay before its result lands. In the plan's order; within a table,
+    the furthest along first."""
+    out = []
+    for i, (step, runs) in enumerate(zip(steps, pending, strict=True)):
+        reached = {
+            id(r): progress[i][key][0]
+            for r in runs
+            if r.seed is not None and (key := (step.table.run(r.cell), r.seed)) in progress[i]
+        }
+        out += [(i, r) for r in sorted((r for r in runs if id(r) in reached),
+                                       key=lambda r: -reached[id(r)])]  # fmt: skip
+    return out
+
+
 def resume(
     steps: list[Step],
     repo: Path,
@@ -229,10 +251,14 @@ def resume(
         to_queue(step.table, repo, kept=committed(step.table, step.results), rev=step.read)
         for step in steps
     ]
-    order = (
-        turns(pending, [step.turns for step in steps])
+    progress = [resume_progress(step.table, workers.resume_root) for step in steps]
+    order = partial_first(steps, pending, progress)
+    first = {id(r) for _, r in order}
+    rest = [[r for r in runs if id(r) not in first] for runs in pending]
+    order += (
+        turns(rest, [step.turns for step in steps])
         if interleave
-        else [(i, r) for i, runs in enumerate(pending) for r in runs]
+        else [(i, r) for i, runs in enumerate(rest) for r in runs]
     )
     checked_out, started = None, False
     for n, (i, run) in enumerate(order, 1):
