@@ -114,6 +114,7 @@ def test_resume_takes_the_queue_down_then_queues_each_table_in_the_plans_order(p
             "--commit"]  # fmt: skip
     assert main(argv) == 0
     assert log == [
+        ("lowered", 19),  # with --wait, background work from the start
         ("clean",),
         ("git", "checkout", "-q", second), ("paths",),  # each commit can commit its experiments
         ("git", "checkout", "-q", first), ("paths",),
@@ -124,7 +125,6 @@ def test_resume_takes_the_queue_down_then_queues_each_table_in_the_plans_order(p
         ("git", "checkout", "-q", first), ("queue", "a-x-s0"),
         ("workers", 2, 19),
         ("queue", "a-x-s1"),
-        ("lowered", 19),
         ("wait", 2, ("b", second, "b", True, "b.yaml"), ("a", first, "a", True, "a.yaml")),
     ]  # fmt: skip
 

@@ -235,6 +235,11 @@ def resume(
 ) -> None:
     """Steps 1-3 of the module's doc for `steps` (`load_plan`), from the clone `repo`; with
     `interleave`, the tables' runs are queued in `turns`."""
+    if wait_too:
+        # background work from the start: its queueing (minutes of `dvc exp run --queue`) and its
+        # asks (up to POLL_SHARE of a core) at the workers' priority, its session's autogroup
+        # with it when started in a session of its own (`setsid`)
+        workers.lower_priority()
     check_clean(repo)
     # each commit's experiments could commit (before any task comes off the queue)
     for rev in dict.fromkeys(step.rev for step in steps):
@@ -275,9 +280,6 @@ def resume(
         start_workers(repo, jobs, workers)
     if not wait_too:
         return
-    # the poller is background work too: its asks (up to POLL_SHARE of a core) at the workers'
-    # priority, its session's autogroup with it when started in a session of its own (`setsid`)
-    workers.lower_priority()
     watches = [
         Watch(step.table, step.read, committed(step.table, step.results),
               Keep(step.results, commit), step.path)
