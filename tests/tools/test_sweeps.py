@@ -265,37 +265,46 @@ def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
     assert len(out) == 4 and out[0].endswith(f"{len(cells)} queued")  # a line per change
 
 
-def test_wait_starts_the_workers_again_when_fewer_than_jobs_run_with_work_queued(
+def test_wait_starts_the_workers_again_when_fewer_than_jobs_live_with_work_queued(
     monkeypatch, capsys
 ):
-    """A queue worker that died (DVC's file broker, treeverse/dvc#7903) leaves one of two
-    running: after two such asks in a row, wait runs `dvc queue start -j 2`, which starts only
-    the missing one. One ask short (a worker between two experiments) starts nothing."""
+    """A queue worker that died (DVC's file broker, treeverse/dvc#7903) or stopped on an empty
+    queue (as `resume` took it down) leaves fewer than `jobs` worker processes: the first round
+    that finds experiments queued then runs `start_workers`. A worker between two experiments is
+    still a process, and none is started while nothing is queued."""
     import pipeline.tools.sweeps.queue as sweeps
 
     table = Table.model_validate(TABLE)
+    rounds = iter([
+        (_rows_in_states(table, 2, 3), 2),  # two workers, two running
+        (_rows_in_states(table, 1, 3), 2),  # one between two experiments: still two workers
+        (_rows_in_states(table, 1, 2), 1),  # one died: started again at once
+        (_rows_in_states(table, 2, 1), 2),
+        (_rows_in_states(table, 1, 0), 1),  # one stopped, nothing queued: none started
+        (_rows_in_states(table, 0, 0), 0),
+    ])  # fmt: skip
+    live, started = [0], []
 
-    def rows(running, queued):
-        return _rows_in_states(table, running, queued)
+    def settled_rows(repo, rev=None, every_s=10.0):
+        rows, live[0] = next(rounds)
+        return rows
 
-    answers = iter([rows(2, 3), rows(1, 3), rows(2, 2), rows(1, 2), rows(1, 1), rows(2, 0),
-                    rows(0, 0)])  # fmt: skip
-    started = []
-    monkeypatch.setattr(sweeps, "settled_rows", lambda repo, rev=None, every_s=10.0: next(answers))
+    monkeypatch.setattr(sweeps, "settled_rows", settled_rows)
+    monkeypatch.setattr(sweeps, "live_workers", lambda repo: ["w"] * live[0])
     monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
     monkeypatch.setattr(sweeps, "start_workers", lambda repo, jobs, *_: started.append(jobs))
     found = sweeps.wait(table, REPO, jobs=2)
     assert {f.state for f in found} == {"done"}
-    assert started == [2]  # after the 4th and 5th asks, not after the 2nd alone
-    assert "fewer than 2 running with experiments queued" in capsys.readouterr().out
+    assert started == [2]  # after the 3rd round alone
+    assert "fewer than 2 queue workers with experiments queued" in capsys.readouterr().out
 
 
 def test_wait_all_reads_each_tables_commit_keeps_each_tables_results_and_counts_workers_over_all(
     monkeypatch, capsys
 ):
     """Two tables queued on two commits: one `dvc exp show` per commit a round; a table's report
-    is kept only when one more of its own experiments is done; the workers are topped up by the
-    runs of both tables together (one running in each is two); it returns when both are done."""
+    is kept only when one more of its own experiments is done; the workers are topped up when
+    either table has experiments queued; it returns when both are done."""
     import pipeline.tools.sweeps.queue as sweeps
 
     t = Table.model_validate(TABLE)
@@ -304,18 +313,22 @@ def test_wait_all_reads_each_tables_commit_keeps_each_tables_results_and_counts_
 
     rounds = iter([
         {"rev-t": rows(t, 1, 4), "rev-u": rows(u, 1, 5)},  # two running: no top-up
-        {"rev-t": rows(t, 0, 4), "rev-u": rows(u, 1, 5)},  # t: one more done; one running
-        {"rev-t": rows(t, 0, 4), "rev-u": rows(u, 1, 5)},  # in all, twice: top-up
+        {"rev-t": rows(t, 0, 4), "rev-u": rows(u, 1, 5)},  # t: one more done; its worker died
+        {"rev-t": rows(t, 0, 4), "rev-u": rows(u, 1, 5)},
         {"rev-t": rows(t, 0, 4), "rev-u": rows(u, 1, 5)},
         {"rev-t": rows(t, 0, 0), "rev-u": rows(u, 0, 0)},
     ])  # fmt: skip
+    workers_live = iter([2, 1, 2, 2, 0])  # one of the two stopped in round 2
     asked, kept, started, current = [], [], [], {}
 
     def settled_rows(repo, rev=None, every_s=10.0):
         if rev == "rev-t":  # each round asks t's commit first
             current.update(next(rounds))
+            current["live"] = next(workers_live)
         asked.append(rev)
         return current[rev]
+
+    monkeypatch.setattr(sweeps, "live_workers", lambda repo: ["w"] * current["live"])
 
     monkeypatch.setattr(sweeps, "settled_rows", settled_rows)
     monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
@@ -331,7 +344,7 @@ def test_wait_all_reads_each_tables_commit_keeps_each_tables_results_and_counts_
     assert kept == ["t", "t", "u"]  # t at rounds 2 and 5, u at round 5
     assert started == [2]
     out = capsys.readouterr().out
-    assert "t, u: fewer than 2 running" in out and out.count("u: ") >= 2
+    assert "t, u: fewer than 2 queue workers" in out and out.count("u: ") >= 2
 
 
 def test_a_running_task_is_orphaned_when_its_process_or_every_worker_is_gone(tmp_path, monkeypatch):

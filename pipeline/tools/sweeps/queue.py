@@ -356,16 +356,17 @@ def wait_all(
       2-core machine, more while the workers hold the cores), so the pause between two rounds
       of asks is at least every_s and at least (1 / POLL_SHARE - 1) times the last round: the
       workers keep the cores.
-    - With `jobs`, a worker that died is started again: a queue worker can die on a half-written
-      message of DVC's file broker (celery's "Unrecoverable error: JSONDecodeError",
-      treeverse/dvc#7903): it finishes the experiment it holds, stops, and leaves the rest to
-      the others. When two rounds in a row find experiments queued and fewer than `jobs`
-      running (over all the tables), `start_workers` tops the workers up.
+    - With `jobs`, a worker that stopped is started again, as soon as a round finds experiments
+      queued (in any of the tables) and fewer than `jobs` queue-worker processes in `repo`. A
+      queue worker can die on a half-written message of DVC's file broker (celery's
+      "Unrecoverable error: JSONDecodeError", treeverse/dvc#7903), and one that finds the
+      queue empty (as `resume` takes it down to queue it again) stops after the experiment it
+      holds ("monitor: shutting down due to empty queue"): each leaves the rest to the others.
+      Counted by process, a worker between two experiments still counts.
     - With a table's `keep`, each time one more of its experiments is done, its report is
       written there (and committed): each finished cell's raw results as it lands."""
     last: list[str | None] = [None] * len(watches)
     done_before: list[int | None] = [None] * len(watches)
-    short = 0  # rounds in a row with experiments queued and fewer than `jobs` running
     while True:
         started = time.monotonic()
         rows: dict[Any, dict[str, dict[str, Any]]] = {}
@@ -390,11 +391,9 @@ def wait_all(
         states = [f.state for found in every for f in found]
         if "queued" not in states and "running" not in states:
             return every
-        short = short + 1 if jobs and "queued" in states and states.count("running") < jobs else 0
-        if short >= 2:
+        if jobs and "queued" in states and len(live_workers(repo)) < jobs:
             names = ", ".join(w.table.table for w in watches)
-            print(f"{time.strftime('%H:%M:%S')} {names}: fewer than {jobs} running with "
-                  "experiments queued: starting the missing workers", flush=True)  # fmt: skip
+            print(f"{time.strftime('%H:%M:%S')} {names}: fewer than {jobs} queue workers with "
+                  "experiments queued: starting the missing ones", flush=True)  # fmt: skip
             start_workers(repo, jobs, workers)
-            short = 0
         time.sleep(max(every_s, asked_s * (1 / POLL_SHARE - 1)))
