@@ -329,7 +329,6 @@ def test_wait_all_reads_each_tables_commit_keeps_each_tables_results_and_counts_
         return current[rev]
 
     monkeypatch.setattr(sweeps, "live_workers", lambda repo: ["w"] * current["live"])
-
     monkeypatch.setattr(sweeps, "settled_rows", settled_rows)
     monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
     monkeypatch.setattr(sweeps, "start_workers", lambda repo, jobs, *_: started.append(jobs))
@@ -1550,8 +1549,8 @@ def test_a_params_file_that_dvcs_rewrite_would_change_is_named_line_by_line(tmp_
 
 def test_a_checkout_whose_top_level_plots_lie_in_an_output_it_lacks_is_refused(tmp_path):
     """DVC stages dvc.yaml's top-level plots when it commits an experiment, after its stages
-    ran: a plot in a directory output that a fresh clone's empty cache lacks failed every P1b
-    experiment so, each after its compute. `check_commit_paths` reads the same now: the clone
+    ran: a plot in a directory output that a fresh clone's empty cache lacks would have failed
+    every P1b experiment so, each after its compute. `check_commit_paths` reads the same now: the clone
     is refused, naming the output and what to do; with the cache of the checkout that built it,
     it passes, as the checkout itself does."""
     import subprocess
