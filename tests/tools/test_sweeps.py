@@ -239,7 +239,8 @@ def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
     monkeypatch, capsys
 ):
     """Each ask of `dvc exp show` is followed by a pause of at least every_s and at least four
-    times the ask (POLL_SHARE 0.2): asks of 1 s pause 10 s, asks of 30 s pause 120 s."""
+    times the ask's CPU time (POLL_SHARE 0.2): asks of 1 s pause 10 s, asks of 30 s pause
+    120 s. The wall time an ask took (a starved poller waits for the CPU) does not count."""
     import pipeline.tools.sweeps.queue as sweeps
 
     table = Table.model_validate(TABLE)
@@ -251,12 +252,16 @@ def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
         clock, slept = [0.0], []
         answers = iter([queued, queued, done])
 
-        def ask(repo, rev=None, every_s=10.0, ask_s=ask_s, clock=clock, answers=answers):
+        wall = [0.0]
+
+        def ask(repo, rev=None, every_s=10.0, ask_s=ask_s, clock=clock, answers=answers, wall=wall):
             clock[0] += ask_s
+            wall[0] += 1000.0  # minutes waiting for the CPU
             return next(answers)
 
         monkeypatch.setattr(sweeps, "settled_rows", ask)
-        monkeypatch.setattr(sweeps.time, "monotonic", lambda clock=clock: clock[0])
+        monkeypatch.setattr(sweeps, "cpu_seconds", lambda clock=clock: clock[0])
+        monkeypatch.setattr(sweeps.time, "monotonic", lambda wall=wall: wall[0])
         monkeypatch.setattr(sweeps.time, "sleep", slept.append)
         found = sweeps.wait(table, REPO, every_s=10.0)
         assert {f.state for f in found} == {"done"}

@@ -333,6 +333,12 @@ def wait(
     return wait_all([watch], repo, every_s, jobs, workers=workers)[0]
 
 
+def cpu_seconds() -> float:
+    """The CPU time of this process and of its children that have ended (user and system)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def _revs_key(rev: str | Sequence[str] | None) -> str | tuple[str, ...] | None:
     return rev if rev is None or isinstance(rev, str) else tuple(rev)
 
@@ -353,9 +359,10 @@ def wait_all(
     - Each table's experiments are read on its own commits (`Watch.rev`), so that commits made
       while they run (`keep`) do not hide them: one `dvc exp show` for each set of commits.
     - `dvc exp show` takes longer the more experiments a commit holds (3 s for 162 on an idle
-      2-core machine, more while the workers hold the cores), so the pause between two rounds
-      of asks is at least every_s and at least (1 / POLL_SHARE - 1) times the last round: the
-      workers keep the cores.
+      2-core machine), so the pause between two rounds of asks is at least every_s and at
+      least (1 / POLL_SHARE - 1) times the CPU time of the last round: the workers keep the
+      cores. CPU time, not wall time: a poller at nice 19 beside busy cores waits for the CPU,
+      and paced by wall time it once paused 17 minutes while both workers had stopped.
     - With `jobs`, a worker that stopped is started again, as soon as a round finds experiments
       queued (in any of the tables) and fewer than `jobs` queue-worker processes in `repo`. A
       queue worker can die on a half-written message of DVC's file broker (celery's
@@ -368,7 +375,7 @@ def wait_all(
     last: list[str | None] = [None] * len(watches)
     done_before: list[int | None] = [None] * len(watches)
     while True:
-        started = time.monotonic()
+        started = cpu_seconds()
         rows: dict[Any, dict[str, dict[str, Any]]] = {}
         every: list[list[Status]] = []
         for watch in watches:
@@ -376,7 +383,7 @@ def wait_all(
             if key not in rows:
                 rows[key] = settled_rows(repo, watch.rev, every_s=every_s)
             every.append(with_committed(all_statuses(watch.table, rows[key]), watch.kept or {}))
-        asked_s = time.monotonic() - started
+        asked_s = cpu_seconds() - started
         for i, (watch, found) in enumerate(zip(watches, every, strict=True)):
             line = count_line(found)
             if line != last[i]:
