@@ -351,6 +351,27 @@ def test_wait_all_reads_each_tables_commit_keeps_each_tables_results_and_counts_
     assert "t, u: fewer than 2 queue workers" in out and out.count("u: ") >= 2
 
 
+def test_results_that_landed_while_no_poller_ran_are_kept_at_the_first_round(monkeypatch):
+    """A poller started again after experiments landed (the last one stopped with the machine)
+    keeps them at once: DVC holds more done than the committed results, not only more than at
+    its previous round."""
+    import pipeline.tools.sweeps.queue as sweeps
+
+    table = Table.model_validate(TABLE)
+    first = statuses(table, {})[0]
+    committed = {first.name: dataclasses.replace(first, state="done", value=1.0, kept=True)}
+    # DVC: 2 done (none of them the committed one), then all 6
+    rounds = iter([_rows_in_states(table, 0, 4), _rows_in_states(table, 0, 0)])
+    kept = []
+    monkeypatch.setattr(sweeps, "settled_rows", lambda repo, rev=None, every_s=10.0: next(rounds))
+    monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
+    monkeypatch.setattr(sweeps, "keep_results",
+                        lambda table, path, found, repo, keep: kept.append(
+                            sum(f.state == "done" for f in found)))  # fmt: skip
+    sweeps.wait(table, REPO, kept=committed, keep=sweeps.Keep(REPO / "r"), table_path=REPO / "t")
+    assert kept == [3, 6]  # the first round already (1 committed + 2), then as more land
+
+
 def test_a_running_task_is_orphaned_when_its_process_or_every_worker_is_gone(tmp_path, monkeypatch):
     """DVC lists a task as running until a worker marks it done, even when none ever will:
     with a recorded pid, the task is orphaned once that process is gone; with no record (its

@@ -371,9 +371,15 @@ def wait_all(
       holds ("monitor: shutting down due to empty queue"): each leaves the rest to the others.
       Counted by process, a worker between two experiments still counts.
     - With a table's `keep`, each time one more of its experiments is done, its report is
-      written there (and committed): each finished cell's raw results as it lands."""
+      written there (and committed): each finished cell's raw results as it lands. Against the
+      table's `kept` (its committed results), those that landed while no poller ran are kept
+      at the first round."""
     last: list[str | None] = [None] * len(watches)
-    done_before: list[int | None] = [None] * len(watches)
+    # what the committed results hold: experiments done since (a poller started again after
+    # some landed) are kept at the first round
+    done_before: list[int | None] = [
+        None if w.kept is None else sum(f.state == "done" for f in w.kept.values()) for w in watches
+    ]
     while True:
         started = cpu_seconds()
         rows: dict[Any, dict[str, dict[str, Any]]] = {}
