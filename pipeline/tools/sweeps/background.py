@@ -213,13 +213,9 @@ def partial_first(
     the furthest along first."""
     out = []
     for i, (step, runs) in enumerate(zip(steps, pending, strict=True)):
-        reached = {
-            id(r): progress[i][key][0]
-            for r in runs
-            if r.seed is not None and (key := (step.table.run(r.cell), r.seed)) in progress[i]
-        }
-        out += [(i, r) for r in sorted((r for r in runs if id(r) in reached),
-                                       key=lambda r: -reached[id(r)])]  # fmt: skip
+        reached = {r.name: progress[i].get((step.table.run(r.cell), r.seed)) for r in runs}
+        partial = [r for r in runs if reached[r.name] is not None]
+        out += [(i, r) for r in sorted(partial, key=lambda r: -reached[r.name][0])]
     return out
 
 
@@ -258,8 +254,8 @@ def resume(
     ]
     progress = [resume_progress(step.table, workers.resume_root) for step in steps]
     order = partial_first(steps, pending, progress)
-    first = {id(r) for _, r in order}
-    rest = [[r for r in runs if id(r) not in first] for runs in pending]
+    first = {r.name for _, r in order}  # experiment names: one table's each, never shared
+    rest = [[r for r in runs if r.name not in first] for runs in pending]
     order += (
         turns(rest, [step.turns for step in steps])
         if interleave
