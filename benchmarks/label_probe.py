@@ -10,6 +10,11 @@ the actor toward the labels has nothing there that it can learn.
 
     python -m benchmarks.label_probe --dataset data/datasets/MountainCarContinuous-v0 \\
         --steps 1500 --out reports/label_probe.json
+
+A trained agent's encoder, frozen, is probed with `--agent models/<run>` (repeat for several):
+the head alone learns from the features that agent's actor reads, computed over the same rows;
+`--kinds` chooses which encoders the probe trains from scratch (default: state and pixels;
+`--kinds` with nothing after it: none).
 """
 
 from __future__ import annotations
@@ -39,6 +44,21 @@ def labelled_rows(dataset: Path, obs: str, frame_stack: int):
     else:
         inputs = data.obs[index].astype(np.float32)
     return inputs, data["a_v"][rows].astype(np.float32), data.episode_start[index]
+
+
+def agent_features(agent_dir: Path, inputs: np.ndarray, batch: int = 256) -> np.ndarray:
+    """The features (N, F) of the encoder the agent in `agent_dir` observes through (its
+    critic's, which a shared, coupled or own-head actor reads), over `inputs` (`labelled_rows`'
+    uint8 frames or states), in inference mode."""
+    from pipeline.learn.methods.table import load_agent
+
+    encoder = load_agent(agent_dir).encoder
+    encoder.eval()
+    with torch.inference_mode():
+        parts = [
+            encoder(torch.from_numpy(inputs[i : i + batch])) for i in range(0, len(inputs), batch)
+        ]
+    return torch.cat(parts).float().numpy()
 
 
 class Probe(nn.Module):
@@ -105,11 +125,24 @@ def main(argv: list[str] | None = None) -> None:
         "order (`labelled_rows(..., 'pixels', k)`): the head alone learns from them, frozen; "
         "repeat for several agents",
     )  # fmt: skip
+    parser.add_argument(
+        "--agent", type=Path, action="append", default=[],
+        help="a trained pixel agent's directory (agent.json, agent.safetensors): its encoder's "
+        "features over the labelled rows, frozen, as --features; repeat for several agents",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kinds", nargs="*", choices=["state", "pixels"], default=["state", "pixels"],
+        help="the encoders trained from scratch with the head (default: both; none: --kinds)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     results = {}
-    kinds = [("state", None), ("pixels", None), *(("features", f) for f in args.features)]
+    kinds = [
+        *((kind, None) for kind in args.kinds),
+        *(("features", f) for f in args.features),
+        *(("features", a) for a in args.agent),
+    ]
     read: dict[str, tuple] = {}  # the dataset read once per kind: features reuse the pixels' rows
     for kind, features in kinds:
         source = "pixels" if features else kind
@@ -118,7 +151,10 @@ def main(argv: list[str] | None = None) -> None:
         inputs, labels, episode = read[source]
         name = kind
         if features is not None:  # the spread: the features' std over rows (ddof 1), mean over F
-            inputs = np.load(features, allow_pickle=False).astype(np.float32)
+            if features.is_dir():  # --agent
+                inputs = agent_features(features, inputs)
+            else:
+                inputs = np.load(features, allow_pickle=False).astype(np.float32)
             if len(inputs) != len(labels):
                 raise SystemExit(f"{features}: {len(inputs)} rows, the dataset {len(labels)}")
             name = f"{features.name} (spread {inputs.std(0, ddof=1).mean():.2g})"
@@ -138,8 +174,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"mean |prediction| {row['mean_abs_prediction']:.3f}", flush=True)  # fmt: skip
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                        "results": results}, indent=2) + "\n")  # fmt: skip
+        shown = {k: [str(x) for x in v] if isinstance(v, list) else str(v)
+                 for k, v in vars(args).items()}  # fmt: skip
+        args.out.write_text(json.dumps({"args": shown, "results": results}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

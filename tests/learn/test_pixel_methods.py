@@ -226,6 +226,39 @@ def test_the_label_probe_trains_on_one_episode_and_scores_the_other(pixel_pipeli
         assert 0 <= row["mse"] <= 4 and 0 <= row["mse_of_the_mean_label"] <= 4
 
 
+def test_the_label_probe_reads_a_trained_agents_frozen_encoder(pixel_pipeline, tmp_path):
+    """`--agent DIR`: the agent's own encoder, loaded from its checkpoint, gives the features
+    the head learns from, one row per labelled row; `--kinds` with nothing after it trains no
+    encoder from scratch. The features are the encoder's outputs over the probe's frames (the
+    same rows, recomputed here through the agent)."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from benchmarks.label_probe import agent_features, labelled_rows, main
+    from stages import train
+
+    d = pixel_pipeline
+    params = tmp_path / "sac.yaml"
+    params.write_text(yaml.safe_dump(params_for(d, "sac")))
+    assert train.main(train_argv(d, params, "sac", tmp_path / "sac")) == 0
+    model = tmp_path / "sac" / "model"
+    frames, labels, _ = labelled_rows(d / "ds", "pixels", 3)
+    features = agent_features(model, frames, batch=5)  # batches that do not divide the rows
+    assert features.shape == (len(labels), 16)  # the preset's feature_dim
+    with torch.no_grad():
+        direct = load_agent(model).encoder(torch.from_numpy(frames[:7])).numpy()
+    np.testing.assert_allclose(features[:7], direct, rtol=1e-5, atol=1e-6)
+    out = tmp_path / "probe.json"
+    main(["--dataset", str(d / "ds"), "--steps", "3", "--batch", "8", "--hidden", "16",
+          "--kinds", "--agent", str(model), "--out", str(out)])  # fmt: skip
+    results = json.loads(out.read_text())["results"]
+    spread = f"{features.std(0, ddof=1).mean():.2g}"
+    assert len(results) == 2
+    assert all(k.startswith(f"model (spread {spread}), held-out episode") for k in results)
+
+
 def test_the_label_probe_reads_a_motions_direction_from_stacked_frames():
     """The probe's instrument check: where the label is the direction a square moved between the
     oldest and the newest stacked frame (one pixel), the pixel probe learns it and generalises.
