@@ -12,7 +12,9 @@ the actor toward the labels has nothing there that it can learn.
         --steps 1500 --out reports/label_probe.json
 
 A trained agent's encoder, frozen, is probed with `--agent models/<run>` (repeat for several):
-the head alone learns from the features that agent's actor reads, computed over the same rows;
+the head alone learns from the features that agent's actor reads, computed over the same rows,
+beside what its actor does there (its deterministic action against the label: sign agreement,
+squared distance, and the action's spread over the rows);
 `--kinds` chooses which encoders the probe trains from scratch (default: state and pixels;
 `--kinds` with nothing after it: none).
 """
@@ -46,19 +48,37 @@ def labelled_rows(dataset: Path, obs: str, frame_stack: int):
     return inputs, data["a_v"][rows].astype(np.float32), data.episode_start[index]
 
 
-def agent_features(agent_dir: Path, inputs: np.ndarray, batch: int = 256) -> np.ndarray:
-    """The features (N, F) of the encoder the agent in `agent_dir` observes through (its
-    critic's, which a shared, coupled or own-head actor reads), over `inputs` (`labelled_rows`'
-    uint8 frames or states), in inference mode."""
+def agent_readout(
+    agent_dir: Path, inputs: np.ndarray, batch: int = 256
+) -> tuple[np.ndarray, np.ndarray]:
+    """What the actor of the agent in `agent_dir` (an off-policy, SAC-family agent) reads and
+    does over `inputs` (`labelled_rows`' uint8 frames or states), in inference mode: the latent
+    it reads, (N, F) (`actor_features`: the critic's encoder for a shared or coupled actor,
+    its own head's for DrQ's), and its deterministic action in env units, (N, A)."""
     from pipeline.learn.methods.table import load_agent
 
-    encoder = load_agent(agent_dir).encoder
-    encoder.eval()
+    agent = load_agent(agent_dir)
+    features, actions = [], []
     with torch.inference_mode():
-        parts = [
-            encoder(torch.from_numpy(inputs[i : i + batch])) for i in range(0, len(inputs), batch)
-        ]
-    return torch.cat(parts).float().numpy()
+        for i in range(0, len(inputs), batch):
+            h = agent.actor_features(torch.from_numpy(inputs[i : i + batch]).to(agent.device))
+            mean, _, _ = agent.actor(h, True)
+            features.append(h.float().cpu())
+            actions.append(agent.scale.unnormalise(mean).float().cpu())
+    return torch.cat(features).numpy(), torch.cat(actions).numpy()
+
+
+def actor_row(actions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """How the actor's deterministic actions (N, A) stand to the labels (N, A) on the same
+    rows: the share with the label's sign, the mean squared distance, and how much the action
+    varies over the rows (std over rows, ddof 1, mean over the action's dimensions)."""
+    return {
+        "rows": len(actions),
+        "sign_agreement": float((np.sign(actions) == np.sign(labels)).mean()),
+        "mse": float(((actions - labels) ** 2).mean()),
+        "action_std": float(actions.std(0, ddof=1).mean()),
+        "mean_action": float(actions.mean()),
+    }
 
 
 class Probe(nn.Module):
@@ -151,8 +171,13 @@ def main(argv: list[str] | None = None) -> None:
         inputs, labels, episode = read[source]
         name = kind
         if features is not None:  # the spread: the features' std over rows (ddof 1), mean over F
-            if features.is_dir():  # --agent
-                inputs = agent_features(features, inputs)
+            if features.is_dir():  # --agent: what its actor reads, and what it does with it
+                inputs, actions = agent_readout(features, inputs)
+                row = actor_row(actions, labels)
+                results[f"{features.name}: its actor, every labelled row"] = row
+                print(f"{features.name}: its actor's sign agreement {row['sign_agreement']:.3f}, "
+                      f"MSE {row['mse']:.3f}, action std over rows {row['action_std']:.3g} "
+                      f"(ddof 1), mean action {row['mean_action']:.3f}", flush=True)  # fmt: skip
             else:
                 inputs = np.load(features, allow_pickle=False).astype(np.float32)
             if len(inputs) != len(labels):

@@ -227,16 +227,17 @@ def test_the_label_probe_trains_on_one_episode_and_scores_the_other(pixel_pipeli
 
 
 def test_the_label_probe_reads_a_trained_agents_frozen_encoder(pixel_pipeline, tmp_path):
-    """`--agent DIR`: the agent's own encoder, loaded from its checkpoint, gives the features
-    the head learns from, one row per labelled row; `--kinds` with nothing after it trains no
-    encoder from scratch. The features are the encoder's outputs over the probe's frames (the
-    same rows, recomputed here through the agent)."""
+    """`--agent DIR`: the latent the agent's actor reads, loaded from its checkpoint, gives the
+    features the head learns from, one row per labelled row, and the actor's own deterministic
+    actions on those rows are scored against the labels; `--kinds` with nothing after it trains
+    no encoder from scratch. Recomputed here through the agent: the features are its encoder's
+    outputs (a shared actor's latent) and the actions what `act` gives for the same frames."""
     import json
 
     import numpy as np
     import torch
 
-    from benchmarks.label_probe import agent_features, labelled_rows, main
+    from benchmarks.label_probe import actor_row, agent_readout, labelled_rows, main
     from stages import train
 
     d = pixel_pipeline
@@ -245,18 +246,27 @@ def test_the_label_probe_reads_a_trained_agents_frozen_encoder(pixel_pipeline, t
     assert train.main(train_argv(d, params, "sac", tmp_path / "sac")) == 0
     model = tmp_path / "sac" / "model"
     frames, labels, _ = labelled_rows(d / "ds", "pixels", 3)
-    features = agent_features(model, frames, batch=5)  # batches that do not divide the rows
-    assert features.shape == (len(labels), 16)  # the preset's feature_dim
+    features, actions = agent_readout(model, frames, batch=5)  # batches that divide no rows
+    assert features.shape == (len(labels), 16) and actions.shape == labels.shape
+    agent = load_agent(model)
     with torch.no_grad():
-        direct = load_agent(model).encoder(torch.from_numpy(frames[:7])).numpy()
+        direct = agent.encoder(torch.from_numpy(frames[:7])).numpy()
     np.testing.assert_allclose(features[:7], direct, rtol=1e-5, atol=1e-6)
+    for i in (0, len(frames) - 1):
+        np.testing.assert_allclose(actions[i], agent.act(frames[i], True), rtol=1e-5, atol=1e-6)
     out = tmp_path / "probe.json"
     main(["--dataset", str(d / "ds"), "--steps", "3", "--batch", "8", "--hidden", "16",
           "--kinds", "--agent", str(model), "--out", str(out)])  # fmt: skip
     results = json.loads(out.read_text())["results"]
     spread = f"{features.std(0, ddof=1).mean():.2g}"
-    assert len(results) == 2
-    assert all(k.startswith(f"model (spread {spread}), held-out episode") for k in results)
+    probes = [k for k in results if k.startswith(f"model (spread {spread}), held-out episode")]
+    assert len(probes) == 2 and len(results) == 3
+    # main reads in batches of 256: the same actions up to the kernels' rounding
+    assert results["model: its actor, every labelled row"] == pytest.approx(
+        actor_row(actions, labels), rel=1e-4, abs=1e-6
+    )
+    flipped = actor_row(-labels, labels)  # the instrument: opposite actions agree nowhere
+    assert flipped["sign_agreement"] == 0.0 and actor_row(labels, labels)["mse"] == 0.0
 
 
 def test_the_label_probe_reads_a_motions_direction_from_stacked_frames():
