@@ -406,6 +406,33 @@ def test_the_critic_step_logs_how_far_the_features_tell_rows_apart():
         assert math.isnan(float(agent.update_critic(one).metrics["encoder_spread"]))
 
 
+def test_the_actor_step_logs_how_far_its_mean_action_varies_over_the_rows():
+    """`action_spread`: the std over the batch's rows (ddof 1) of the actor's mean action (the
+    deterministic action, before the step), mean over the action's dimensions; 0 for a batch of
+    one frame repeated; NaN, silently, for one row."""
+    space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    cfg = SACParams.model_validate(_params()["drq"])
+    agent = SACAgent((24, 24, 3), space, cfg, seed=1)
+    b = _batch(2)
+    step = agent.update_critic(b)
+    with torch.no_grad():
+        _, _, mean = agent.actor(agent.actor_features(b["obs"], step.h.detach(), step.obs_map))
+        expected = mean.std(0, correction=1).mean()
+    logged = agent.update_actor_and_alpha(step.h.detach(), step.next_h, b, step.obs_map)
+    torch.testing.assert_close(logged["action_spread"], expected)
+    assert float(expected) > 0
+    same = dict(b, obs=b["obs"][:1].expand_as(b["obs"]).clone())
+    step = agent.update_critic(same)
+    logged = agent.update_actor_and_alpha(step.h.detach(), step.next_h, same, step.obs_map)
+    assert float(logged["action_spread"]) == 0.0
+    one = {k: v[:1] for k, v in b.items()}
+    step = agent.update_critic(one)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        logged = agent.update_actor_and_alpha(step.h.detach(), step.next_h, one, step.obs_map)
+    assert math.isnan(float(logged["action_spread"]))
+
+
 def test_an_agent_loaded_for_acting_has_no_optimisers_and_says_so(tmp_path):
     """`load` builds the agent for acting (no Adam: building one imports torch._dynamo, about
     2 s of every evaluation); asked to train, it says how to get an agent that trains."""

@@ -388,7 +388,8 @@ _EXPECTED = {
     "m3": (3, True, False, False, {"reward_loss", "similarity_loss"}),
     "m4": (3, True, True, True, {"reward_loss", "similarity_loss", "transition_loss"}),
 }
-_SAC_KEYS = {"critic_loss", "q", "loss", "actor_loss", "alpha_loss", "alpha", "entropy"}
+_SAC_KEYS = {"critic_loss", "q", "loss", "actor_loss", "alpha_loss", "alpha", "entropy",
+             "action_spread"}  # fmt: skip
 
 
 @pytest.mark.parametrize("variant", list(_EXPECTED))

@@ -552,7 +552,7 @@ class OffPolicyAgent(ABC):
         batch: Tensors,
         obs_map: torch.Tensor | None = None,
     ) -> Tensors:
-        pi, log_pi, _ = self.actor(self.actor_features(batch["obs"], h, obs_map))  # a_r ~ pi(.|s)
+        pi, log_pi, mean = self.actor(self.actor_features(batch["obs"], h, obs_map))  # a_r ~ pi
         with frozen(self.critic):
             q_pi = self.critic.q_min(h, pi)  # (B,)
             actor_loss = (self.alpha.detach() * log_pi - q_pi).mean()  # eq. 10: L_pi
@@ -571,11 +571,16 @@ class OffPolicyAgent(ABC):
         self.alpha_optimizer.zero_grad(set_to_none=True)
         (alpha_loss if regulariser is None else alpha_loss + regulariser).backward()  # eq. 7
         self.alpha_optimizer.step()
+        # how much the actor's mean action varies over the batch's rows: std over the rows (ddof
+        # 1), mean over the action's dimensions; near 0, an actor that gives one action in every
+        # state, whatever its features hold (NaN for a batch of one row, which has no spread)
+        spread = mean.detach().std(0).mean() if len(mean) > 1 else mean.new_full((), float("nan"))
         return {
             "actor_loss": actor_loss,
             "alpha_loss": alpha_loss,
             "alpha": self.alpha.detach(),
             "entropy": -log_pi.detach().mean(),
+            "action_spread": spread,
             **metrics,
             **ver_metrics,
         }
