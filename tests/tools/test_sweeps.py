@@ -294,14 +294,57 @@ def test_wait_starts_the_workers_again_when_fewer_than_jobs_live_with_work_queue
         rows, live[0] = next(rounds)
         return rows
 
+    def start_workers(repo, jobs, *_):
+        started.append(jobs)
+        live[0] = jobs
+
     monkeypatch.setattr(sweeps, "settled_rows", settled_rows)
     monkeypatch.setattr(sweeps, "live_workers", lambda repo: ["w"] * live[0])
     monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
-    monkeypatch.setattr(sweeps, "start_workers", lambda repo, jobs, *_: started.append(jobs))
+    monkeypatch.setattr(sweeps, "start_workers", start_workers)
     found = sweeps.wait(table, REPO, jobs=2)
     assert {f.state for f in found} == {"done"}
     assert started == [2]  # after the 3rd round alone
     assert "fewer than 2 queue workers with experiments queued" in capsys.readouterr().out
+
+
+def test_between_two_asks_a_worker_that_stops_is_started_again_within_every_s(monkeypatch):
+    """While experiments are queued, the pause after an ask (four times its CPU time: 30 s
+    asks, 120 s) is slept in steps of every_s (10 s), the worker processes counted after each:
+    a worker that stops 35 s into the pause is started again at 40 s, not at the next ask. The
+    pause is as long as without workers to keep, and with nothing queued it is one sleep."""
+    import pipeline.tools.sweeps.queue as sweeps
+
+    table = Table.model_validate(TABLE)
+    answers = iter([_rows_in_states(table, 2, 3), _rows_in_states(table, 1, 0),
+                    _rows_in_states(table, 0, 0)])  # fmt: skip
+    cpu, slept, events = [0.0], [], []
+    live = [2]
+
+    def ask(repo, rev=None, every_s=10.0):
+        cpu[0] += 30.0
+        events.append(("ask", sum(slept)))
+        return next(answers)
+
+    def sleep(s):
+        slept.append(s)
+        if sum(slept) >= 35.0 and not any(e[0] == "stopped" for e in events):
+            live[0] = 1  # a worker's experiment ended and the worker stopped
+            events.append(("stopped", sum(slept)))
+
+    def start_workers(repo, jobs, *_):
+        events.append(("started", sum(slept)))
+        live[0] = jobs
+
+    monkeypatch.setattr(sweeps, "settled_rows", ask)
+    monkeypatch.setattr(sweeps, "cpu_seconds", lambda: cpu[0])
+    monkeypatch.setattr(sweeps, "live_workers", lambda repo: ["w"] * live[0])
+    monkeypatch.setattr(sweeps.time, "sleep", sleep)
+    monkeypatch.setattr(sweeps, "start_workers", start_workers)
+    sweeps.wait(table, REPO, every_s=10.0, jobs=2)
+    assert events == [("ask", 0.0), ("stopped", 40.0), ("started", 40.0), ("ask", 120.0),
+                      ("ask", 240.0)]  # fmt: skip
+    assert slept == [10.0] * 12 + [120.0]  # the second pause: nothing queued, one sleep
 
 
 def test_wait_all_reads_each_tables_commit_keeps_each_tables_results_and_counts_workers_over_all(
@@ -336,7 +379,12 @@ def test_wait_all_reads_each_tables_commit_keeps_each_tables_results_and_counts_
     monkeypatch.setattr(sweeps, "live_workers", lambda repo: ["w"] * current["live"])
     monkeypatch.setattr(sweeps, "settled_rows", settled_rows)
     monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
-    monkeypatch.setattr(sweeps, "start_workers", lambda repo, jobs, *_: started.append(jobs))
+
+    def start_workers(repo, jobs, *_):
+        started.append(jobs)
+        current["live"] = jobs
+
+    monkeypatch.setattr(sweeps, "start_workers", start_workers)
     monkeypatch.setattr(sweeps, "keep_results",
                         lambda table, path, found, repo, keep: kept.append(table.table))  # fmt: skip
     watches = [sweeps.Watch(table, rev, keep=sweeps.Keep(REPO / "r" / table.table),

@@ -369,7 +369,11 @@ def wait_all(
       "Unrecoverable error: JSONDecodeError", treeverse/dvc#7903), and one that finds the
       queue empty (as `resume` takes it down to queue it again) stops after the experiment it
       holds ("monitor: shutting down due to empty queue"): each leaves the rest to the others.
-      Counted by process, a worker between two experiments still counts.
+      Counted by process, a worker between two experiments still counts. Between two asks,
+      while experiments are queued, the worker processes are counted every `every_s` (a
+      process scan, no DVC ask: `keep_workers`): a worker that dies on the broker goes on with
+      the experiment it holds and stops when it ends, and the core it leaves would otherwise
+      wait for the next ask, minutes away at the poller's pace.
     - With a table's `keep`, each time one more of its experiments is done, its report is
       written there (and committed): each finished cell's raw results as it lands. Against the
       table's `kept` (its committed results), those that landed while no poller ran are kept
@@ -404,9 +408,32 @@ def wait_all(
         states = [f.state for found in every for f in found]
         if "queued" not in states and "running" not in states:
             return every
-        if jobs and "queued" in states and len(live_workers(repo)) < jobs:
-            names = ", ".join(w.table.table for w in watches)
-            print(f"{time.strftime('%H:%M:%S')} {names}: fewer than {jobs} queue workers with "
-                  "experiments queued: starting the missing ones", flush=True)  # fmt: skip
-            start_workers(repo, jobs, workers)
-        time.sleep(max(every_s, asked_s * (1 / POLL_SHARE - 1)))
+        names = ", ".join(w.table.table for w in watches)
+        pause = max(every_s, asked_s * (1 / POLL_SHARE - 1))
+        if jobs and "queued" in states:
+            top_up(repo, jobs, workers, names)
+            keep_workers(repo, jobs, workers, names, pause, every_s)
+        else:
+            time.sleep(pause)
+
+
+def top_up(repo: Path, jobs: int, workers: Workers | None, names: str) -> None:
+    """Start the queue workers missing from `repo`, where fewer than `jobs` processes run."""
+    if len(live_workers(repo)) < jobs:
+        print(f"{time.strftime('%H:%M:%S')} {names}: fewer than {jobs} queue workers with "
+              "experiments queued: starting the missing ones", flush=True)  # fmt: skip
+        start_workers(repo, jobs, workers)
+
+
+def keep_workers(
+    repo: Path, jobs: int, workers: Workers | None, names: str, pause_s: float, every_s: float
+) -> None:
+    """Pause `pause_s` seconds (the time sleeps count, whatever the CPU), and every `every_s`
+    of it `top_up`: while experiments are queued, a stopped worker's core is taken up again
+    within `every_s`."""
+    slept = 0.0
+    while slept < pause_s:
+        step = min(every_s, pause_s - slept)
+        time.sleep(step)
+        slept += step
+        top_up(repo, jobs, workers, names)
