@@ -147,8 +147,9 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--agent", type=Path, action="append", default=[],
-        help="a trained pixel agent's directory (agent.json, agent.safetensors): its encoder's "
-        "features over the labelled rows, frozen, as --features; repeat for several agents",
+        help="a trained SAC-family agent's directory (agent.json, agent.safetensors): the "
+        "latent its actor reads over the labelled rows, frozen, as --features, and its actor's "
+        "deterministic actions scored against the labels; repeat for several agents",
     )  # fmt: skip
     parser.add_argument(
         "--kinds", nargs="*", choices=["state", "pixels"], default=["state", "pixels"],
