@@ -159,20 +159,20 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     results = {}
-    kinds = [
-        *((kind, None) for kind in args.kinds),
-        *(("features", f) for f in args.features),
-        *(("features", a) for a in args.agent),
+    kinds = [  # (kind, its file or directory, whether that is an agent's)
+        *((kind, None, False) for kind in args.kinds),
+        *(("features", f, False) for f in args.features),
+        *(("features", a, True) for a in args.agent),
     ]
     read: dict[str, tuple] = {}  # the dataset read once per kind: features reuse the pixels' rows
-    for kind, features in kinds:
+    for kind, features, agent in kinds:
         source = "pixels" if features else kind
         if source not in read:
             read[source] = labelled_rows(args.dataset, source, args.frame_stack)
         inputs, labels, episode = read[source]
         name = kind
         if features is not None:  # the spread: the features' std over rows (ddof 1), mean over F
-            if features.is_dir():  # --agent: what its actor reads, and what it does with it
+            if agent:  # --agent: what its actor reads, and what it does with it
                 inputs, actions = agent_readout(features, inputs)
                 row = actor_row(actions, labels)
                 results[f"{features.name}: its actor, every labelled row"] = row
