@@ -6,8 +6,9 @@ each (cell, seed) is one DVC experiment named `<table>-<cell>-s<seed>` that repr
 `evaluate@<table>-<cell>` (with rounds: `evaluate_round@<table>-<cell>-r<count>`, the last
 round's agent) and what that stage needs. DVC does the rest: params hashing decides what is
 stale, the run cache restores every stage it has run before on the same code, data and params
-(the dataset and C_V that many cells share are built once; not label and masks, whose persisted
-caches it skips: they run again, from the caches the commit holds), `dvc queue` runs cells in
+(the dataset and C_V that many cells share are built once; not collect, label and masks, whose
+persisted outputs it skips: they run again in each experiment, collect in full, label and masks
+from the caches the commit holds), `dvc queue` runs cells in
 parallel, and `dvc exp push` / `pull` carry them between machines.
 
     vlmrl-sweep check TABLE                  # every cell's params pass the DVC gate's checks
