@@ -254,7 +254,16 @@ def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
 
         wall = [0.0]
 
-        def ask(repo, rev=None, every_s=10.0, ask_s=ask_s, clock=clock, answers=answers, wall=wall):
+        def ask(
+            repo,
+            rev=None,
+            every_s=10.0,
+            ask=None,
+            ask_s=ask_s,
+            clock=clock,
+            answers=answers,
+            wall=wall,
+        ):
             clock[0] += ask_s
             wall[0] += 1000.0  # minutes waiting for the CPU
             return next(answers)
@@ -290,7 +299,7 @@ def test_wait_starts_the_workers_again_when_fewer_than_jobs_live_with_work_queue
     ])  # fmt: skip
     live, started = [0], []
 
-    def settled_rows(repo, rev=None, every_s=10.0):
+    def settled_rows(repo, rev=None, every_s=10.0, ask=None):
         rows, live[0] = next(rounds)
         return rows
 
@@ -321,7 +330,7 @@ def test_between_two_asks_a_worker_that_stops_is_started_again_within_every_s(mo
     cpu, slept, events = [0.0], [], []
     live = [2]
 
-    def ask(repo, rev=None, every_s=10.0):
+    def ask(repo, rev=None, every_s=10.0, ask=None):
         cpu[0] += 30.0
         events.append(("ask", sum(slept)))
         return next(answers)
@@ -369,7 +378,7 @@ def test_wait_all_reads_each_tables_commit_keeps_each_tables_results_and_counts_
     workers_live = iter([2, 1, 2, 2, 0])  # one of the two stopped in round 2
     asked, kept, started, current = [], [], [], {}
 
-    def settled_rows(repo, rev=None, every_s=10.0):
+    def settled_rows(repo, rev=None, every_s=10.0, ask=None):
         if rev == "rev-t":  # each round asks t's commit first
             current.update(next(rounds))
             current["live"] = next(workers_live)
@@ -411,7 +420,9 @@ def test_results_that_landed_while_no_poller_ran_are_kept_at_the_first_round(mon
     # DVC: 2 done (none of them the committed one), then all 6
     rounds = iter([_rows_in_states(table, 0, 4), _rows_in_states(table, 0, 0)])
     kept = []
-    monkeypatch.setattr(sweeps, "settled_rows", lambda repo, rev=None, every_s=10.0: next(rounds))
+    monkeypatch.setattr(
+        sweeps, "settled_rows", lambda repo, rev=None, every_s=10.0, ask=None: next(rounds)
+    )
     monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
     monkeypatch.setattr(sweeps, "keep_results",
                         lambda table, path, found, repo, keep: kept.append(
@@ -822,6 +833,64 @@ def test_a_half_made_worker_workspace_is_asked_again_and_a_lasting_failure_raise
     with pytest.raises(SweepError, match="broken"):
         sweeps.settled_rows(REPO, tries=3, every_s=0)
     assert not answers
+
+
+def _answer(x):  # ChildAsk's calls: module-level, so that a spawned child can import them
+    return {"e": x, "pid": os.getpid()}
+
+
+def _fails():
+    raise SweepError("no such commit")
+
+
+def _hangs():  # as pygit2's BlobIO reader after its writer thread failed: no CPU, no answer
+    import threading
+
+    threading.Event().wait()
+
+
+def _dies():
+    os._exit(3)
+
+
+def test_an_ask_that_hangs_is_killed_once_its_cpu_time_stops_and_the_next_gets_a_new_child():
+    """A poller's `dvc exp show` hung for good in pygit2 (its BlobIO reader waited on an event
+    its failed writer thread never set) and took every later result's commit with it. The
+    poller now asks in a child process (ChildAsk), kept from ask to ask: an error comes back
+    as itself, a child that dies or whose CPU time stops for `stall_s` is a SweepError (which
+    settled_rows asks again), and the next ask gets a new child."""
+    from pipeline.tools.sweeps.status import ChildAsk
+
+    ask = ChildAsk()
+    try:
+        first = ask(_answer, 1)
+        assert first["e"] == 1 and first["pid"] != os.getpid()
+        assert ask(_answer, 2)["pid"] == first["pid"]  # one child, kept
+        with pytest.raises(SweepError, match="no such commit"):
+            ask(_fails)
+        assert ask(_answer, 3)["pid"] == first["pid"]  # an error does not cost the child
+        ask.stall_s = 1.0  # a hung child never answers, whatever the wait
+        with pytest.raises(SweepError, match=r"_hangs\(\): its child process used no CPU .*hung"):
+            ask(_hangs)
+        again = ask(_answer, 4)
+        assert again["e"] == 4 and again["pid"] != first["pid"]
+        assert not _pid_runs(first["pid"])  # killed, not left behind
+        ask.stall_s = 600.0
+        with pytest.raises(SweepError, match=r"died \(exit code 3\)"):
+            ask(_dies)
+        assert ask(_answer, 5)["pid"] not in (first["pid"], again["pid"])
+        assert ask.cpu_s > 0  # the children's CPU time, for the poller's pacing
+    finally:
+        ask.close()
+
+
+def _pid_runs(pid):
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_an_empty_git_repo_from_dvc_is_a_sweep_error_that_is_asked_again(monkeypatch):

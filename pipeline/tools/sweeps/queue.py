@@ -18,6 +18,7 @@ from typing import Any
 from pipeline.tools.sweeps.report import read_curves, read_teachers, write_report
 from pipeline.tools.sweeps.status import (
     ORPHANED_WHY,
+    ChildAsk,
     Status,
     all_statuses,
     count_line,
@@ -334,9 +335,11 @@ def wait(
 
 
 def cpu_seconds() -> float:
-    """The CPU time of this process and of its children that have ended (user and system)."""
+    """The CPU time of this process (user and system). Not its children's: a queue worker it
+    started and reaps would add the hours of its experiments; the asks' children count theirs
+    (ChildAsk.cpu_s)."""
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return t.user + t.system
 
 
 def _revs_key(rev: str | Sequence[str] | None) -> str | tuple[str, ...] | None:
@@ -377,7 +380,24 @@ def wait_all(
     - With a table's `keep`, each time one more of its experiments is done, its report is
       written there (and committed): each finished cell's raw results as it lands. Against the
       table's `kept` (its committed results), those that landed while no poller ran are kept
-      at the first round."""
+      at the first round.
+    - Each ask runs in a child process (ChildAsk): one that hangs (pygit2's BlobIO, seen once)
+      is killed once its CPU time stops for ten minutes, and asked again."""
+    ask = ChildAsk()
+    try:
+        return _wait_rounds(watches, repo, every_s, jobs, workers, ask)
+    finally:
+        ask.close()
+
+
+def _wait_rounds(
+    watches: Sequence[Watch],
+    repo: Path,
+    every_s: float,
+    jobs: int,
+    workers: Workers | None,
+    ask: ChildAsk,
+) -> list[list[Status]]:
     last: list[str | None] = [None] * len(watches)
     # what the committed results hold: experiments done since (a poller started again after
     # some landed) are kept at the first round
@@ -385,15 +405,15 @@ def wait_all(
         None if w.kept is None else sum(f.state == "done" for f in w.kept.values()) for w in watches
     ]
     while True:
-        started = cpu_seconds()
+        started = cpu_seconds() + ask.cpu_s
         rows: dict[Any, dict[str, dict[str, Any]]] = {}
         every: list[list[Status]] = []
         for watch in watches:
             key = _revs_key(watch.rev)
             if key not in rows:
-                rows[key] = settled_rows(repo, watch.rev, every_s=every_s)
+                rows[key] = settled_rows(repo, watch.rev, every_s=every_s, ask=ask)
             every.append(with_committed(all_statuses(watch.table, rows[key]), watch.kept or {}))
-        asked_s = cpu_seconds() - started
+        asked_s = cpu_seconds() + ask.cpu_s - started
         for i, (watch, found) in enumerate(zip(watches, every, strict=True)):
             line = count_line(found)
             if line != last[i]:
