@@ -558,6 +558,30 @@ def test_committed_results_are_done_and_never_queued_again_unless_the_table_chan
         committed(table, results)
 
 
+def test_a_committed_teacher_result_is_kept_whatever_order_the_results_file_holds_cells_in(
+    tmp_path,
+):
+    """A teacher experiment is named by its group's first cell, and results.json holds the
+    table's cells in sorted order: read back, the group had another first cell, and a fresh
+    machine queued P2's done teacher experiment again (ten minutes of a core). It is kept."""
+    from pipeline.tools.sweeps.report import write_report
+    from pipeline.tools.sweeps.status import all_statuses, committed
+
+    spec = {**TABLE, "control": "zz", "teacher_eval": {"episodes": 10}, "cells": {
+        "zz": {"train": {"env": "E-v0", "method": "sac", "steps": 100}},
+        "aa": {"train": {"env": "E-v0", "method": "erpv", "steps": 100}},
+    }}  # fmt: skip
+    table = Table.model_validate(spec)
+    assert table.teacher_groups() == {"zz": ("zz", "aa")}
+    done = [dataclasses.replace(f, state="done", rev="abc", value=None if f.seed is None else 1.0)
+            for f in all_statuses(table, {})]  # fmt: skip
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    write_report(table, tmp_path / "t.yaml", done, tmp_path / "results")
+    assert "t-teacher-zz" in committed(table, tmp_path / "results")
+    changed = {**spec, "teacher_eval": {"episodes": 3}}  # what teacher_eval@ reads changed
+    assert "t-teacher-zz" not in committed(Table.model_validate(changed), tmp_path / "results")
+
+
 def test_queue_workers_run_at_low_priority_one_thread_with_the_resume_root(tmp_path, monkeypatch):
     import pipeline.tools.sweeps.queue as sweeps
     from pipeline.learn.methods.base import RESUME_ROOT_ENV

@@ -476,10 +476,13 @@ def committed(table: Table, results: Path) -> dict[str, Status]:
         if e.state != "done" or e.cell not in table.cells or e.cell not in old.cells:
             continue
         if e.seed is None:
+            # a group is named by its first cell, and the results file holds the table's cells
+            # in its own order (sorted keys): the old group is the one that holds e.cell
+            was = [g for g, members in old.teacher_groups().items() if e.cell in members]
             same = (
                 e.cell in groups
-                and e.cell in old.teacher_groups()
-                and (teacher_params(old, e.cell) == teacher_params(table, e.cell))
+                and bool(was)
+                and (teacher_params(old, was[0]) == teacher_params(table, e.cell))
             )
         else:
             same = e.seed in table.seeds and (
