@@ -64,10 +64,8 @@ PURE_COST_KEYS = (
     "env", "prompts_fresh_build", "prompts_by_task", "teacher_calls_fresh_build",
     "teacher_calls_by_task", "round", "teacher_calls", "seconds_at_erpv_rate",
 )  # fmt: skip
-# ...except where the frames asked about come from an agent (a network output): a round asks
-# the teacher about the frames the last agent visited, so its calls and their price move with
-# that agent's kernels (seen: costs/rounds/cartpole-swingup-erpv-r2.json 81 -> 80 calls on an
-# Intel AVX-512 machine against the AMD build); listed as network differences
+# ...but a round asks about the frames its last agent (a network output) visited: its calls and
+# their price move with that agent's kernels (r2: 81 -> 80 calls, Intel against AMD); listed
 AGENT_COST_KEYS: dict[str, tuple[str, ...]] = {
     "costs/rounds/": ("teacher_calls", "seconds_at_erpv_rate"),
 }

@@ -883,7 +883,7 @@ def test_an_ask_that_hangs_is_killed_once_its_cpu_time_stops_and_the_next_gets_a
     poller now asks in a child process (ChildAsk), kept from ask to ask: an error comes back
     as itself, a child that dies or whose CPU time stops for `stall_s` is a SweepError (which
     settled_rows asks again), and the next ask gets a new child."""
-    from pipeline.tools.sweeps.status import ChildAsk
+    from pipeline.tools.sweeps.childask import ChildAsk
 
     ask = ChildAsk()
     try:

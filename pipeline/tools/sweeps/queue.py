@@ -11,14 +11,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.tools.sweeps.childask import ChildAsk
 from pipeline.tools.sweeps.report import read_curves, read_teachers, write_report
 from pipeline.tools.sweeps.status import (
     ORPHANED_WHY,
-    ChildAsk,
     Status,
     all_statuses,
     count_line,
@@ -335,9 +336,8 @@ def wait(
 
 
 def cpu_seconds() -> float:
-    """The CPU time of this process (user and system). Not its children's: a queue worker it
-    started and reaps would add the hours of its experiments; the asks' children count theirs
-    (ChildAsk.cpu_s)."""
+    """This process's CPU time (user and system), not its reaped children's (a queue worker
+    would add its experiments' hours); an ask's child counts its own (ChildAsk.cpu_s)."""
     t = os.times()
     return t.user + t.system
 
@@ -381,23 +381,14 @@ def wait_all(
       written there (and committed): each finished cell's raw results as it lands. Against the
       table's `kept` (its committed results), those that landed while no poller ran are kept
       at the first round.
-    - Each ask runs in a child process (ChildAsk): one that hangs (pygit2's BlobIO, seen once)
-      is killed once its CPU time stops for ten minutes, and asked again."""
-    ask = ChildAsk()
-    try:
+    - Each ask runs in a child process (ChildAsk): one that hangs (pygit2's BlobIO) is killed
+      once its CPU time stops for ten minutes, and asked again."""
+    with closing(ChildAsk()) as ask:
         return _wait_rounds(watches, repo, every_s, jobs, workers, ask)
-    finally:
-        ask.close()
 
 
-def _wait_rounds(
-    watches: Sequence[Watch],
-    repo: Path,
-    every_s: float,
-    jobs: int,
-    workers: Workers | None,
-    ask: ChildAsk,
-) -> list[list[Status]]:
+def _wait_rounds(watches: Sequence[Watch], repo: Path, every_s: float, jobs: int,
+                 workers: Workers | None, ask: ChildAsk) -> list[list[Status]]:  # fmt: skip
     last: list[str | None] = [None] * len(watches)
     # what the committed results hold: experiments done since (a poller started again after
     # some landed) are kept at the first round
