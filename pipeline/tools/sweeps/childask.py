@@ -4,7 +4,11 @@ poller of a table's queue asks `dvc exp show` through it (ChildAsk)."""
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
 import time
+from multiprocessing.connection import Connection
 from typing import Any
 
 from pipeline.tools.sweeps.table import SweepError
@@ -25,35 +29,40 @@ class ChildAsk:
     settled_rows asks again, in a new child). Driven by the child's progress, not the clock: a
     slow call that computes is never cut, and one at nice 19 waiting for a busy CPU is
     runnable and gets its share. `cpu_s` sums the children's CPU time over every call, for the
-    poller's pacing (a poller's own CPU time does not hold it)."""
+    poller's pacing (a poller's own CPU time does not hold it).
+
+    The child is `python -m pipeline.tools.sweeps.childask FD`, not a multiprocessing one: that
+    would import the caller's main module again and leave a resource tracker, a child that
+    lives as long as its parent (a test that reaps every child of its process waited on it)."""
 
     def __init__(self, stall_s: float = STALL_S, poll_s: float = 1.0) -> None:
         self.stall_s, self.poll_s = stall_s, poll_s
         self.cpu_s = 0.0
-        self._proc: Any = None  # multiprocessing.Process
-        self._conn: Any = None  # its end of the pipe
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None  # our end of the socket pair
 
     def __call__(self, fn: Any, *args: Any) -> Any:
         import psutil
 
-        if self._proc is None or not self._proc.is_alive():
+        if self._proc is None or self._conn is None or self._proc.poll() is not None:
+            self.close()
             self._start()
+        assert self._proc is not None and self._conn is not None
         proc = psutil.Process(self._proc.pid)
         seen = before = _cpu(proc)
         still_since = time.monotonic()
-        self._conn.send((fn, args))
         try:
+            self._conn.send((fn, args))
             while True:
                 gone = False
                 if self._conn.poll(self.poll_s):
                     try:
                         kind, value = self._conn.recv()
                         break
-                    except EOFError:  # the child's end closed: it died
+                    except (EOFError, ConnectionResetError):  # its end closed: it died
                         gone = True
-                if gone or not self._proc.is_alive():
-                    self._proc.join()
-                    code = self._proc.exitcode
+                if gone or self._proc.poll() is not None:  # reaped by another: code 0
+                    code = self._proc.wait()
                     self.close()
                     raise SweepError(f"{fn.__name__}{args}: its child process died (exit code "
                                      f"{code}) before it answered")  # fmt: skip
@@ -67,6 +76,9 @@ class ChildAsk:
                         f"{self.stall_s:.0f} s: hung (pygit2's BlobIO waits forever when its "
                         "writer thread fails), killed"
                     )
+        except BrokenPipeError as exc:  # it died before the call reached it
+            self.close()
+            raise SweepError(f"{fn.__name__}{args}: its child process died") from exc
         except BaseException:
             self.cpu_s += max(0.0, seen - before)
             raise
@@ -78,19 +90,21 @@ class ChildAsk:
         return result
 
     def _start(self) -> None:
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn")  # no copy of the caller's threads or locks
-        self._conn, theirs = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(theirs,), daemon=True)
-        self._proc.start()
-        theirs.close()
+        ours, theirs = socket.socketpair()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "pipeline.tools.sweeps.childask", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        finally:
+            theirs.close()
+        self._conn = Connection(ours.detach())
 
     def close(self) -> None:
         """Kill the child (the next call starts another)."""
         if self._proc is not None:
             self._proc.kill()
-            self._proc.join()
+            self._proc.wait()
             self._proc = None
         if self._conn is not None:
             self._conn.close()
@@ -108,15 +122,15 @@ def _cpu(proc: Any) -> float:
     return t.user + t.system
 
 
-def _serve(conn: Any) -> None:
+def _serve(conn: Connection) -> None:
     """ChildAsk's child: answer each (fn, args) with ("ok", (value, cpu time so far)) or
-    ("error", the exception) until the pipe closes."""
+    ("error", the exception) until the caller closes its end."""
     import pickle
 
     while True:
         try:
             fn, args = conn.recv()
-        except EOFError:  # the caller closed its end or died
+        except (EOFError, ConnectionResetError):  # the caller closed its end or died
             return
         try:
             value = fn(*args)
@@ -128,3 +142,7 @@ def _serve(conn: Any) -> None:
             except Exception:
                 exc = SweepError(f"{fn.__name__}{args}: {type(exc).__name__}: {exc}")
             conn.send(("error", exc))
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.tools.sweeps.childask import ChildAsk
+from pipeline.tools.sweeps.priority import lower_group_priority
 from pipeline.tools.sweeps.report import read_curves, read_teachers, write_report
 from pipeline.tools.sweeps.status import (
     ORPHANED_WHY,
@@ -33,16 +34,20 @@ from pipeline.tools.sweeps.table import SweepError, Table, exp_command, teacher_
 # ---- queue and run -------------------------------------------------------------------------------
 
 
+SHIM = Path(__file__).parent / "shim"  # its `dvc`: DVC with whole broker messages (safe_dvc)
+
+
 def tool_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`base` (the environment) with this interpreter's directory first on PATH: `dvc` and the
-    stages' `python` are the project's own, whether or not its environment was activated (a
+    """`base` (the environment) with SHIM and then this interpreter's directory first on PATH:
+    `dvc` is the project's own with kombu's broker writing whole messages (safe_dvc), and the
+    stages' `python` the project's own, whether or not its environment was activated (a
     `.venv/bin/vlmrl-sweep` run from a plain shell would otherwise find no `dvc`, or start queue
     workers whose `python` lacks the project's dependencies)."""
     env = dict(os.environ if base is None else base)
-    bin_dir = str(Path(sys.executable).parent)
+    first = [str(SHIM), str(Path(sys.executable).parent)]
     path = env.get("PATH", "")
-    if path.split(os.pathsep)[0] != bin_dir:
-        env["PATH"] = os.pathsep.join([bin_dir, *([path] if path else [])])
+    if path.split(os.pathsep)[:2] != first:
+        env["PATH"] = os.pathsep.join([*first, *([path] if path else [])])
     return env
 
 
@@ -149,7 +154,7 @@ def check_commit_paths(repo: Path) -> None:
         ) from exc
 
 
-POLL_SHARE = 0.2  # wait: at most this share of one core goes to asking `dvc exp show`
+POLL_SHARE = 0.05  # wait: at most this share of one core asks `dvc exp show` (docs/benchmarks.md)
 
 
 @dataclass(frozen=True)
@@ -184,41 +189,6 @@ class Workers:
             "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
             "OPENBLAS_NUM_THREADS": threads,
         }  # fmt: skip
-
-
-def lower_group_priority(pid: int, nice: int) -> None:
-    """Give the autogroup of `pid`'s session niceness `nice` where it has less. Linux's
-    autogroup (sched(7), CONFIG_SCHED_AUTOGROUP: on in most distributions' kernels) shares the
-    CPU between sessions first and by niceness only within one, so a worker at nice 19 in a
-    session of its own takes as much of the machine as a shell's whole session: measured on 2
-    cores beside two queue workers, two busy foreground processes each got 0.50 of a core with
-    the workers' group at 0 and 0.96 with it at 19. A kernel without autogroup has no
-    /proc/PID/autogroup, and the process's niceness alone orders the CPU."""
-    path = Path(f"/proc/{pid}/autogroup")
-    try:
-        current = autogroup_nice(path.read_text())
-        if current is not None and nice > current:
-            path.write_text(str(nice))
-    except FileNotFoundError:
-        return
-    except (OSError, ValueError) as err:  # not ours to change (setpriority's rules), or unread
-        print(
-            f"warning: could not give {path} niceness {nice} ({err}): the workers compete with "
-            "the machine's other sessions at an equal share", file=sys.stderr, flush=True,
-        )  # fmt: skip
-
-
-def autogroup_nice(text: str) -> int | None:
-    """The niceness in /proc/PID/autogroup's text ("/autogroup-746 nice 0"), or None where it
-    is empty: the kernel writes nothing for a process in no autogroup (the root group that a
-    container's first session runs in, or a kernel with autogroup off), which has no group
-    niceness to change. Other text raises ValueError."""
-    fields = text.split()
-    if not fields:
-        return None
-    if len(fields) != 3 or fields[1] != "nice":
-        raise ValueError(f"unexpected autogroup text {text!r}")
-    return int(fields[2])
 
 
 # DVC's name for its queue worker `num` of a repository (dvc/repo/experiments/queue/celery.py)
