@@ -28,10 +28,10 @@ What the check guarantees, and what it does not:
   allowed to differ.
 - On another machine, a network output may differ in its bytes; each evaluation's mean return
   is held to that run's own tolerance (`RUN_RETURN_TOLERANCE`: the t bound of two reseeded
-  draws, from the run's returns over three seeds), else its env's (`RETURN_TOLERANCE`). There, a tampered network
-  output whose return stays within that spread (e.g. a model changed and re-committed with
-  `dvc commit`) is not caught: the check is a reproducibility check, not a signature. Sharing
-  that must resist tampering checks files against a dvc.lock from a trusted commit
+  draws, from the run's returns over three seeds), else its env's (`RETURN_TOLERANCE`). There,
+  a tampered network output whose return stays within that spread (a model changed and
+  re-committed with `dvc commit`) is not caught: the check is for reproducibility, not a
+  signature; what must resist tampering is checked against a trusted commit's dvc.lock
   (`vlmrl-verify --datasets ... --models ...`).
 - What a machine paid (`MACHINE_DEPENDENT`: the label stages' cost metrics, seconds and tokens)
   may differ everywhere; only the prompts a fresh build asks, in them, are compared. A round's
