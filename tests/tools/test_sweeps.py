@@ -736,7 +736,7 @@ def test_a_broker_message_appears_whole_or_not_at_all(tmp_path, monkeypatch):
         queue = conn.SimpleQueue("q")
         queue.put({"task": "run_exp", "n": 1})
         assert seen == [[]]  # no message file under a queue's name until it was whole
-        assert queue.get(timeout=1).payload == {"task": "run_exp", "n": 1}
+        assert queue.get(block=False).payload == {"task": "run_exp", "n": 1}  # on disk, whole
         queue.close()
     assert [n for n in os.listdir(tmp_path) if n.endswith(".partial")] == []
 
@@ -913,9 +913,10 @@ def _fails():
     raise SweepError("no such commit")
 
 
-def _hangs():  # as pygit2's BlobIO reader after its writer thread failed: no CPU, no answer
+def _hangs(marker):  # as pygit2's BlobIO reader after its writer thread failed: no answer
     import threading
 
+    Path(marker).touch()  # it has reached the wait
     threading.Event().wait()
 
 
@@ -923,7 +924,9 @@ def _dies():
     os._exit(3)
 
 
-def test_an_ask_that_hangs_is_killed_once_its_cpu_time_stops_and_the_next_gets_a_new_child():
+def test_an_ask_that_hangs_is_killed_once_its_cpu_time_stops_and_the_next_gets_a_new_child(
+    tmp_path,
+):
     """A poller's `dvc exp show` hung for good in pygit2 (its BlobIO reader waited on an event
     its failed writer thread never set) and took every later result's commit with it. The
     poller now asks in a child process (ChildAsk), kept from ask to ask: an error comes back
@@ -939,13 +942,19 @@ def test_an_ask_that_hangs_is_killed_once_its_cpu_time_stops_and_the_next_gets_a
         with pytest.raises(SweepError, match="no such commit"):
             ask(_fails)
         assert ask(_answer, 3)["pid"] == first["pid"]  # an error does not cost the child
-        ask.stall_s = 1.0  # a hung child never answers, whatever the wait
-        with pytest.raises(SweepError, match=r"_hangs\(\): its child process used no CPU .*hung"):
-            ask(_hangs)
+        # the stall is measured on a clock that the child's own progress drives: it stands
+        # still until the child has reached its wait, then each read is a stall later (a read
+        # after the child's CPU time moved starts the count again)
+        marker, reads = tmp_path / "waiting", []
+        ask.clock = lambda: (
+            reads.append(1) or (len(reads) * ask.stall_s if marker.exists() else 0.0)
+        )
+        with pytest.raises(SweepError, match=r"_hangs\(.*\): its child process used no CPU .*hung"):
+            ask(_hangs, str(marker))
+        ask.clock = ChildAsk().clock  # the real one again
         again = ask(_answer, 4)
         assert again["e"] == 4 and again["pid"] != first["pid"]
         assert not _pid_runs(first["pid"])  # killed, not left behind
-        ask.stall_s = 600.0
         with pytest.raises(SweepError, match=r"died \(exit code 3\)"):
             ask(_dies)
         assert ask(_answer, 5)["pid"] not in (first["pid"], again["pid"])

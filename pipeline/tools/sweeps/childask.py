@@ -37,6 +37,7 @@ class ChildAsk:
 
     def __init__(self, stall_s: float = STALL_S, poll_s: float = 1.0) -> None:
         self.stall_s, self.poll_s = stall_s, poll_s
+        self.clock = time.monotonic  # what stall_s is measured on
         self.cpu_s = 0.0
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None  # our end of the socket pair
@@ -50,7 +51,7 @@ class ChildAsk:
         assert self._proc is not None and self._conn is not None
         proc = psutil.Process(self._proc.pid)
         seen = before = _cpu(proc)
-        still_since = time.monotonic()
+        still_since = self.clock()
         try:
             self._conn.send((fn, args))
             while True:
@@ -68,8 +69,8 @@ class ChildAsk:
                                      f"{code}) before it answered")  # fmt: skip
                 now = _cpu(proc)
                 if now > seen:
-                    seen, still_since = now, time.monotonic()
-                elif time.monotonic() - still_since >= self.stall_s:
+                    seen, still_since = now, self.clock()
+                elif self.clock() - still_since >= self.stall_s:
                     self.close()
                     raise SweepError(
                         f"{fn.__name__}{args}: its child process used no CPU for "
