@@ -689,9 +689,10 @@ def test_workers_are_started_by_name_where_some_already_run(tmp_path, monkeypatc
     assert sweeps.live_workers(tmp_path) == []
 
 
-def test_the_tools_find_the_projects_dvc_from_a_plain_shell():
+def test_the_tools_find_the_projects_dvc_from_a_plain_shell(tmp_path):
     """`.venv/bin/vlmrl-sweep` run with no environment activated: PATH lacks the venv. The
-    `dvc` found first is the shim that runs the project's DVC with whole broker messages."""
+    `dvc` found first is the shim that runs the project's DVC with whole broker messages, from
+    any folder: a table's clone at an older commit has a `pipeline` without safe_dvc."""
     import subprocess
 
     from pipeline.tools.sweeps.queue import SHIM
@@ -704,6 +705,11 @@ def test_the_tools_find_the_projects_dvc_from_a_plain_shell():
     assert tool_env(env)["PATH"] == env["PATH"]  # not added twice
     assert os.access(SHIM / "dvc", os.X_OK)
     done = subprocess.run(["dvc", "version"], env=env, capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0 and "DVC version" in done.stdout, done.stderr
+    (tmp_path / "pipeline").mkdir()  # an older commit's package, first on a cwd-first path
+    (tmp_path / "pipeline" / "__init__.py").write_text("raise ImportError('the old pipeline')")
+    done = subprocess.run(["dvc", "version"], env=env, capture_output=True, text=True,
+                          cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0 and "DVC version" in done.stdout, done.stderr
 
 
@@ -959,6 +965,21 @@ def test_an_ask_that_hangs_is_killed_once_its_cpu_time_stops_and_the_next_gets_a
             ask(_dies)
         assert ask(_answer, 5)["pid"] not in (first["pid"], again["pid"])
         assert ask.cpu_s > 0  # the children's CPU time, for the poller's pacing
+    finally:
+        ask.close()
+
+
+def test_the_child_imports_its_callers_pipeline_from_any_folder(tmp_path, monkeypatch):
+    """The poller runs beside a table's clone; a child started in a folder whose `pipeline` is
+    an older commit's (without childask) still runs the caller's code."""
+    from pipeline.tools.sweeps.childask import ChildAsk
+
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "pipeline" / "__init__.py").write_text("raise ImportError('the old pipeline')")
+    monkeypatch.chdir(tmp_path)
+    ask = ChildAsk()
+    try:
+        assert ask(_answer, 7)["e"] == 7
     finally:
         ask.close()
 

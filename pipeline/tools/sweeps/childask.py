@@ -94,8 +94,8 @@ class ChildAsk:
         ours, theirs = socket.socketpair()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.tools.sweeps.childask", str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                [sys.executable, "-P", "-m", "pipeline.tools.sweeps.childask", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=_callers_path(),
             )  # fmt: skip
         finally:
             theirs.close()
@@ -147,3 +147,16 @@ def _serve(conn: Connection) -> None:
 
 if __name__ == "__main__":
     _serve(Connection(int(sys.argv[1])))
+
+
+def _callers_path() -> dict[str, str]:
+    """The environment, with the folder that holds the caller's `pipeline` first on the child's
+    path. With -P the child never imports a `pipeline` from its working folder (a table's clone
+    at an older commit has one without this module), and it unpickles what its caller passes
+    from modules beside that folder (a test's functions)."""
+    import pipeline
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(pipeline.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
