@@ -99,7 +99,9 @@ class Probe(nn.Module):
         return self.head(self.encoder(x))
 
 
-def probe(obs: str, inputs, labels, train, test, steps: int, batch: int, hidden: int, seed: int):
+def fit(obs: str, inputs, labels, train, steps: int, batch: int, hidden: int, seed: int) -> Probe:
+    """A Probe regressing `labels` on `inputs` (MSE, Adam 1e-3) over the rows `train`, `steps`
+    batches of `batch` rows drawn with replacement."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = Probe(obs, inputs.shape[1:], labels.shape[1], hidden)
@@ -111,8 +113,14 @@ def probe(obs: str, inputs, labels, train, test, steps: int, batch: int, hidden:
         optim.zero_grad()
         loss.backward()
         optim.step()
+    return model
+
+
+def probe(obs: str, inputs, labels, train, test, steps: int, batch: int, hidden: int, seed: int):
+    model = fit(obs, inputs, labels, train, steps, batch, hidden, seed)
+    x, y = torch.from_numpy(inputs), torch.from_numpy(labels)
     with torch.no_grad():
-        pred, fit = (
+        pred, fitted = (
             torch.cat([model(x[torch.from_numpy(c)]) for c in np.array_split(rows, 16)])
             for rows in (test, train)
         )
@@ -123,7 +131,7 @@ def probe(obs: str, inputs, labels, train, test, steps: int, batch: int, hidden:
         "rows_test": len(test),
         "sign_agreement": float((torch.sign(pred) == torch.sign(held)).float().mean()),
         "sign_agreement_on_the_training_rows": float(
-            (torch.sign(fit) == torch.sign(seen)).float().mean()
+            (torch.sign(fitted) == torch.sign(seen)).float().mean()
         ),
         "mse": float((pred - held).pow(2).mean()),
         "mse_of_the_mean_label": float((mean_label - held).pow(2).mean()),

@@ -287,3 +287,58 @@ def test_the_label_probe_reads_a_motions_direction_from_stacked_frames():
     row = probe("pixels", frames, labels, np.arange(48), np.arange(48, 64), 60, 16, 32, 0)
     assert row["sign_agreement_on_the_training_rows"] == 1.0 and row["sign_agreement"] >= 0.9
     assert row["mse"] < 0.1 * row["mse_of_the_mean_label"]
+
+
+def test_the_clone_probe_acts_with_what_it_learned_from_the_labels(pixel_pipeline, tmp_path):
+    """benchmarks.clone_probe: a clone per kind and seed, trained on every labelled row, then
+    played in the env; its policy stacks the env's frames as the dataset's rows are stacked and
+    acts as its network does on them. The instrument: a state clone trained long enough fits
+    its training rows' signs and beats the mean label's error."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from benchmarks.clone_probe import clone_policy, main
+    from benchmarks.label_probe import fit, labelled_rows
+    from pipeline.core.stacking import to_channels
+
+    d = pixel_pipeline
+    out = tmp_path / "clone.json"
+    main(["--dataset", str(d / "ds"), "--params", str(d / "params.yaml"), "--env", ENV,
+          "--steps", "3", "--batch", "8", "--hidden", "16", "--seeds", "0", "1",
+          "--episodes", "2", "--out", str(out)])  # fmt: skip
+    results = json.loads(out.read_text())["results"]
+    assert sorted(results) == sorted(
+        f"{k}, {s}" for k in ("state", "pixels") for s in ("seed 0", "seed 1", "over clones")
+    )
+    for kind in ("state", "pixels"):
+        rows = [results[f"{kind}, seed {s}"] for s in (0, 1)]
+        for row in rows:
+            assert len(row["returns"]) == 2 and np.isfinite(row["returns"]).all()
+            assert row["return_mean"] == pytest.approx(np.mean(row["returns"]))
+        assert results[f"{kind}, over clones"]["return_mean"] == pytest.approx(
+            np.mean([r["return_mean"] for r in rows])
+        )
+
+    frames, labels, _ = labelled_rows(d / "ds", "pixels", 3)
+    model = fit("pixels", frames, labels, np.arange(len(labels)), 2, 8, 16, 0).eval()
+    policy = clone_policy(model, "pixels", 3, frames.shape[-1])
+    first = np.moveaxis(frames[0][:3], 0, -1)  # the first row's oldest frame, (H, W, 3)
+    policy.begin({"pixels": first})
+    acted = policy.act({"pixels": first})  # an episode's first frame: stacked 3 times
+    with torch.no_grad():
+        want = model(torch.from_numpy(to_channels(np.stack([first] * 3))[None]))[0].numpy()
+    np.testing.assert_array_equal(acted, want)
+
+    # the pipeline's tiny dataset has few labelled rows, all alike: the instrument is a label
+    # that a state determines, on 256 states
+    rng = np.random.default_rng(0)
+    states = rng.uniform(-1, 1, (256, 5)).astype(np.float32)
+    state_labels = np.tanh(3 * states[:, :1] - states[:, 1:2])
+    clone = fit("state", states, state_labels, np.arange(256), 400, 32, 64, 0).eval()
+    with torch.no_grad():
+        pred = clone(torch.from_numpy(states)).numpy()
+    assert (np.sign(pred) == np.sign(state_labels)).mean() > 0.9
+    mean_mse = ((state_labels - state_labels.mean(0)) ** 2).mean()
+    assert ((pred - state_labels) ** 2).mean() < 0.5 * mean_mse
