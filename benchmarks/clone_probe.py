@@ -17,6 +17,15 @@ obstacle.
 
 Each (kind, seed) is one clone: trained with that seed, evaluated over `--episodes` episodes
 from `--eval-seed` (default: params' `evaluate.seed`); std over episodes and over clones ddof 1.
+
+`--teacher DIR --rounds N` (state clones): DAgger (Ross et al., 2011) with the labelling teacher
+(a policy teacher's checkpoint, `models/teachers/<env>`). Each round the clone plays
+`--round-episodes` episodes of its own (seeds from `--round-seed`, none an evaluation's), the
+teacher labels every state it visited with its deterministic action, and a fresh clone is fitted
+to the dataset's rows plus every round's; each round's clone is evaluated as the first. Where
+the rounds' clones return much more than the first, and more than with `--round-behaviour
+random` (as many teacher labels, of uniform random actions' states: the control), the teacher's
+knowledge is in its labels of the states a policy of its own reaches.
 """
 
 from __future__ import annotations
@@ -58,6 +67,37 @@ def clone_policy(model: Probe, obs: str, frame_stack: int, size: int | None) -> 
     return Policy(act, obs, {}, begin)
 
 
+def visited_states(
+    model: Probe, env_id: str, env_cfg: Any, episodes: int, seed: int,
+    uniform: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:  # fmt: skip
+    """The states a state clone visits over `episodes` episodes from `seed` on, (N, D); with
+    `uniform` (low, high), those of uniform random actions in those bounds instead (seeded)."""
+    policy = clone_policy(model, "state", 1, None)
+    seen: list[np.ndarray] = []
+    rng = np.random.default_rng(seed)
+
+    def act(o: dict[str, np.ndarray]) -> np.ndarray:
+        seen.append(np.asarray(o["state"], dtype=np.float32))
+        if uniform is not None:
+            return rng.uniform(*uniform).astype(np.float32)
+        return policy.act(o)
+
+    evaluate_policy(Policy(act, "state", {}, policy.begin), env_id, env_cfg, episodes, seed)
+    return np.stack(seen)
+
+
+def teacher_labels(teacher: Policy, states: np.ndarray) -> np.ndarray:
+    """The teacher's deterministic action at each state, (N, A): what the `policy` backend
+    answers an action prompt at reliability 1 (a state agent stacks nothing)."""
+    out = []
+    for state in states:
+        obs = {"state": state}
+        teacher.begin(obs)
+        out.append(np.asarray(teacher.act(obs), dtype=np.float32).reshape(-1))
+    return np.stack(out)
+
+
 def clone_row(
     model: Probe, inputs: np.ndarray, labels: np.ndarray, returns: list[float]
 ) -> dict[str, Any]:
@@ -90,8 +130,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--eval-seed", type=int, help="default: params' evaluate.seed")
+    parser.add_argument("--teacher", type=Path, help="the labelling policy teacher's checkpoint")
+    parser.add_argument("--rounds", type=int, default=0, help="DAgger rounds (with --teacher)")
+    parser.add_argument("--round-episodes", type=int, default=10)
+    parser.add_argument("--round-seed", type=int, default=20000)
+    parser.add_argument(
+        "--round-behaviour", choices=["clone", "random"], default="clone",
+        help="who plays a round's episodes: the clone (DAgger), or uniform random actions (the "
+        "control: as many teacher labels, at states that no policy of its own chose)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    if args.rounds and (args.teacher is None or args.kinds != ["state"]):
+        raise SystemExit("--rounds: give --teacher DIR and --kinds state (the teacher labels "
+                         "the states a state clone visits)")  # fmt: skip
+    teacher = None
+    if args.rounds:
+        from pipeline.learn.methods.table import load_policy
+
+        teacher = load_policy(args.teacher, True)
+        if teacher.obs != "state" or teacher.meta.get("env") != args.env:
+            raise SystemExit(f"{args.teacher}: not a state agent of {args.env}")
     torch.set_num_threads(1)
     params = load_params(args.params)
     if args.env not in params.env:
@@ -118,10 +177,39 @@ def main(argv: list[str] | None = None) -> None:
                   f"(ddof 1, {args.episodes} episodes); training rows: sign agreement "
                   f"{row['sign_agreement_on_the_training_rows']:.3f}, MSE "
                   f"{row['mse_on_the_training_rows']:.3f}", flush=True)  # fmt: skip
-        means = [results[f"{kind}, seed {s}"]["return_mean"] for s in args.seeds]
-        std = float(np.std(means, ddof=1)) if len(means) > 1 else 0.0
-        results[f"{kind}, over clones"] = {"return_mean": float(np.mean(means)),
-                                           "return_std_ddof1": std, "clones": len(means)}  # fmt: skip
+            x, y = inputs, labels
+            for r in range(1, args.rounds + 1):
+                assert teacher is not None
+                uniform = None
+                if args.round_behaviour == "random":
+                    uniform = (np.asarray(teacher.meta["action_low"], np.float32),
+                               np.asarray(teacher.meta["action_high"], np.float32))  # fmt: skip
+                states = visited_states(model, args.env, params.env[args.env],
+                                        args.round_episodes, args.round_seed + 1000 * r, uniform)  # fmt: skip
+                x, y = (
+                    np.concatenate([x, states]),
+                    np.concatenate([y, teacher_labels(teacher, states)]),
+                )
+                model = fit(kind, x, y, np.arange(len(y)), args.steps, args.batch, args.hidden,
+                            seed).eval()  # fmt: skip
+                played = evaluate_policy(
+                    clone_policy(model, kind, args.frame_stack, size), args.env,
+                    params.env[args.env], args.episodes, eval_seed,
+                )  # fmt: skip
+                row = {
+                    **clone_row(model, x, y, played.returns),
+                    "teacher_labels": len(y) - len(labels),
+                }
+                results[f"{kind}, seed {seed}, round {r}"] = row
+                print(f"  round {r}: {row['teacher_labels']} teacher labels of the clones' "
+                      f"states; return {row['return_mean']:.1f} +- {row['return_std']:.1f}",
+                      flush=True)  # fmt: skip
+        for r in range(args.rounds + 1):
+            at = "" if r == 0 else f", round {r}"
+            means = [results[f"{kind}, seed {s}{at}"]["return_mean"] for s in args.seeds]
+            std = float(np.std(means, ddof=1)) if len(means) > 1 else 0.0
+            results[f"{kind}{at}, over clones"] = {"return_mean": float(np.mean(means)),
+                                                   "return_std_ddof1": std, "clones": len(means)}  # fmt: skip
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         shown = {k: [str(x) for x in v] if isinstance(v, list) else str(v)

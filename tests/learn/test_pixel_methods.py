@@ -342,3 +342,56 @@ def test_the_clone_probe_acts_with_what_it_learned_from_the_labels(pixel_pipelin
     assert (np.sign(pred) == np.sign(state_labels)).mean() > 0.9
     mean_mse = ((state_labels - state_labels.mean(0)) ** 2).mean()
     assert ((pred - state_labels) ** 2).mean() < 0.5 * mean_mse
+
+
+def test_the_clone_probes_rounds_add_the_teachers_labels_of_the_clones_own_states(
+    pixel_pipeline, tmp_path
+):
+    """`--teacher DIR --rounds N`: each round the clone plays episodes of its own, the teacher
+    labels every state it visited with its deterministic action, and a fresh clone learns from
+    the dataset's rows and every round's; each round's clone is evaluated."""
+    import json
+
+    import gymnasium as gym
+    import numpy as np
+
+    from benchmarks.clone_probe import main, teacher_labels, visited_states
+    from benchmarks.label_probe import fit, labelled_rows
+    from pipeline.learn.agents.off_policy import NetworkParams, SACParams
+    from pipeline.learn.agents.sac import SACAgent
+    from pipeline.learn.methods.table import load_policy
+
+    d = pixel_pipeline
+    states, labels, _ = labelled_rows(d / "ds", "state", 3)
+    space = gym.spaces.Box(-1.0, 1.0, labels.shape[1:], np.float32)
+    network = NetworkParams(obs="state", hidden_dim=16, feature_dim=8, encoder_layers=1)
+    agent = SACAgent(states.shape[1:], space, SACParams(network=network), seed=1)
+    agent.save(tmp_path / "teacher", {"env": ENV, "run": "tiny"})
+
+    teacher = load_policy(tmp_path / "teacher", True)
+    answers = teacher_labels(teacher, states[:5])
+    for state, answer in zip(states[:5], answers, strict=True):
+        np.testing.assert_allclose(answer, agent.act(state, True), rtol=1e-6)
+    clone = fit("state", states, labels, np.arange(len(labels)), 2, 8, 16, 0).eval()
+    cfg = load_params(d / "params.yaml").env[ENV]
+    visited = visited_states(clone, ENV, cfg, 2, 5)
+    assert visited.shape[1:] == states.shape[1:] and len(visited) > 2
+    np.testing.assert_array_equal(visited, visited_states(clone, ENV, cfg, 2, 5))  # its seeds
+    bounds = (np.full(space.shape, -1.0, np.float32), np.full(space.shape, 1.0, np.float32))
+    random = visited_states(clone, ENV, cfg, 2, 5, bounds)  # the control: random actions' states
+    np.testing.assert_array_equal(random, visited_states(clone, ENV, cfg, 2, 5, bounds))
+    assert random.shape == visited.shape and not np.array_equal(random, visited)
+
+    out = tmp_path / "rounds.json"
+    main(["--dataset", str(d / "ds"), "--params", str(d / "params.yaml"), "--env", ENV,
+          "--kinds", "state", "--steps", "2", "--batch", "8", "--hidden", "16",
+          "--episodes", "1", "--teacher", str(tmp_path / "teacher"), "--rounds", "2",
+          "--round-episodes", "1", "--round-behaviour", "random", "--out", str(out)])  # fmt: skip
+    results = json.loads(out.read_text())["results"]
+    first, second = results["state, seed 0, round 1"], results["state, seed 0, round 2"]
+    assert 0 < first["teacher_labels"] < second["teacher_labels"]
+    assert first["rows"] == len(labels) + first["teacher_labels"]
+    assert "state, round 2, over clones" in results
+    with pytest.raises(SystemExit, match="--rounds: give --teacher"):
+        main(["--dataset", str(d / "ds"), "--params", str(d / "params.yaml"), "--env", ENV,
+              "--kinds", "pixels", "--rounds", "1", "--teacher", str(tmp_path / "teacher")])  # fmt: skip
