@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
                     "teacher_labels": len(y) - len(labels),
                 }
                 results[f"{kind}, seed {seed}, round {r}"] = row
-                print(f"  round {r}: {row['teacher_labels']} teacher labels of the clones' "
+                print(f"  round {r}: {row['teacher_labels']} teacher labels of the rounds' "
                       f"states; return {row['return_mean']:.1f} +- {row['return_std']:.1f}",
                       flush=True)  # fmt: skip
         for r in range(args.rounds + 1):
