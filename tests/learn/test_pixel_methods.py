@@ -395,3 +395,55 @@ def test_the_clone_probes_rounds_add_the_teachers_labels_of_the_clones_own_state
     with pytest.raises(SystemExit, match="--rounds: give --teacher"):
         main(["--dataset", str(d / "ds"), "--params", str(d / "params.yaml"), "--env", ENV,
               "--kinds", "pixels", "--rounds", "1", "--teacher", str(tmp_path / "teacher")])  # fmt: skip
+
+
+def test_a_pixel_erpv_run_goes_on_through_a_labelling_round(pixel_pipeline, tmp_path, monkeypatch):
+    """P2's amendment runs erpv from frames with labelling rounds: the run keeps its training
+    state (a pixel replay), the round's agent collects frames, the env's teacher labels them,
+    and training goes on from the run's state with the round's part in the offline half. Built
+    in a folder laid out as the repository (a round reads the env's data at its DVC paths)."""
+    import json
+
+    from pipeline.dataset.transitions import load_offline_transitions
+    from pipeline.learn.agents.checkpoint import read_meta
+    from pipeline.learn.evaluation import deployed, evaluate_policy
+    from stages import round as round_stage
+    from stages import train
+
+    d = pixel_pipeline
+    monkeypatch.chdir(tmp_path)
+    for link, target in [(f"data/rollouts/{ENV}", d / "r"), (f"data/label_cache/{ENV}", d / "lc"),
+                         (f"data/labels/{ENV}.parquet", d / "labels.parquet"),
+                         (f"data/datasets/{ENV}", d / "ds"), ("models/critic", d / "critics")]:  # fmt: skip
+        (tmp_path / link).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / link).symlink_to(target)
+    raw = params_for(d, "erpv")
+    raw["train"]["erpv"]["overrides"] = {"save_training_state": True}
+    # P2's teacher labels every frame and answers in format; a round of one tiny episode would
+    # otherwise hold one prompt a task, and the scripted teacher at 0.8 may garble it
+    raw["label"]["per_env"][ENV] = {"teacher": {"backend": "scripted", "reliability": 1.0,
+                                                "seed": 0}, "tasks": {"action": 1}}  # fmt: skip
+    raw["rounds"] = {"erpv-r1": {
+        "run": "erpv", "env": ENV, "method": "erpv", "round": 1, "previous_agent": "models/erpv",
+        "previous_data": f"data/datasets/{ENV}", "episodes": 1, "steps": 8, "seed": 7}}  # fmt: skip
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw))
+    assert train.main(["--params", "params.yaml", "--run", "erpv", "--dataset", f"data/datasets/{ENV}",
+                       "--critics", "models/critic", "--out", "models/erpv", "--live", "live/erpv",
+                       "--summary", "erpv.json"]) == 0  # fmt: skip
+    assert round_stage.main(["--params", "params.yaml", "--round", "erpv-r1",
+                             "--data", "data/rounds/erpv-r1", "--caches", "data/round_caches/erpv-r1",
+                             "--out", "models/rounds/erpv-r1", "--live", "live/erpv-r1",
+                             "--summary", "erpv-r1.json"]) == 0  # fmt: skip
+    before, after = (
+        read_meta(tmp_path / "models/erpv"),
+        read_meta(tmp_path / "models/rounds/erpv-r1"),
+    )
+    assert after["obs"] == "pixels" and after["update_step"] == before["update_step"] + 8
+    part = load_offline_transitions(tmp_path / "data/rounds/erpv-r1/dataset", "pixels", ("action",))
+    assert len(part) > 0 and part["has_label"].any()  # the teacher's labels of the agent's frames
+    summary = json.loads((tmp_path / "erpv-r1.json").read_text())
+    assert summary["costs"]["frames_collected"] > 0 and summary["costs"]["prompts"] > 0
+    agent = load_agent(tmp_path / "models/rounds/erpv-r1")
+    result = evaluate_policy(deployed(agent, after), ENV, load_params(params).env[ENV], 1, seed=0)
+    assert result.episodes == 1
