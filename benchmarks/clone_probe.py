@@ -18,11 +18,13 @@ obstacle.
 Each (kind, seed) is one clone: trained with that seed, evaluated over `--episodes` episodes
 from `--eval-seed` (default: params' `evaluate.seed`); std over episodes and over clones ddof 1.
 
-`--teacher DIR --rounds N` (state clones): DAgger (Ross et al., 2011) with the labelling teacher
+`--teacher DIR --rounds N`: DAgger (Ross et al., 2011) with the labelling teacher
 (a policy teacher's checkpoint, `models/teachers/<env>`). Each round the clone plays
 `--round-episodes` episodes of its own (seeds from `--round-seed`, none an evaluation's), the
-teacher labels every state it visited with its deterministic action, and a fresh clone is fitted
-to the dataset's rows plus every round's; each round's clone is evaluated as the first. Where
+teacher labels every step with its deterministic action at the env's state there, and a fresh
+clone is fitted to the dataset's rows plus every round's (what the clone read at those steps:
+the state, or the stacked frames of a pixel clone); each round's clone is evaluated as the
+first. Where
 the rounds' clones return much more than the first, and more than with `--round-behaviour
 random` (as many teacher labels, of uniform random actions' states: the control), the teacher's
 knowledge is in its labels of the states a policy of its own reaches.
@@ -45,12 +47,19 @@ from pipeline.core.stacking import FrameStacker
 from pipeline.learn.evaluation import Policy, evaluate_policy
 
 
-def clone_policy(model: Probe, obs: str, frame_stack: int, size: int | None) -> Policy:
+def clone_policy(
+    model: Probe, obs: str, frame_stack: int, size: int | None,
+    seen: list[tuple[np.ndarray, np.ndarray]] | None = None,
+    uniform: tuple[np.ndarray, np.ndarray] | None = None, seed: int = 0,
+) -> Policy:  # fmt: skip
     """The trained probe as a deterministic policy over the env's observation dict: frames
     resized to the dataset's `size` where the env renders another, stacked as labelled_rows
-    stacks them (restarting at each episode's first observation)."""
+    stacks them (restarting at each episode's first observation). `seen`: each step's input
+    row and the env's state are appended to it. `uniform` (low, high): act uniformly at random
+    in those bounds instead (seeded by `seed`), the rows stacked all the same."""
     stacker = FrameStacker(frame_stack, obs)
     fresh = [True]
+    rng = np.random.default_rng(seed)
 
     def begin(o: dict[str, np.ndarray]) -> None:
         fresh[0] = True
@@ -59,32 +68,29 @@ def clone_policy(model: Probe, obs: str, frame_stack: int, size: int | None) -> 
         x = o[obs]
         if size is not None and x.shape[0] != size:
             x = resize_frame(x, size)
-        x = stacker.reset(x) if fresh[0] else stacker.step(x)
+        x = np.asarray(stacker.reset(x) if fresh[0] else stacker.step(x))
         fresh[0] = False
+        if seen is not None:
+            seen.append((x, np.asarray(o["state"], dtype=np.float32)))
+        if uniform is not None:
+            return rng.uniform(*uniform).astype(np.float32)
         with torch.inference_mode():
-            return model(torch.from_numpy(np.asarray(x))[None])[0].numpy()
+            return model(torch.from_numpy(x)[None])[0].numpy()
 
     return Policy(act, obs, {}, begin)
 
 
-def visited_states(
-    model: Probe, env_id: str, env_cfg: Any, episodes: int, seed: int,
-    uniform: tuple[np.ndarray, np.ndarray] | None = None,
-) -> np.ndarray:  # fmt: skip
-    """The states a state clone visits over `episodes` episodes from `seed` on, (N, D); with
-    `uniform` (low, high), those of uniform random actions in those bounds instead (seeded)."""
-    policy = clone_policy(model, "state", 1, None)
-    seen: list[np.ndarray] = []
-    rng = np.random.default_rng(seed)
-
-    def act(o: dict[str, np.ndarray]) -> np.ndarray:
-        seen.append(np.asarray(o["state"], dtype=np.float32))
-        if uniform is not None:
-            return rng.uniform(*uniform).astype(np.float32)
-        return policy.act(o)
-
-    evaluate_policy(Policy(act, "state", {}, policy.begin), env_id, env_cfg, episodes, seed)
-    return np.stack(seen)
+def visited_rows(
+    model: Probe, obs: str, frame_stack: int, size: int | None, env_id: str, env_cfg: Any,
+    episodes: int, seed: int, uniform: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """What the clone reads at every step of `episodes` episodes from `seed` on (its input rows,
+    as labelled_rows gives them) and the env's state there, (N, ...) and (N, D); with `uniform`
+    (low, high), those of uniform random actions in those bounds instead (seeded)."""
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+    policy = clone_policy(model, obs, frame_stack, size, seen, uniform, seed)
+    evaluate_policy(policy, env_id, env_cfg, episodes, seed)
+    return np.stack([x for x, _ in seen]), np.stack([state for _, state in seen])
 
 
 def teacher_labels(teacher: Policy, states: np.ndarray) -> np.ndarray:
@@ -141,9 +147,9 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    if args.rounds and (args.teacher is None or args.kinds != ["state"]):
-        raise SystemExit("--rounds: give --teacher DIR and --kinds state (the teacher labels "
-                         "the states a state clone visits)")  # fmt: skip
+    if args.rounds and args.teacher is None:
+        raise SystemExit("--rounds: give --teacher DIR (a state agent: it labels the env's "
+                         "state at each step the clone takes)")  # fmt: skip
     teacher = None
     if args.rounds:
         from pipeline.learn.methods.table import load_policy
@@ -184,10 +190,11 @@ def main(argv: list[str] | None = None) -> None:
                 if args.round_behaviour == "random":
                     uniform = (np.asarray(teacher.meta["action_low"], np.float32),
                                np.asarray(teacher.meta["action_high"], np.float32))  # fmt: skip
-                states = visited_states(model, args.env, params.env[args.env],
-                                        args.round_episodes, args.round_seed + 1000 * r, uniform)  # fmt: skip
+                rows, states = visited_rows(model, kind, args.frame_stack, size, args.env,
+                                            params.env[args.env], args.round_episodes,
+                                            args.round_seed + 1000 * r, uniform)  # fmt: skip
                 x, y = (
-                    np.concatenate([x, states]),
+                    np.concatenate([x, rows]),
                     np.concatenate([y, teacher_labels(teacher, states)]),
                 )
                 model = fit(kind, x, y, np.arange(len(y)), args.steps, args.batch, args.hidden,

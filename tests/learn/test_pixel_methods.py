@@ -355,7 +355,7 @@ def test_the_clone_probes_rounds_add_the_teachers_labels_of_the_clones_own_state
     import gymnasium as gym
     import numpy as np
 
-    from benchmarks.clone_probe import main, teacher_labels, visited_states
+    from benchmarks.clone_probe import main, teacher_labels, visited_rows
     from benchmarks.label_probe import fit, labelled_rows
     from pipeline.learn.agents.off_policy import NetworkParams, SACParams
     from pipeline.learn.agents.sac import SACAgent
@@ -372,29 +372,38 @@ def test_the_clone_probes_rounds_add_the_teachers_labels_of_the_clones_own_state
     answers = teacher_labels(teacher, states[:5])
     for state, answer in zip(states[:5], answers, strict=True):
         np.testing.assert_allclose(answer, agent.act(state, True), rtol=1e-6)
-    clone = fit("state", states, labels, np.arange(len(labels)), 2, 8, 16, 0).eval()
     cfg = load_params(d / "params.yaml").env[ENV]
-    visited = visited_states(clone, ENV, cfg, 2, 5)
-    assert visited.shape[1:] == states.shape[1:] and len(visited) > 2
-    np.testing.assert_array_equal(visited, visited_states(clone, ENV, cfg, 2, 5))  # its seeds
+    clone = fit("state", states, labels, np.arange(len(labels)), 2, 8, 16, 0).eval()
+    rows, at = visited_rows(clone, "state", 3, None, ENV, cfg, 2, 5)
+    assert rows.shape[1:] == states.shape[1:] and len(rows) > 2
+    np.testing.assert_array_equal(rows, at)  # a state clone reads the state
+    np.testing.assert_array_equal(rows, visited_rows(clone, "state", 3, None, ENV, cfg, 2, 5)[0])
     bounds = (np.full(space.shape, -1.0, np.float32), np.full(space.shape, 1.0, np.float32))
-    random = visited_states(clone, ENV, cfg, 2, 5, bounds)  # the control: random actions' states
-    np.testing.assert_array_equal(random, visited_states(clone, ENV, cfg, 2, 5, bounds))
-    assert random.shape == visited.shape and not np.array_equal(random, visited)
+    random, _ = visited_rows(clone, "state", 3, None, ENV, cfg, 2, 5, bounds)  # the control
+    np.testing.assert_array_equal(random, visited_rows(clone, "state", 3, None, ENV, cfg, 2, 5,
+                                                       bounds)[0])  # fmt: skip
+    assert random.shape == rows.shape and not np.array_equal(random, rows)
+    # a pixel clone's rows are the stacked frames it read, as the dataset's rows are stacked
+    frames, _, _ = labelled_rows(d / "ds", "pixels", 3)
+    pixel_clone = fit("pixels", frames, labels, np.arange(len(labels)), 2, 8, 16, 0).eval()
+    seen, at = visited_rows(pixel_clone, "pixels", 3, frames.shape[-1], ENV, cfg, 1, 5)
+    assert seen.shape[1:] == frames.shape[1:] and seen.dtype == np.uint8 and len(at) == len(seen)
+    np.testing.assert_array_equal(seen[0][:3], seen[0][6:])  # an episode's first: stacked 3 times
 
-    out = tmp_path / "rounds.json"
-    main(["--dataset", str(d / "ds"), "--params", str(d / "params.yaml"), "--env", ENV,
-          "--kinds", "state", "--steps", "2", "--batch", "8", "--hidden", "16",
-          "--episodes", "1", "--teacher", str(tmp_path / "teacher"), "--rounds", "2",
-          "--round-episodes", "1", "--round-behaviour", "random", "--out", str(out)])  # fmt: skip
-    results = json.loads(out.read_text())["results"]
-    first, second = results["state, seed 0, round 1"], results["state, seed 0, round 2"]
-    assert 0 < first["teacher_labels"] < second["teacher_labels"]
-    assert first["rows"] == len(labels) + first["teacher_labels"]
-    assert "state, round 2, over clones" in results
+    for kind in ("state", "pixels"):
+        out = tmp_path / f"rounds-{kind}.json"
+        main(["--dataset", str(d / "ds"), "--params", str(d / "params.yaml"), "--env", ENV,
+              "--kinds", kind, "--steps", "2", "--batch", "8", "--hidden", "16",
+              "--episodes", "1", "--teacher", str(tmp_path / "teacher"), "--rounds", "2",
+              "--round-episodes", "1", "--round-behaviour", "random", "--out", str(out)])  # fmt: skip
+        results = json.loads(out.read_text())["results"]
+        first, second = results[f"{kind}, seed 0, round 1"], results[f"{kind}, seed 0, round 2"]
+        assert 0 < first["teacher_labels"] < second["teacher_labels"]
+        assert first["rows"] == len(labels) + first["teacher_labels"]
+        assert f"{kind}, round 2, over clones" in results
     with pytest.raises(SystemExit, match="--rounds: give --teacher"):
         main(["--dataset", str(d / "ds"), "--params", str(d / "params.yaml"), "--env", ENV,
-              "--kinds", "pixels", "--rounds", "1", "--teacher", str(tmp_path / "teacher")])  # fmt: skip
+              "--kinds", "pixels", "--rounds", "1"])  # fmt: skip
 
 
 def test_a_pixel_erpv_run_goes_on_through_a_labelling_round(pixel_pipeline, tmp_path, monkeypatch):
