@@ -168,9 +168,9 @@ def main(argv: list[str] | None = None) -> None:
     for kind in args.kinds:
         inputs, labels, _ = labelled_rows(args.dataset, kind, args.frame_stack)
         size = inputs.shape[-1] if kind == "pixels" else None
-        rows = np.arange(len(labels))
+        every = np.arange(len(labels))
         for seed in args.seeds:
-            model = fit(kind, inputs, labels, rows, args.steps, args.batch, args.hidden, seed)
+            model = fit(kind, inputs, labels, every, args.steps, args.batch, args.hidden, seed)
             model.eval()
             policy = clone_policy(model, kind, args.frame_stack, size)
             played = evaluate_policy(
@@ -190,11 +190,11 @@ def main(argv: list[str] | None = None) -> None:
                 if args.round_behaviour == "random":
                     uniform = (np.asarray(teacher.meta["action_low"], np.float32),
                                np.asarray(teacher.meta["action_high"], np.float32))  # fmt: skip
-                rows, states = visited_rows(model, kind, args.frame_stack, size, args.env,
+                read, states = visited_rows(model, kind, args.frame_stack, size, args.env,
                                             params.env[args.env], args.round_episodes,
                                             args.round_seed + 1000 * r, uniform)  # fmt: skip
                 x, y = (
-                    np.concatenate([x, rows]),
+                    np.concatenate([x, read]),
                     np.concatenate([y, teacher_labels(teacher, states)]),
                 )
                 model = fit(kind, x, y, np.arange(len(y)), args.steps, args.batch, args.hidden,

@@ -393,13 +393,16 @@ def test_the_clone_probes_rounds_add_the_teachers_labels_of_the_clones_own_state
     for kind in ("state", "pixels"):
         out = tmp_path / f"rounds-{kind}.json"
         main(["--dataset", str(d / "ds"), "--params", str(d / "params.yaml"), "--env", ENV,
-              "--kinds", kind, "--steps", "2", "--batch", "8", "--hidden", "16",
-              "--episodes", "1", "--teacher", str(tmp_path / "teacher"), "--rounds", "2",
+              "--kinds", kind, "--steps", "2", "--batch", "8", "--hidden", "16", "--seeds",
+              "0", "1", "--episodes", "1", "--teacher", str(tmp_path / "teacher"), "--rounds", "2",
               "--round-episodes", "1", "--round-behaviour", "random", "--out", str(out)])  # fmt: skip
         results = json.loads(out.read_text())["results"]
-        first, second = results[f"{kind}, seed 0, round 1"], results[f"{kind}, seed 0, round 2"]
-        assert 0 < first["teacher_labels"] < second["teacher_labels"]
-        assert first["rows"] == len(labels) + first["teacher_labels"]
+        for seed in (0, 1):  # each seed's clones start again from the dataset's rows
+            first = results[f"{kind}, seed {seed}, round 1"]
+            second = results[f"{kind}, seed {seed}, round 2"]
+            assert 0 < first["teacher_labels"] < second["teacher_labels"]
+            assert first["rows"] == len(labels) + first["teacher_labels"]
+            assert results[f"{kind}, seed {seed}"]["rows"] == len(labels)
         assert f"{kind}, round 2, over clones" in results
     with pytest.raises(SystemExit, match="--rounds: give --teacher"):
         main(["--dataset", str(d / "ds"), "--params", str(d / "params.yaml"), "--env", ENV,
