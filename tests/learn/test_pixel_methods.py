@@ -344,6 +344,7 @@ def test_the_clone_probe_acts_with_what_it_learned_from_the_labels(pixel_pipelin
     assert ((pred - state_labels) ** 2).mean() < 0.5 * mean_mse
 
 
+@pytest.mark.slow  # a benchmark's option, 10 s: two kinds x two seeds x two rounds
 def test_the_clone_probes_rounds_add_the_teachers_labels_of_the_clones_own_states(
     pixel_pipeline, tmp_path
 ):
