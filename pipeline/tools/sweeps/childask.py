@@ -145,10 +145,6 @@ def _serve(conn: Connection) -> None:
             conn.send(("error", exc))
 
 
-if __name__ == "__main__":
-    _serve(Connection(int(sys.argv[1])))
-
-
 def _callers_path() -> dict[str, str]:
     """The environment, with the folder that holds the caller's `pipeline` first on the child's
     path. With -P the child never imports a `pipeline` from its working folder (a table's clone
@@ -160,3 +156,7 @@ def _callers_path() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])))
