@@ -33,14 +33,13 @@ knowledge is in its labels of the states a policy of its own reaches.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from benchmarks.label_probe import Probe, fit, labelled_rows
+from benchmarks.label_probe import Probe, fit, labelled_rows, write_results
 from pipeline.core.config import load_params
 from pipeline.core.envs.wrappers import resize_frame
 from pipeline.core.stacking import FrameStacker
@@ -150,13 +149,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.rounds and args.teacher is None:
         raise SystemExit("--rounds: give --teacher DIR (a state agent: it labels the env's "
                          "state at each step the clone takes)")  # fmt: skip
-    teacher = None
+    teacher, uniform = None, None
     if args.rounds:
         from pipeline.learn.methods.table import load_policy
 
         teacher = load_policy(args.teacher, True)
         if teacher.obs != "state" or teacher.meta.get("env") != args.env:
             raise SystemExit(f"{args.teacher}: not a state agent of {args.env}")
+        if args.round_behaviour == "random":  # the control acts in the teacher's action bounds
+            uniform = (np.asarray(teacher.meta["action_low"], np.float32),
+                       np.asarray(teacher.meta["action_high"], np.float32))  # fmt: skip
     torch.set_num_threads(1)
     params = load_params(args.params)
     if args.env not in params.env:
@@ -165,6 +167,14 @@ def main(argv: list[str] | None = None) -> None:
     if eval_seed is None:
         eval_seed = params.evaluate.seed if params.evaluate is not None else 0
     results: dict[str, Any] = {}
+    env_cfg = params.env[args.env]
+
+    def returns(model: Probe, kind: str, size: int | None, progress: str | None = None):
+        policy = clone_policy(model, kind, args.frame_stack, size)
+        return evaluate_policy(
+            policy, args.env, env_cfg, args.episodes, eval_seed, progress=progress
+        ).returns
+
     for kind in args.kinds:
         inputs, labels, _ = labelled_rows(args.dataset, kind, args.frame_stack)
         size = inputs.shape[-1] if kind == "pixels" else None
@@ -172,12 +182,9 @@ def main(argv: list[str] | None = None) -> None:
         for seed in args.seeds:
             model = fit(kind, inputs, labels, every, args.steps, args.batch, args.hidden, seed)
             model.eval()
-            policy = clone_policy(model, kind, args.frame_stack, size)
-            played = evaluate_policy(
-                policy, args.env, params.env[args.env], args.episodes, eval_seed,
-                progress=f"clone {kind} s{seed}",
-            )  # fmt: skip
-            row = clone_row(model, inputs, labels, played.returns)
+            row = clone_row(
+                model, inputs, labels, returns(model, kind, size, f"clone {kind} s{seed}")
+            )
             results[f"{kind}, seed {seed}"] = row
             print(f"{kind:6s} s{seed}: return {row['return_mean']:.1f} +- {row['return_std']:.1f} "
                   f"(ddof 1, {args.episodes} episodes); training rows: sign agreement "
@@ -186,12 +193,8 @@ def main(argv: list[str] | None = None) -> None:
             x, y = inputs, labels
             for r in range(1, args.rounds + 1):
                 assert teacher is not None
-                uniform = None
-                if args.round_behaviour == "random":
-                    uniform = (np.asarray(teacher.meta["action_low"], np.float32),
-                               np.asarray(teacher.meta["action_high"], np.float32))  # fmt: skip
                 read, states = visited_rows(model, kind, args.frame_stack, size, args.env,
-                                            params.env[args.env], args.round_episodes,
+                                            env_cfg, args.round_episodes,
                                             args.round_seed + 1000 * r, uniform)  # fmt: skip
                 x, y = (
                     np.concatenate([x, read]),
@@ -199,12 +202,8 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 model = fit(kind, x, y, np.arange(len(y)), args.steps, args.batch, args.hidden,
                             seed).eval()  # fmt: skip
-                played = evaluate_policy(
-                    clone_policy(model, kind, args.frame_stack, size), args.env,
-                    params.env[args.env], args.episodes, eval_seed,
-                )  # fmt: skip
                 row = {
-                    **clone_row(model, x, y, played.returns),
+                    **clone_row(model, x, y, returns(model, kind, size)),
                     "teacher_labels": len(y) - len(labels),
                 }
                 results[f"{kind}, seed {seed}, round {r}"] = row
@@ -218,10 +217,7 @@ def main(argv: list[str] | None = None) -> None:
             results[f"{kind}{at}, over clones"] = {"return_mean": float(np.mean(means)),
                                                    "return_std_ddof1": std, "clones": len(means)}  # fmt: skip
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        shown = {k: [str(x) for x in v] if isinstance(v, list) else str(v)
-                 for k, v in vars(args).items()}  # fmt: skip
-        args.out.write_text(json.dumps({"args": shown, "results": results}, indent=2) + "\n")
+        write_results(args.out, args, results)
 
 
 if __name__ == "__main__":

@@ -207,10 +207,15 @@ def main(argv: list[str] | None = None) -> None:
                   f"MSE {row['mse']:.3f} (the mean label's {row['mse_of_the_mean_label']:.3f}), "
                   f"mean |prediction| {row['mean_abs_prediction']:.3f}", flush=True)  # fmt: skip
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        shown = {k: [str(x) for x in v] if isinstance(v, list) else str(v)
-                 for k, v in vars(args).items()}  # fmt: skip
-        args.out.write_text(json.dumps({"args": shown, "results": results}, indent=2) + "\n")
+        write_results(args.out, args, results)
+
+
+def write_results(out: Path, args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """A probe's raw file: its command-line arguments (as strings) and its results."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shown = {k: [str(x) for x in v] if isinstance(v, list) else str(v)
+             for k, v in vars(args).items()}  # fmt: skip
+    out.write_text(json.dumps({"args": shown, "results": results}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
