@@ -1,6 +1,7 @@
 """The `openai` back end against a real OpenAI-compatible server on loopback (`transformers
 serve` on the tiny random Qwen2-VL), plus a scripted loopback server for the failure paths."""
 
+import functools
 import json
 import os
 import socket
@@ -556,6 +557,15 @@ _COMPLETION = st.fixed_dictionaries(
 )
 
 
+@functools.cache
+def _parsing_teacher():
+    """One client for every example: building it (an httpx client) costs ~50 ms, and `_reply`
+    reads the teacher's settings only."""
+    from pipeline.teach.teachers.openai_api import OpenAITeacher
+
+    return OpenAITeacher("http://127.0.0.1:9/v1", "tiny", "r1", None, 1.0, 0, 0.0, 1, 8, False)
+
+
 @settings(max_examples=300, deadline=None)
 @given(body=_COMPLETION | _JSON | st.binary(max_size=40))
 def test_any_response_body_becomes_an_answer_or_a_named_status(body):
@@ -563,9 +573,8 @@ def test_any_response_body_becomes_an_answer_or_a_named_status(body):
     a transport-failure status with a detail; or, for a completion naming another model, the
     error that stops the stage. Never an IndexError, TypeError or AttributeError."""
     from pipeline.teach.labels.status import TRANSPORT_FAILURES
-    from pipeline.teach.teachers.openai_api import OpenAITeacher
 
-    teacher = OpenAITeacher("http://127.0.0.1:9/v1", "tiny", "r1", None, 1.0, 0, 0.0, 1, 8, False)
+    teacher = _parsing_teacher()
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     try:
         reply = teacher._reply(raw, len(raw), 0.0, 1)
