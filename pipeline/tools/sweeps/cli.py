@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pipeline.tools.sweeps as sweeps
 from pipeline.core.errors import print_error
+from pipeline.tools.sweeps.paid_again import format_paid_again, paid_again
 from pipeline.tools.sweeps.queue import (
     Keep,
     Workers,
@@ -34,6 +35,7 @@ from pipeline.tools.sweeps.status import (
 from pipeline.tools.sweeps.table import (
     DEFAULT_RESUME_ROOT,
     SweepError,
+    Table,
     check_table,
     exp_command,
     job_line,
@@ -58,6 +60,13 @@ def queued_line(queued: list[Status], head: str, revs: list[str]) -> str:
         line += (f", not --rev's {named}: if they should run on {named}, remove them "
                  f"(dvc queue remove) and queue again from a checkout of it")  # fmt: skip
     return line + ")"
+
+
+def print_paid_again(table: Table, repo: Path) -> None:
+    """Say which persisting stages every experiment would pay for again, and how to pay once."""
+    note = format_paid_again(paid_again(table, repo), repo / "params.yaml")
+    if note:
+        print(note, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{args.table}: {len(table.cells)} cells"
                       + (f" and {teachers} teacher experiment(s)" if teachers else "")
                       + f" pass check_params over {args.repo / 'params.yaml'}")  # fmt: skip
+                print_paid_again(table, args.repo)
             return 2 if problems else 0
         if args.command == "commands":
             if args.clone and not args.push:
@@ -184,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "experiment would change what the stages read:\n"
                                  + "\n".join(rewritten))  # fmt: skip
             check_commit_paths(args.repo)
+            print_paid_again(table, args.repo)
             workers = Workers(root, args.nice, args.threads)
             # the table's experiments on the commits it was queued on, and those queued now
             revs = [*(args.rev or []), "HEAD"]
