@@ -1074,6 +1074,42 @@ def test_the_report_is_mean_std_ddof1_and_welchs_p_against_the_control():
     assert "t-more-s2 stale (train.t-more.steps=50.0 (table: 100))" in text
 
 
+class _Files:
+    """A DVCFileSystem stand-in: path -> text."""
+
+    def __init__(self, files):
+        self.files = files
+
+    def exists(self, path):
+        return path in self.files
+
+    def read_text(self, path):
+        return self.files[path]
+
+
+def test_a_rounds_cells_curve_goes_on_through_its_rounds_from_the_runs_last_step():
+    from pipeline.tools.sweeps.report import cell_steps, read_cell_curve
+
+    spec = {"train": {"env": "E-v0", "method": "erpv", "steps": 4},
+            "rounds": {"count": 2, "episodes": 1, "steps": 2}}  # fmt: skip
+    table = Table.model_validate({**TABLE, "cells": {"r": spec}, "control": None})
+    gate = "step\tgate_open\n{}\n"
+    files = _Files({
+        "plots/train/t-r/plots/metrics/vpg/gate_open.tsv": gate.format("2\t0.5\n4\t0.25"),
+        "plots/rounds/t-r-r1/plots/metrics/vpg/gate_open.tsv": gate.format("2\t1.0"),
+        "plots/rounds/t-r-r2/plots/metrics/vpg/gate_open.tsv": gate.format("1\t0.0\n2\t0.75"),
+    })  # fmt: skip
+    assert table.round_names("r") == ["t-r-r1", "t-r-r2"]
+    assert cell_steps(table, "r") == 8
+    assert read_cell_curve(files, table, "r", "vpg/gate_open") == [
+        (2, 0.5), (4, 0.25), (6, 1.0), (7, 0.0), (8, 0.75)
+    ]  # fmt: skip
+    assert read_cell_curve(files, table, "r", "alpha") is None  # the run logged none
+    del files.files["plots/rounds/t-r-r2/plots/metrics/vpg/gate_open.tsv"]
+    with pytest.raises(FileNotFoundError, match="this round did not"):
+        read_cell_curve(files, table, "r", "vpg/gate_open")
+
+
 def test_diagnostics_are_second_half_means_per_run_then_mean_std_over_seeds():
     from pipeline.tools.sweeps.report import format_diagnostics, second_half_mean
 
@@ -1327,6 +1363,10 @@ def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
         {"11": 3},
         {"11": 3},
     ]
+    # the raw curves beside what was read from them (a fresh clone keeps only git)
+    curves = {e["name"]: e["curves"] for e in raw["experiments"] if e["seed"] is not None}
+    assert curves["toy-a-s0"] == {"return": [[1, 0.0], [2, 5.0], [3, 10.0]]}  # no gate_open
+    assert curves["toy-b-s2"] == {"return": [[1, 0.0], [2, 13.5], [3, 27.0]]}
 
     # a later commit that no stage reads: the experiments stay with the commit they ran on
     old = run(here, "git", "rev-parse", "HEAD").strip()

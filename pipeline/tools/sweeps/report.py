@@ -36,8 +36,41 @@ def summaries(table: Table, found: Iterable[Status]) -> dict[str, SeedSummary]:
     return out
 
 
-def _curve_path(table: Table, cell: str, name: str) -> str:
-    return f"plots/train/{table.run(cell)}/{METRICS_SUBDIR}/{name}.tsv"
+def _curve_parts(table: Table, cell: str) -> list[tuple[str, int]]:
+    """Where a cell's curves lie, with the steps before each part: its train run's
+    `plots/train/<run>`, then each labelling round's `plots/rounds/<round>` (a round logs from
+    step 0 of its own training)."""
+    spec = table.cells[cell]
+    parts = [(f"plots/train/{table.run(cell)}", 0)]
+    before = int(spec.train["steps"])
+    for name in table.round_names(cell):
+        parts.append((f"plots/rounds/{name}", before))
+        before += spec.rounds.steps if spec.rounds is not None else 0
+    return parts
+
+
+def cell_steps(table: Table, cell: str) -> int:
+    """A cell's training steps: its run's, and its rounds' when it has rounds."""
+    spec = table.cells[cell]
+    rounds = spec.rounds.count * spec.rounds.steps if spec.rounds is not None else 0
+    return int(spec.train["steps"]) + rounds
+
+
+def read_cell_curve(fs: Any, table: Table, cell: str, name: str) -> list[tuple[int, float]] | None:
+    """The curve `name` of one experiment of `cell` through the DVC filesystem `fs`, a rounds
+    cell's rounds after its run (steps counted from the run's start); None if its run did not
+    log it."""
+    curve: list[tuple[int, float]] = []
+    for i, (root, before) in enumerate(_curve_parts(table, cell)):
+        path = f"{root}/{METRICS_SUBDIR}/{name}.tsv"
+        if not fs.exists(path):
+            if i == 0:
+                return None
+            raise FileNotFoundError(f"{path}: the run logged {name}, this round did not")
+        curve += [
+            (step + before, value) for step, value in parse_metric_tsv(fs.read_text(path), name)
+        ]
+    return curve
 
 
 def second_half_mean(curve: list[tuple[int, float]], steps: int) -> float | None:
@@ -47,9 +80,11 @@ def second_half_mean(curve: list[tuple[int, float]], steps: int) -> float | None
 
 
 def read_curves(table: Table, found: list[Status], repo: Path) -> list[Status]:
-    """`found` with each done experiment's steps to the table's thresholds and its diagnostics,
-    from its curves as DVC stored them (one DVCFileSystem at the experiment's revision: plots
-    outputs are cached, so a pulled experiment needs `dvc exp pull` with its cache)."""
+    """`found` with each done experiment's curves (the thresholds' and the diagnostics'), its
+    steps to the table's thresholds and its diagnostics, as DVC stored them (one
+    DVCFileSystem at the experiment's revision: plots outputs are cached, so a pulled
+    experiment needs `dvc exp pull` with its cache). A rounds cell's curves go on through its
+    rounds; its steps to thresholds are not read (its rounds collect between trainings)."""
 
     from dvc.api import DVCFileSystem
     from dvc.exceptions import DvcException
@@ -58,34 +93,30 @@ def read_curves(table: Table, found: list[Status], repo: Path) -> list[Status]:
         return found
     out = []
     for f in found:
-        if (f.state != "done" or f.seed is None or f.kept
-                or table.cells[f.cell].rounds is not None):  # fmt: skip
-            # a rounds cell's curve goes on in plots/rounds: no thresholds; a committed
-            # result holds what its report read
+        if f.state != "done" or f.seed is None or f.kept:  # a committed result holds its read
             out.append(f)
             continue
-        path = ""
+        rounds = table.cells[f.cell].rounds is not None
+        names = ([table.curve] if table.thresholds else []) + list(table.diagnostics)
         try:
             fs = DVCFileSystem(str(repo), rev=f.rev)
-            reached = None
-            if table.thresholds:
-                path = _curve_path(table, f.cell, table.curve)
-                curve = parse_metric_tsv(fs.read_text(path), table.curve)
-                reached = {f"{t:g}": steps_to(curve, t, table.window) for t in table.thresholds}
-            late: dict[str, float | None] = {}
-            for name in table.diagnostics:
-                path = _curve_path(table, f.cell, name)
-                late[name] = (
-                    second_half_mean(parse_metric_tsv(fs.read_text(path), name),
-                                     int(table.cells[f.cell].train["steps"]))
-                    if fs.exists(path) else None
-                )  # fmt: skip
+            curves = {
+                name: read_cell_curve(fs, table, f.cell, name) for name in dict.fromkeys(names)
+            }
         except (OSError, KeyError, ValueError, DvcException) as exc:
-            raise SweepError(
-                f"{f.name}: cannot read {path or 'its curves'} at {f.rev}: {exc}"
-            ) from exc
+            raise SweepError(f"{f.name}: cannot read its curves at {f.rev}: {exc}") from exc
+        reached = None
+        if table.thresholds and not rounds:
+            curve = curves[table.curve]
+            if curve is None:
+                raise SweepError(f"{f.name}: its run logged no {table.curve} (at {f.rev})")
+            reached = {f"{t:g}": steps_to(curve, t, table.window) for t in table.thresholds}
+        steps = cell_steps(table, f.cell)
+        late = {name: None if curves[name] is None else second_half_mean(curves[name], steps)
+                for name in table.diagnostics}  # fmt: skip
         out.append(dataclasses.replace(
-            f, steps_to=reached, diagnostics=late if table.diagnostics else None
+            f, steps_to=reached, diagnostics=late if table.diagnostics else None,
+            curves={name: [list(p) for p in c] for name, c in curves.items() if c is not None},
         ))  # fmt: skip
     return out
 

@@ -44,6 +44,9 @@ class Status:
     teacher: dict[str, Any] | None = None  # a teacher experiment's metrics file (report, done)
     labels: dict[str, Any] | None = None  # what its label table paid (`label_cost`; report, done)
     kept: bool = False  # done by the table's committed results (`--results`), not by DVC
+    # curve -> [[step, value], ...] as logged (report, when done): the raw curves of the
+    # thresholds and diagnostics, kept in results.json beside what was read from them
+    curves: dict[str, list[list[float]]] | None = None
 
 
 def _same(actual: Any, expected: Any) -> bool:
