@@ -53,7 +53,9 @@ PARAMS = {
 
 def _repo(tmp_path, params=PARAMS):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True
+    )
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(DVC_YAML))
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     return tmp_path

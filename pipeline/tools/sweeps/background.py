@@ -40,6 +40,7 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from pipeline.tools.sweeps.paid_again import print_paid_again
 from pipeline.tools.sweeps.queue import (
     Keep,
     Watch,
@@ -241,6 +242,9 @@ def resume(
     for rev in dict.fromkeys(step.rev for step in steps):
         run_checked(["git", "checkout", "-q", rev], repo)
         check_commit_paths(repo)
+        for step in steps:  # what each experiment of a table there would pay again
+            if step.rev == rev:
+                print_paid_again(step.table, repo)
     for step in steps:
         found = all_statuses(step.table, settled_rows(repo, step.read))
         waiting = [f.name for f in found if f.state == "queued"]

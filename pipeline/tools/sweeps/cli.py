@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pipeline.tools.sweeps as sweeps
 from pipeline.core.errors import print_error
-from pipeline.tools.sweeps.paid_again import format_paid_again, paid_again
+from pipeline.tools.sweeps.paid_again import print_paid_again
 from pipeline.tools.sweeps.queue import (
     Keep,
     Workers,
@@ -35,7 +35,6 @@ from pipeline.tools.sweeps.status import (
 from pipeline.tools.sweeps.table import (
     DEFAULT_RESUME_ROOT,
     SweepError,
-    Table,
     check_table,
     exp_command,
     job_line,
@@ -60,13 +59,6 @@ def queued_line(queued: list[Status], head: str, revs: list[str]) -> str:
         line += (f", not --rev's {named}: if they should run on {named}, remove them "
                  f"(dvc queue remove) and queue again from a checkout of it")  # fmt: skip
     return line + ")"
-
-
-def print_paid_again(table: Table, repo: Path) -> None:
-    """Say which persisting stages every experiment would pay for again, and how to pay once."""
-    note = format_paid_again(paid_again(table, repo), repo / "params.yaml")
-    if note:
-        print(note, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -124,3 +124,11 @@ def format_paid_again(found: list[PaidAgain], params_path: Path) -> str:
             "cannot restore')."
         )
     return "\n".join(lines)
+
+
+def print_paid_again(table: Table, repo: Path) -> None:
+    """Say which persisting stages every experiment of `table` would pay for again, at the
+    commit checked out in `repo`, and how to pay them once (nothing when none)."""
+    note = format_paid_again(paid_again(table, repo), repo / "params.yaml")
+    if note:
+        print(f"{table.table}: {note}", flush=True)
