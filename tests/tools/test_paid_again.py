@@ -102,6 +102,19 @@ def test_label_alone_is_paid_again_and_nothing_once_params_yaml_holds_the_tables
     assert format_paid_again([], repo / "params.yaml") == ""
 
 
+def test_an_env_the_table_adds_builds_its_whole_stage_one_in_every_experiment(tmp_path):
+    repo = _repo(tmp_path)
+    table = Table.model_validate({
+        "table": "t", "seeds": [0],
+        "params": {"envs": ["E-v0", "F-v0"], "env": {"F-v0": {"image_size": 64}}},
+        "cells": {"f": {"train": {"env": "F-v0", "method": "sac", "steps": 10}}},
+    })  # fmt: skip
+    [group] = paid_again(table, repo)
+    assert group.stages == (f"F-v0's stage one (not in {repo / 'params.yaml'}'s envs)",)
+    assert group.experiments == ("t-f-s0",)
+    assert group.params == (("envs", ["E-v0", "F-v0"]), ("env.F-v0.image_size", 64))
+
+
 def test_check_and_queue_say_which_stages_the_shipped_p2_table_pays_again(capsys):
     """P2 (frames_cartpole.yaml) sets the env's frame size and episodes: each of its
     experiments collects again (about 11 of a run's 150 minutes on a 2-core machine)."""

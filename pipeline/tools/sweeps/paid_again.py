@@ -54,8 +54,6 @@ def paid_again(table: Table, repo: Path) -> list[PaidAgain]:
     """The table's experiments grouped by the persisting stages they run again and the params
     behind them (cells with the same stage-one params share a group). Reads the repository's
     dvc.yaml and params.yaml; runs nothing."""
-    import networkx as nx
-    from dvc.dependency.param import ParamsDependency
     from dvc.repo import Repo
 
     base = yaml.safe_load((repo / "params.yaml").read_text()) or {}
@@ -73,21 +71,12 @@ def paid_again(table: Table, repo: Path) -> list[PaidAgain]:
         graph = dvc_repo.index.graph
         by_name = {stage.name: stage for stage in graph.nodes}
         for name, target, params in targets:
-            if target not in by_name:  # an env the table adds: its stage one is its own
-                continue
-            merged = _merge(base, params)
-            # the target's stages, dependencies first (an edge runs from a stage to what it reads)
-            upstream = {by_name[target], *nx.descendants(graph, by_name[target])}
-            order = [s for s in reversed(list(nx.topological_sort(graph))) if s in upstream]
-            changed: list[str] = []
-            keys: list[str] = []
-            for stage in order:
-                own = [k for d in stage.deps if isinstance(d, ParamsDependency)
-                       for k in d.params if _get(base, k) != _get(merged, k)]  # fmt: skip
-                reads_changed = any(s.name in changed for s in graph.successors(stage))
-                if any(out.persist for out in stage.outs) and (own or reads_changed):
-                    changed.append(stage.name)
-                    keys += own
+            if target not in by_name:  # an env the table adds to `envs`: all its stage one
+                env = target.partition("@")[2]
+                changed = [f"{env}'s stage one (not in {repo / 'params.yaml'}'s envs)"]
+                keys = ["envs", f"env.{env}", f"collect.{env}", f"label.per_env.{env}"]
+            else:
+                changed, keys = _changed(graph, by_name[target], base, _merge(base, params))
             if not changed:
                 continue
             leaves = tuple((p, v) for p, v in _leaves(params)
@@ -105,8 +94,32 @@ def paid_again(table: Table, repo: Path) -> list[PaidAgain]:
     return list(groups.values())
 
 
+def _changed(
+    graph: Any, target: Any, base: Mapping[str, Any], merged: Mapping[str, Any]
+) -> tuple[list[str], list[str]]:
+    """The persisting stages among `target` and the stages it reads that `merged` params run
+    again (their own params differ from `base`, or a stage they read runs again), in the order
+    they run, and the params keys that differ."""
+    import networkx as nx
+    from dvc.dependency.param import ParamsDependency
+
+    # the target's stages, dependencies first (an edge runs from a stage to what it reads)
+    upstream = {target, *nx.descendants(graph, target)}
+    order = [s for s in reversed(list(nx.topological_sort(graph))) if s in upstream]
+    changed: list[str] = []
+    keys: list[str] = []
+    for stage in order:
+        own = [k for d in stage.deps if isinstance(d, ParamsDependency)
+               for k in d.params if _get(base, k) != _get(merged, k)]  # fmt: skip
+        reads_changed = any(s.name in changed for s in graph.successors(stage))
+        if any(out.persist for out in stage.outs) and (own or reads_changed):
+            changed.append(stage.name)
+            keys += own
+    return changed, keys
+
+
 def format_paid_again(found: list[PaidAgain], params_path: Path) -> str:
-    """What `check` and `queue` say about `paid_again`'s findings ('' when there are none)."""
+    """What `check`, `queue` and `resume` say of `paid_again`'s findings ('' when none)."""
     lines = []
     for group in found:
         names = group.experiments
