@@ -5,8 +5,9 @@ a stage with a `persist: true` output (`dvc.stage.cache._can_hash`, dvc 3.x). co
 masks and teacher_eval persist: they keep partial work and answer caches between runs. A table
 whose params change such a stage's params (`env.<id>.image_size`, `collect.<id>.episodes`, a
 teacher) therefore runs that stage, and each persisting stage that reads its outputs, in every
-one of its experiments, though each run writes the same bytes. P2's experiments
-(`frames_cartpole.yaml`) collect 40 pixel episodes each: about 11 minutes of a 2.5-hour run.
+one of its experiments, though each run writes the same bytes. P2's experiments on 99da6e6
+(`frames_cartpole.yaml`) each collected its 40 pixel episodes again: about 11 minutes of a
+2.5-hour run. Its later runs go on 248aba7, which commits them (`benchmarks/background.yaml`).
 
 Paying them once is DVC's usual way: put those params in params.yaml, `dvc repro` the stages and
 commit. The experiments then find the stages unchanged, and check their outputs out of the cache.
