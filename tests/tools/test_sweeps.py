@@ -523,6 +523,32 @@ def test_a_run_killed_with_its_worker_is_partial_at_the_step_of_its_resume_state
         resume_for(".resume/x", 10, {"run": "x"})
 
 
+def test_a_rounds_cells_progress_counts_its_rounds_steps_after_its_runs(tmp_path, monkeypatch):
+    """A rounds cell's rounds keep resume states of their own, under the round's name and with
+    the round's seed: `status` finds them, and counts their steps after the run's and the
+    earlier rounds', out of all of the cell's training."""
+    from pipeline.learn.methods.base import RESUME_ROOT_ENV, resume_for
+    from pipeline.tools.sweeps.status import resume_progress
+    from pipeline.tools.sweeps.table import round_seed
+
+    spec = {"train": {"env": "E-v0", "method": "erpv", "steps": 100},
+            "rounds": {"count": 2, "episodes": 1, "steps": 50}}  # fmt: skip
+    table = Table.model_validate({**TABLE, "cells": {"r": spec}, "control": None})
+    root = tmp_path / "root"
+    monkeypatch.setenv(RESUME_ROOT_ENV, str(root))
+    r1, r2 = table.round_names("r")
+    for name, seed, steps, step in (
+        (table.run("r"), 0, 100, 40),  # seed 0 in its run
+        (r1, round_seed(1, 1), 50, 20),  # seed 1: round 1's state, left behind
+        (r2, round_seed(1, 2), 50, 30),  # ... and round 2's, further on
+        (r1, round_seed(7, 1), 50, 45),  # a seed the table does not have
+    ):
+        material = {"run": name, "train": {"seed": seed, "steps": steps}}
+        resume_for(f".resume/{name}", 10, material).save({"step": step, "curve": []})
+    assert table.steps("r") == 200
+    assert resume_progress(table, root) == {("t-r", 0): (40, 200), ("t-r", 1): (180, 200)}
+
+
 def test_committed_results_are_done_and_never_queued_again_unless_the_table_changed(
     tmp_path, monkeypatch
 ):
@@ -1088,7 +1114,7 @@ class _Files:
 
 
 def test_a_rounds_cells_curve_goes_on_through_its_rounds_from_the_runs_last_step():
-    from pipeline.tools.sweeps.report import cell_steps, read_cell_curve
+    from pipeline.tools.sweeps.report import read_cell_curve
 
     spec = {"train": {"env": "E-v0", "method": "erpv", "steps": 4},
             "rounds": {"count": 2, "episodes": 1, "steps": 2}}  # fmt: skip
@@ -1100,7 +1126,7 @@ def test_a_rounds_cells_curve_goes_on_through_its_rounds_from_the_runs_last_step
         "plots/rounds/t-r-r2/plots/metrics/vpg/gate_open.tsv": gate.format("1\t0.0\n2\t0.75"),
     })  # fmt: skip
     assert table.round_names("r") == ["t-r-r1", "t-r-r2"]
-    assert cell_steps(table, "r") == 8
+    assert table.steps("r") == 8
     assert read_cell_curve(files, table, "r", "vpg/gate_open") == [
         (2, 0.5), (4, 0.25), (6, 1.0), (7, 0.0), (8, 0.75)
     ]  # fmt: skip

@@ -49,13 +49,6 @@ def _curve_parts(table: Table, cell: str) -> list[tuple[str, int]]:
     return parts
 
 
-def cell_steps(table: Table, cell: str) -> int:
-    """A cell's training steps: its run's, and its rounds' when it has rounds."""
-    spec = table.cells[cell]
-    rounds = spec.rounds.count * spec.rounds.steps if spec.rounds is not None else 0
-    return int(spec.train["steps"]) + rounds
-
-
 def read_cell_curve(fs: Any, table: Table, cell: str, name: str) -> list[tuple[int, float]] | None:
     """The curve `name` of one experiment of `cell` through the DVC filesystem `fs`, a rounds
     cell's rounds after its run (steps counted from the run's start); None if its run did not
@@ -111,7 +104,7 @@ def read_curves(table: Table, found: list[Status], repo: Path) -> list[Status]:
             if curve is None:
                 raise SweepError(f"{f.name}: its run logged no {table.curve} (at {f.rev})")
             reached = {f"{t:g}": steps_to(curve, t, table.window) for t in table.thresholds}
-        steps = cell_steps(table, f.cell)
+        steps = table.steps(f.cell)
         late = {name: None if curves[name] is None else second_half_mean(curves[name], steps)
                 for name in table.diagnostics}  # fmt: skip
         out.append(dataclasses.replace(

@@ -20,6 +20,7 @@ from pipeline.tools.sweeps.table import (
     Table,
     _leaves,
     cell_params,
+    round_seed,
     teacher_params,
 )
 
@@ -300,22 +301,36 @@ def resume_root(path: str | Path | None = None) -> Path:
 def resume_progress(table: Table, root: Path) -> dict[tuple[str, int], tuple[int, int | None]]:
     """(run, seed) -> (step reached, steps) of each resume state under `root` of the table's
     runs (`<root>/<run>/<fingerprint>/state.json`, pipeline.learn.methods.base.resume_for); a damaged
-    one is skipped (the run starts over from it anyway)."""
+    one is skipped (the run starts over from it anyway). A rounds cell's rounds keep theirs
+    under each round's name, with the round's seed: their steps count from the run's first
+    step, out of all of the cell's training."""
     from pipeline.learn.agents.resume import ResumeStateError, read_header, read_plain
 
     out: dict[tuple[str, int], tuple[int, int | None]] = {}
-    for cell in table.cells:
-        for state in sorted((root / table.run(cell)).glob("*/state.json")):
-            try:
-                about = (read_header(state.parent) or {}).get("about") or {}
-                plain = read_plain(state.parent) or {}
-            except ResumeStateError:
-                continue
-            seed, step = about.get("seed"), plain.get("step")
-            if isinstance(seed, int) and isinstance(step, int):
-                key = (table.run(cell), seed)
-                if step > out.get(key, (-1, None))[0]:
-                    out[key] = (step, about.get("steps"))
+    for cell, spec in table.cells.items():
+        run = table.run(cell)
+        # (resume states' name, steps before them, the experiment's seed of a state's seed)
+        parts: list[tuple[str, int, dict[int, int] | None]] = [(run, 0, None)]
+        before = int(spec.train["steps"])
+        for k, name in enumerate(table.round_names(cell), start=1):
+            parts.append((name, before, {round_seed(s, k): s for s in table.seeds}))
+            before += spec.rounds.steps if spec.rounds is not None else 0
+        for name, before, seeds in parts:
+            for state in sorted((root / name).glob("*/state.json")):
+                try:
+                    about = (read_header(state.parent) or {}).get("about") or {}
+                    plain = read_plain(state.parent) or {}
+                except ResumeStateError:
+                    continue
+                seed, step = about.get("seed"), plain.get("step")
+                if not (isinstance(seed, int) and isinstance(step, int)):
+                    continue
+                seed = seed if seeds is None else seeds.get(seed)
+                if seed is None:
+                    continue
+                steps = table.steps(cell) if spec.rounds is not None else about.get("steps")
+                if before + step > out.get((run, seed), (-1, None))[0]:
+                    out[(run, seed)] = (before + step, steps)
     return out
 
 

@@ -150,6 +150,12 @@ class Table(BaseModel):
         rounds = self.cells[cell].rounds
         return [f"{self.run(cell)}-r{k}" for k in range(1, 1 + (rounds.count if rounds else 0))]
 
+    def steps(self, cell: str) -> int:
+        """A cell's training steps: its run's, and its rounds' when it has rounds."""
+        spec = self.cells[cell]
+        rounds = spec.rounds.count * spec.rounds.steps if spec.rounds is not None else 0
+        return int(spec.train["steps"]) + rounds
+
     def target(self, cell: str) -> str:
         """The stage an experiment reproduces: the evaluation of the cell's last agent."""
         names = self.round_names(cell)
@@ -224,10 +230,15 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def round_seed(seed: int, k: int) -> int:
+    """The seed of round k (its collection and training) of the experiment of `seed`."""
+    return 1000 * seed + k
+
+
 def cell_params(table: Table, cell: str, seed: int) -> dict[str, Any]:
     """What the experiment (cell, seed) sets in params.yaml: the table's params, the cell's, its
     train run with the seed, and its labelling rounds, each naming the agent and data it follows
-    (round k's collection seed: 1000 * seed + k)."""
+    (round k's seed: `round_seed`)."""
     spec = table.cells[cell]
     name = table.run(cell)
     run: dict[str, Any] = {"train": {name: {**spec.train, "seed": seed}}}
@@ -242,7 +253,7 @@ def cell_params(table: Table, cell: str, seed: int) -> dict[str, Any]:
                 "run": name, "env": spec.train["env"], "method": spec.train["method"], "round": k,
                 "previous_agent": agent, "previous_data": data,
                 "episodes": spec.rounds.episodes, "steps": spec.rounds.steps,
-                "seed": 1000 * seed + k, "explore": spec.rounds.explore,
+                "seed": round_seed(seed, k), "explore": spec.rounds.explore,
             }  # fmt: skip
     return _merge(_merge(table.params, spec.params), run)
 
