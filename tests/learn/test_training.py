@@ -394,6 +394,7 @@ def test_hybrid_with_the_position_table_renders_no_training_frame(labelled, tmp_
     assert meta["config"]["kinematic"] == "potential" and meta["normalize_obs"] is True
 
 
+@pytest.mark.slow  # three train stages, one in a fresh interpreter SIGKILLed: about 15 s
 def test_a_killed_ppo_training_resumes_to_the_uninterrupted_result(labelled, tmp_path):
     """SIGKILL a hybrid_ppo train stage after its first resume state (saved mid-episode, with
     the envs, the lock and the normalisers); the rerun goes on from there and ends with the

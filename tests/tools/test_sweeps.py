@@ -956,6 +956,7 @@ def _dies():
     os._exit(3)
 
 
+@pytest.mark.slow  # three child interpreters, each importing the poller's modules: 12-17 s
 def test_an_ask_that_hangs_is_killed_once_its_cpu_time_stops_and_the_next_gets_a_new_child(
     tmp_path,
 ):
