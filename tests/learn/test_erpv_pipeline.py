@@ -293,11 +293,14 @@ def test_a_state_and_a_pixel_erpv_run_share_an_env(pipeline_dir, tmp_path):
 
     d = pipeline_dir
     raw = yaml.safe_load((d / "params.yaml").read_text())
-    raw["critic"].update(steps=10, variants={ENV: {"pix": {"network": {"obs": "pixels"}}}})
+    # small pixel networks: what is tested is which C_V a run reads, not what it learns
+    small = {"obs": "pixels", "encoder_filters": 8, "feature_dim": 16, "hidden_dim": 32,
+             "transition_hidden_dim": 32}  # fmt: skip
+    raw["critic"].update(steps=10, variants={ENV: {"pix": {"network": small}}})
     raw["erpv"]["start_steps"] = 100
     raw["train"]["erpv-pix"] = {"env": ENV, "method": "erpv", "steps": 104, "seed": 0,
                                 "overrides": {"critic_variant": "pix",
-                                              "network": {"obs": "pixels"}}}  # fmt: skip
+                                              "network": small}}  # fmt: skip
     check_params(parse_params(raw))
     p = tmp_path / "params.yaml"
     p.write_text(yaml.safe_dump(raw))
