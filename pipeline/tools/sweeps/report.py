@@ -36,25 +36,13 @@ def summaries(table: Table, found: Iterable[Status]) -> dict[str, SeedSummary]:
     return out
 
 
-def _curve_parts(table: Table, cell: str) -> list[tuple[str, int]]:
-    """Where a cell's curves lie, with the steps before each part: its train run's
-    `plots/train/<run>`, then each labelling round's `plots/rounds/<round>` (a round logs from
-    step 0 of its own training)."""
-    spec = table.cells[cell]
-    parts = [(f"plots/train/{table.run(cell)}", 0)]
-    before = int(spec.train["steps"])
-    for name in table.round_names(cell):
-        parts.append((f"plots/rounds/{name}", before))
-        before += spec.rounds.steps if spec.rounds is not None else 0
-    return parts
-
-
 def read_cell_curve(fs: Any, table: Table, cell: str, name: str) -> list[tuple[int, float]] | None:
     """The curve `name` of one experiment of `cell` through the DVC filesystem `fs`, a rounds
     cell's rounds after its run (steps counted from the run's start); None if its run did not
     log it."""
     curve: list[tuple[int, float]] = []
-    for i, (root, before) in enumerate(_curve_parts(table, cell)):
+    for i, (part, before) in enumerate(table.trainings(cell)):
+        root = f"plots/train/{part}" if i == 0 else f"plots/rounds/{part}"
         path = f"{root}/{METRICS_SUBDIR}/{name}.tsv"
         if not fs.exists(path):
             if i == 0:

@@ -309,13 +309,9 @@ def resume_progress(table: Table, root: Path) -> dict[tuple[str, int], tuple[int
     out: dict[tuple[str, int], tuple[int, int | None]] = {}
     for cell, spec in table.cells.items():
         run = table.run(cell)
-        # (resume states' name, steps before them, the experiment's seed of a state's seed)
-        parts: list[tuple[str, int, dict[int, int] | None]] = [(run, 0, None)]
-        before = int(spec.train["steps"])
-        for k, name in enumerate(table.round_names(cell), start=1):
-            parts.append((name, before, {round_seed(s, k): s for s in table.seeds}))
-            before += spec.rounds.steps if spec.rounds is not None else 0
-        for name, before, seeds in parts:
+        for k, (name, before) in enumerate(table.trainings(cell)):
+            # the experiment's seed of a state's seed (round k's: round_seed)
+            seeds = None if k == 0 else {round_seed(s, k): s for s in table.seeds}
             for state in sorted((root / name).glob("*/state.json")):
                 try:
                     about = (read_header(state.parent) or {}).get("about") or {}

@@ -150,6 +150,17 @@ class Table(BaseModel):
         rounds = self.cells[cell].rounds
         return [f"{self.run(cell)}-r{k}" for k in range(1, 1 + (rounds.count if rounds else 0))]
 
+    def trainings(self, cell: str) -> list[tuple[str, int]]:
+        """The cell's run and then each of its labelling rounds, by name, with the training
+        steps before each (a round's own steps count from 0)."""
+        spec = self.cells[cell]
+        out, before = [(self.run(cell), 0)], int(spec.train["steps"])
+        if spec.rounds is not None:
+            for name in self.round_names(cell):
+                out.append((name, before))
+                before += spec.rounds.steps
+        return out
+
     def steps(self, cell: str) -> int:
         """A cell's training steps: its run's, and its rounds' when it has rounds."""
         spec = self.cells[cell]
