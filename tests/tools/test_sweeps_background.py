@@ -82,6 +82,8 @@ def fake_dvc(monkeypatch, clone, log, pending, progress=None):
     monkeypatch.setattr(background, "check_commit_paths", lambda repo: log.append(("paths",)))
     monkeypatch.setattr(background, "print_paid_again",
                         lambda table, repo: log.append(("paid again?", table.table)))  # fmt: skip
+    monkeypatch.setattr(background, "print_missing_trees",
+                        lambda table, repo: log.append(("trees?", table.table)))  # fmt: skip
     monkeypatch.setattr(background, "settled_rows", lambda repo, rev: log.append(("rows", rev)))
     monkeypatch.setattr(background, "all_statuses", all_statuses)
     monkeypatch.setattr(background, "committed", lambda table, results: {"of": results.name})
@@ -119,8 +121,8 @@ def test_resume_takes_the_queue_down_then_queues_each_table_in_the_plans_order(p
         ("lowered", 19),  # with --wait, background work from the start
         ("clean",),
         # each commit can commit its experiments; what its tables' experiments pay again
-        ("git", "checkout", "-q", second), ("paths",), ("paid again?", "b"),
-        ("git", "checkout", "-q", first), ("paths",), ("paid again?", "a"),
+        ("git", "checkout", "-q", second), ("paths",), ("paid again?", "b"), ("trees?", "b"),
+        ("git", "checkout", "-q", first), ("paths",), ("paid again?", "a"), ("trees?", "a"),
         ("rows", second), ("dvc", "queue", "remove", "b-x-s0"),
         ("rows", first), ("dvc", "queue", "remove", "a-x-s0"),
         ("to_queue", "b", second, "b"), ("to_queue", "a", first, "a"),

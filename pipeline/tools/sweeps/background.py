@@ -12,8 +12,9 @@ and its committed results directory, as paths in the repository that holds the p
 DVC's queue runs its tasks first in, first out, and `queue` puts a run orphaned by a stopped
 machine back at the end: behind every task of the tables queued after its own. So `resume`:
 
-1. checks that each table's commit can commit its experiments (`check_commit_paths`), then
-   removes the queued (not running) tasks of every table of the plan from DVC's queue;
+1. checks that each table's commit can commit its experiments (`check_commit_paths`), says
+   what its experiments would pay again (`paid_again`) and which lock trees this cache lacks
+   (`lock_trees`), then removes the queued (not running) tasks of every table of the plan from DVC's queue;
 2. queues each table's runs again from the clone checked out at the table's commit: the removed
    tasks and the orphans alike (each run goes on from its resume state), never what the
    table's results directory holds as done. Runs that have a resume state go first (they have
@@ -40,6 +41,7 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from pipeline.tools.sweeps.lock_trees import print_missing_trees
 from pipeline.tools.sweeps.paid_again import print_paid_again
 from pipeline.tools.sweeps.queue import (
     Keep,
@@ -245,6 +247,7 @@ def resume(
         for step in steps:  # what each experiment of a table there would pay again
             if step.rev == rev:
                 print_paid_again(step.table, repo)
+                print_missing_trees(step.table, repo)
     for step in steps:
         found = all_statuses(step.table, settled_rows(repo, step.read))
         waiting = [f.name for f in found if f.state == "queued"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pipeline.tools.sweeps as sweeps
 from pipeline.core.errors import print_error
+from pipeline.tools.sweeps.lock_trees import print_missing_trees
 from pipeline.tools.sweeps.paid_again import print_paid_again
 from pipeline.tools.sweeps.queue import (
     Keep,
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                       + (f" and {teachers} teacher experiment(s)" if teachers else "")
                       + f" pass check_params over {args.repo / 'params.yaml'}")  # fmt: skip
                 print_paid_again(table, args.repo)
+                print_missing_trees(table, args.repo)
             return 2 if problems else 0
         if args.command == "commands":
             if args.clone and not args.push:
@@ -187,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                                  + "\n".join(rewritten))  # fmt: skip
             check_commit_paths(args.repo)
             print_paid_again(table, args.repo)
+            print_missing_trees(table, args.repo)
             workers = Workers(root, args.nice, args.threads)
             # the table's experiments on the commits it was queued on, and those queued now
             revs = [*(args.rev or []), "HEAD"]
