@@ -79,6 +79,7 @@ def fake_dvc(monkeypatch, clone, log, pending, progress=None):
         return [f for f in statuses(table, {}) if f.seed in pending[table.table]]
 
     monkeypatch.setattr(background, "check_clean", lambda repo: log.append(("clean",)))
+    monkeypatch.setattr(background, "end_orphans", lambda repo: log.append(("orphans",)))
     monkeypatch.setattr(background, "check_commit_paths", lambda repo: log.append(("paths",)))
     monkeypatch.setattr(background, "print_paid_again",
                         lambda table, repo: log.append(("paid again?", table.table)))  # fmt: skip
@@ -120,6 +121,7 @@ def test_resume_takes_the_queue_down_then_queues_each_table_in_the_plans_order(p
     assert log == [
         ("lowered", 19),  # with --wait, background work from the start
         ("clean",),
+        ("orphans",),
         # each commit can commit its experiments; what its tables' experiments pay again
         ("git", "checkout", "-q", second), ("paths",), ("paid again?", "b"), ("trees?", "b"),
         ("git", "checkout", "-q", first), ("paths",), ("paid again?", "a"), ("trees?", "a"),

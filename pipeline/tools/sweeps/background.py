@@ -14,7 +14,8 @@ machine back at the end: behind every task of the tables queued after its own. S
 
 1. checks that each table's commit can commit its experiments (`check_commit_paths`), says
    what its experiments would pay again (`paid_again`) and which lock trees this cache lacks
-   (`lock_trees`), then removes the queued (not running) tasks of every table of the plan from DVC's queue;
+   (`lock_trees`), ends the stage processes that killed experiments left running
+   (`orphans`), then removes the queued (not running) tasks of every table of the plan from DVC's queue;
 2. queues each table's runs again from the clone checked out at the table's commit: the removed
    tasks and the orphans alike (each run goes on from its resume state), never what the
    table's results directory holds as done. Runs that have a resume state go first (they have
@@ -42,6 +43,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from pipeline.tools.sweeps.lock_trees import print_missing_trees
+from pipeline.tools.sweeps.orphans import end_orphans
 from pipeline.tools.sweeps.paid_again import print_paid_again
 from pipeline.tools.sweeps.queue import (
     Keep,
@@ -240,6 +242,7 @@ def resume(
         # with it when started in a session of its own (`setsid`)
         workers.lower_priority()
     check_clean(repo)
+    end_orphans(repo)  # a killed experiment's stage would race its requeued run's resume state
     # each commit's experiments could commit (before any task comes off the queue)
     for rev in dict.fromkeys(step.rev for step in steps):
         run_checked(["git", "checkout", "-q", rev], repo)

@@ -1,0 +1,65 @@
+"""Stage processes left running by a killed experiment, and their end before a table resumes.
+
+`dvc queue stop --kill` (and `dvc queue kill --force`) SIGKILLs each running experiment's
+`dvc exp run` process alone (dvc-task's `ProcessManager.kill` signals the process, not its
+group). The stage command it started (`python -m stages.train ...`) goes on, reparented to init,
+in the experiment's temporary workspace that DVC has meanwhile deleted: nothing will commit what
+it writes, and it keeps writing the run's resume state, which the same run queued again (by
+`resume`) would go on from at the same time. Two P2 runs went on so after `dvc queue stop --kill`
+until ended by hand, before their requeued copies started. `dvc queue kill NAME` without
+`--force` interrupts the whole process group and leaves no such process.
+
+`resume` ends such processes before it queues (`end_orphans`).
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Orphan:
+    pid: int
+    command: str
+    workspace: str
+
+
+def orphans(repo: Path) -> list[Orphan]:
+    """Processes whose working directory is an experiment workspace of the clone `repo` (under
+    `.dvc/tmp/exps/`) that no longer exists: their experiment was killed and its workspace
+    removed. A running experiment's workspace exists."""
+    import psutil
+
+    exps = (repo / ".dvc" / "tmp" / "exps").resolve()
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        cwd = proc.info["cwd"]  # None: not ours to read; psutil drops " (deleted)"
+        if cwd is None or Path(cwd).exists() or exps not in Path(cwd).parents:
+            continue
+        found.append(Orphan(proc.info["pid"], " ".join(proc.info["cmdline"] or []), cwd))
+    return found
+
+
+def end_orphans(repo: Path) -> list[Orphan]:
+    """SIGTERM each of `orphans(repo)`, wait for it to exit (a process that outlives SIGTERM for
+    a minute gets SIGKILL), say so, and return them."""
+    import psutil
+
+    found = orphans(repo)
+    procs = []
+    for orphan in found:
+        print(f"{repo}: ending pid {orphan.pid}, left running by a killed experiment (its "
+              f"workspace {orphan.workspace} is gone): {orphan.command}", flush=True)  # fmt: skip
+        try:
+            proc = psutil.Process(orphan.pid)
+            proc.send_signal(signal.SIGTERM)
+            procs.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=60)
+    for proc in alive:
+        proc.kill()
+    psutil.wait_procs(alive)
+    return found
