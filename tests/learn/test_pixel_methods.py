@@ -123,6 +123,65 @@ def test_an_interrupted_pixel_run_resumes_to_the_uninterrupted_result(
             assert torch.equal(tensor, b["modules"][module][key]), (module, key)
 
 
+def test_under_the_resume_root_a_finished_run_keeps_its_final_state_and_reruns_no_step(
+    pixel_pipeline, tmp_path, monkeypatch
+):
+    """A rounds experiment killed in round 3 runs rounds 1-2 again (their caches persist, so
+    DVC's run cache cannot restore them). Under VLMRL_RESUME_ROOT (a queued run) a finished run
+    keeps its final state, and run again it makes no update and ends with the same networks,
+    replay (what the next round goes on from), curve and rows. Elsewhere the state goes at the
+    end, as before."""
+    import torch
+
+    from pipeline.learn.agents.off_policy import OffPolicyAgent
+    from pipeline.learn.agents.resume import read_header, read_plain
+    from pipeline.learn.methods.base import RESUME_ROOT_ENV, TrainInputs
+
+    d = pixel_pipeline
+    raw = params_for(d, "sac", resume_every=24, steps=48)
+    raw["sac"]["save_training_state"] = True
+    params = parse_params(raw)
+    method, run = get_method(RUNS["sac"][0]), params.train["sac"]
+    inputs = TrainInputs(dataset=d / "ds", critics=d / "critics")
+
+    def train(resume_dir):
+        return method.train("sac", run, params, inputs, progress=False, resume_dir=resume_dir)
+
+    plain = train(tmp_path / "plain")
+    assert not (tmp_path / "plain").exists()
+    monkeypatch.setenv(RESUME_ROOT_ENV, str(tmp_path / "root"))
+    first = train(".resume/sac")
+    [state] = (tmp_path / "root" / "sac").glob("*/state.json")
+    assert read_plain(state.parent)["step"] == 48 == read_header(state.parent)["about"]["steps"]
+
+    def no_update(self, batch):
+        raise AssertionError("a finished run made an update again")
+
+    monkeypatch.setattr(OffPolicyAgent, "update", no_update)
+    again = train(".resume/sac")
+    for result in (first, again):
+        assert result.curve == plain.curve and result.logs == plain.logs
+        for part in ("agent", "buffer"):
+            a, b = _flat(plain.training_state[part]), _flat(result.training_state[part])
+            assert a.keys() == b.keys(), part
+            for key, value in a.items():
+                same = torch.equal(value, b[key]) if torch.is_tensor(value) else value == b[key]
+                assert same, (part, key)
+
+
+def _flat(tree, prefix=""):
+    """A nested state (dicts, lists, tensors, arrays, numbers) as {path: leaf}, arrays as
+    tensors."""
+    import numpy as np
+    import torch
+
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}/{key}").items()}
+    if isinstance(tree, list | tuple):
+        return {k: v for i, sub in enumerate(tree) for k, v in _flat(sub, f"{prefix}/{i}").items()}
+    return {prefix: torch.from_numpy(tree) if isinstance(tree, np.ndarray) else tree}
+
+
 def test_one_pixel_run_beside_a_state_run_of_the_same_method(pixel_pipeline, tmp_path):
     """`train.<run>.overrides` switches one run to frames; the section (and the other run) stay
     on state observations."""

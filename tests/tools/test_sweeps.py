@@ -549,6 +549,43 @@ def test_a_rounds_cells_progress_counts_its_rounds_steps_after_its_runs(tmp_path
     assert resume_progress(table, root) == {("t-r", 0): (40, 200), ("t-r", 1): (180, 200)}
 
 
+def test_a_done_experiments_final_states_are_deleted_and_partial_ones_stay(tmp_path, monkeypatch):
+    """Under the resume root a finished run keeps its final state (for a killed rounds
+    experiment that runs its finished rounds again). Once the experiment is done, the poller
+    deletes its run's and its rounds' final states; a partial state (a rerun's), a running
+    experiment's final states and another seed's stay."""
+    from pipeline.learn.methods.base import RESUME_ROOT_ENV, resume_for
+    from pipeline.tools.sweeps.status import clear_done_states
+    from pipeline.tools.sweeps.table import round_seed
+
+    spec = {"train": {"env": "E-v0", "method": "erpv", "steps": 100},
+            "rounds": {"count": 2, "episodes": 1, "steps": 50}}  # fmt: skip
+    table = Table.model_validate({**TABLE, "cells": {"r": spec}, "control": None})
+    root = tmp_path / "root"
+    monkeypatch.setenv(RESUME_ROOT_ENV, str(root))
+    r1, r2 = table.round_names("r")
+    dirs = {}
+    for key, name, seed, steps, step in (
+        ("run s0", table.run("r"), 0, 100, 100),  # seed 0: done, every training finished
+        ("r1 s0", r1, round_seed(0, 1), 50, 50),
+        ("r2 s0", r2, round_seed(0, 2), 50, 50),
+        ("r2 s0 partial", r2, round_seed(0, 2), 60, 30),  # other settings: a rerun's, partial
+        ("run s1", table.run("r"), 1, 100, 100),  # seed 1: running, in round 1
+        ("r1 s1", r1, round_seed(1, 1), 50, 20),
+    ):
+        material = {"run": name, "train": {"seed": seed, "steps": steps}}
+        resume = resume_for(f".resume/{name}", 10, material)
+        resume.save({"step": step, "curve": []})
+        dirs[key] = resume.directory
+    rows = [_row(table, "r", 0, 1.0), _row(table, "r", 1, None, state="Running")]
+    found = statuses(table, {r["Experiment"]: r for r in rows})
+    assert [f.state for f in found[:2]] == ["done", "running"]
+    cleared = clear_done_states(table, found, root)
+    assert sorted(cleared) == sorted(dirs[k] for k in ("run s0", "r1 s0", "r2 s0"))
+    assert {k for k, d in dirs.items() if d.exists()} == {"r2 s0 partial", "run s1", "r1 s1"}
+    assert clear_done_states(table, found, root) == []
+
+
 def test_committed_results_are_done_and_never_queued_again_unless_the_table_changed(
     tmp_path, monkeypatch
 ):

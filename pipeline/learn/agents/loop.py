@@ -5,6 +5,7 @@ buffer's, fixed at its construction; the loop settings are the agent's config's.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -135,18 +136,27 @@ def train_off_policy(
         ):
             last_saved = step + 1
             resume.save(
-                {
-                    "step": step + 1,
-                    "episode": episode,
-                    "agent": agent.training_state(),
-                    "buffer": buffer.online_state(),
-                    "rng": rng.bit_generator.state,
-                    "action_space_rng": env.action_space.np_random.bit_generator.state,
-                    "torch_rng": torch.get_rng_state(),
-                    "curve": curve,
-                    "logs": logs,
-                    "window": window,
-                }
+                _loop_state(step + 1, episode, agent, buffer, rng, env, curve, logs, window)
             )
     bar.close()
+    if resume is not None and resume.keep_final and last_saved < steps:
+        # the finished run's state: run again (a killed experiment's finished labelling round),
+        # it loads this and trains no step
+        resume.save(_loop_state(steps, episode, agent, buffer, rng, env, curve, logs, window))
     return curve, logs
+
+
+def _loop_state(step, episode, agent, buffer, rng, env, curve, logs, window) -> dict[str, Any]:
+    """What a resume state holds: everything the loop goes on from at `step`."""
+    return {
+        "step": step,
+        "episode": episode,
+        "agent": agent.training_state(),
+        "buffer": buffer.online_state(),
+        "rng": rng.bit_generator.state,
+        "action_space_rng": env.action_space.np_random.bit_generator.state,
+        "torch_rng": torch.get_rng_state(),
+        "curve": curve,
+        "logs": logs,
+        "window": window,
+    }

@@ -97,7 +97,8 @@ def read_plain(directory: str | Path) -> dict[str, Any] | None:
 class Resume:
     """The resume state of one run in `directory`, tagged with `fingerprint`: a changed run never
     resumes another's state. `every`: steps (SAC family) or updates (PPO) between saves; the loops
-    read it. Written atomically (see the module doc)."""
+    read it. Written atomically (see the module doc). With `keep_final`, a finished run keeps its
+    final state (`finish`): run again, it loads it and trains no step."""
 
     STATE = "state.json"  # the marker of a complete state
     OLD_STATE = "state.pt"  # format 1: a pickle, never read
@@ -108,11 +109,13 @@ class Resume:
         fingerprint: str,
         every: int,
         about: dict[str, Any] | None = None,
+        keep_final: bool = False,
     ) -> None:
         if every < 1:
             raise ValueError(f"resume state every {every} steps: must be >= 1")
         self.directory, self.fingerprint, self.every = Path(directory), fingerprint, every
         self.about = dict(about or {})  # what it is a state of (run, seed, steps): for status
+        self.keep_final = keep_final
 
     def load(self) -> dict[str, Any] | None:
         """The saved state, or None: none, or one this run cannot go on from (a warning says
@@ -198,3 +201,8 @@ class Resume:
 
     def clear(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
+
+    def finish(self) -> None:
+        """The run has finished: its state goes, unless it is kept (`keep_final`)."""
+        if not self.keep_final:
+            self.clear()

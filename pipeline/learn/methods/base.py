@@ -154,7 +154,12 @@ def resume_for(
     workers), the state lives in `<root>/<name of resume_dir>/<fingerprint[:16]>/` instead: DVC's
     queue runs each experiment in a workspace of its own that is deleted after it (or lost with
     the machine), and the seeds of one table cell share a run name, so states are found by what
-    they are a state of, from any workspace (see docs/benchmarks.md, "Tables that take days")."""
+    they are a state of, from any workspace (see docs/benchmarks.md, "Tables that take days").
+    There a finished run keeps its final state (`Resume.keep_final`; the SAC family's runs, which
+    labelling rounds go on from): an experiment killed in a later stage runs the stages that DVC's
+    run cache cannot restore again (a labelling round, whose caches persist), and each finished
+    one then loads its final state and trains no step. The poller (`vlmrl-sweep ... --wait`)
+    deletes an experiment's final states once it is done (`clear_done_states`)."""
     from pipeline.learn.agents.resume import Resume, fingerprint
 
     if resume_dir is None or not every:
@@ -174,7 +179,7 @@ def resume_for(
                 "stage in a workspace of its own, where a relative one would be lost with it)"
             )
         resume_dir = Path(root) / Path(resume_dir).name / digest[:16]
-    return Resume(resume_dir, digest, every, about)
+    return Resume(resume_dir, digest, every, about, keep_final=bool(root))
 
 
 def run_material(name: str, run: TrainRun, hp: Section, env_cfg: Section, data: dict) -> dict:

@@ -166,7 +166,7 @@ class OffPolicyMethod(Method):
             if eval_env is not None:
                 eval_env.close()
         if resume is not None:
-            resume.clear()  # finished: nothing to resume
+            resume.finish()  # finished: nothing to resume, or the final state kept
         meta = {
             "run": name,
             "env": run.env,

@@ -23,6 +23,7 @@ from pipeline.tools.sweeps.status import (
     ORPHANED_WHY,
     Status,
     all_statuses,
+    clear_done_states,
     count_line,
     live_workers,
     resume_root,
@@ -347,6 +348,8 @@ def wait_all(
       process scan, no DVC ask: `keep_workers`): a worker that dies on the broker goes on with
       the experiment it holds and stops when it ends, and the core it leaves would otherwise
       wait for the next ask, minutes away at the poller's pace.
+    - With `workers`, the final resume states of the tables' done experiments under its resume
+      root are deleted (`clear_done_states`).
     - With a table's `keep`, each time one more of its experiments is done, its report is
       written there (and committed): each finished cell's raw results as it lands. Against the
       table's `kept` (its committed results), those that landed while no poller ran are kept
@@ -381,6 +384,10 @@ def _wait_rounds(watches: Sequence[Watch], repo: Path, every_s: float, jobs: int
                 print(f"{time.strftime('%H:%M:%S')} {watch.table.table}: {line}", flush=True)
                 last[i] = line
             done = sum(f.state == "done" for f in found)
+            if workers is not None and done:
+                for state in clear_done_states(watch.table, found, workers.resume_root):
+                    print(f"{time.strftime('%H:%M:%S')} {watch.table.table}: deleted the final "
+                          f"resume state {state} (its experiment is done)", flush=True)  # fmt: skip
             if watch.keep is not None and watch.table_path is not None:
                 before = done_before[i]
                 if before is not None and done > before:

@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -328,6 +329,32 @@ def resume_progress(table: Table, root: Path) -> dict[tuple[str, int], tuple[int
                 if before + step > out.get((run, seed), (-1, None))[0]:
                     out[(run, seed)] = (before + step, steps)
     return out
+
+
+def clear_done_states(table: Table, found: list[Status], root: Path) -> list[Path]:
+    """Delete the final resume states (step reached = steps) under `root` of `found`'s done
+    experiments, the run's and each round's, and return them. A finished SAC-family run keeps
+    its final state while its experiment runs (`Resume.keep_final`); once the experiment is
+    done nothing reads it. A partial state stays: a rerun of the experiment goes on from it."""
+    from pipeline.learn.agents.resume import ResumeStateError, read_header, read_plain
+
+    cleared = []
+    for f in found:
+        if f.state != "done" or f.seed is None:
+            continue
+        for k, (name, _) in enumerate(table.trainings(f.cell)):
+            seed = f.seed if k == 0 else round_seed(f.seed, k)
+            for state in sorted((root / name).glob("*/state.json")):
+                try:
+                    about = (read_header(state.parent) or {}).get("about") or {}
+                    step = (read_plain(state.parent) or {}).get("step")
+                except ResumeStateError:
+                    continue
+                steps = about.get("steps")
+                if about.get("seed") == seed and isinstance(step, int) and step == steps:
+                    shutil.rmtree(state.parent, ignore_errors=True)
+                    cleared.append(state.parent)
+    return cleared
 
 
 def with_progress(
