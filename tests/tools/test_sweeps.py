@@ -523,19 +523,26 @@ def test_a_run_killed_with_its_worker_is_partial_at_the_step_of_its_resume_state
         resume_for(".resume/x", 10, {"run": "x"})
 
 
+def _rounds_table(tmp_path, monkeypatch):
+    """A table of one cell `r` (a run of 100 steps, then 2 rounds of 50) and the resume root
+    its runs keep their states under."""
+    from pipeline.learn.methods.base import RESUME_ROOT_ENV
+
+    spec = {"train": {"env": "E-v0", "method": "erpv", "steps": 100},
+            "rounds": {"count": 2, "episodes": 1, "steps": 50}}  # fmt: skip
+    monkeypatch.setenv(RESUME_ROOT_ENV, str(tmp_path / "root"))
+    return Table.model_validate({**TABLE, "cells": {"r": spec}, "control": None}), tmp_path / "root"
+
+
 def test_a_rounds_cells_progress_counts_its_rounds_steps_after_its_runs(tmp_path, monkeypatch):
     """A rounds cell's rounds keep resume states of their own, under the round's name and with
     the round's seed: `status` finds them, and counts their steps after the run's and the
     earlier rounds', out of all of the cell's training."""
-    from pipeline.learn.methods.base import RESUME_ROOT_ENV, resume_for
+    from pipeline.learn.methods.base import resume_for
     from pipeline.tools.sweeps.status import resume_progress
     from pipeline.tools.sweeps.table import round_seed
 
-    spec = {"train": {"env": "E-v0", "method": "erpv", "steps": 100},
-            "rounds": {"count": 2, "episodes": 1, "steps": 50}}  # fmt: skip
-    table = Table.model_validate({**TABLE, "cells": {"r": spec}, "control": None})
-    root = tmp_path / "root"
-    monkeypatch.setenv(RESUME_ROOT_ENV, str(root))
+    table, root = _rounds_table(tmp_path, monkeypatch)
     r1, r2 = table.round_names("r")
     for name, seed, steps, step in (
         (table.run("r"), 0, 100, 40),  # seed 0 in its run
@@ -554,15 +561,11 @@ def test_a_done_experiments_final_states_are_deleted_and_partial_ones_stay(tmp_p
     experiment that runs its finished rounds again). Once the experiment is done, the poller
     deletes its run's and its rounds' final states; a partial state (a rerun's), a running
     experiment's final states and another seed's stay."""
-    from pipeline.learn.methods.base import RESUME_ROOT_ENV, resume_for
+    from pipeline.learn.methods.base import resume_for
     from pipeline.tools.sweeps.status import clear_done_states
     from pipeline.tools.sweeps.table import round_seed
 
-    spec = {"train": {"env": "E-v0", "method": "erpv", "steps": 100},
-            "rounds": {"count": 2, "episodes": 1, "steps": 50}}  # fmt: skip
-    table = Table.model_validate({**TABLE, "cells": {"r": spec}, "control": None})
-    root = tmp_path / "root"
-    monkeypatch.setenv(RESUME_ROOT_ENV, str(root))
+    table, root = _rounds_table(tmp_path, monkeypatch)
     r1, r2 = table.round_names("r")
     dirs = {}
     for key, name, seed, steps, step in (
