@@ -173,6 +173,10 @@ SAFE_UNPICKLING = {
     ("benchmarks/label_probe.py", "main", "np.load"): (
         "a benchmark's --features .npy, read with allow_pickle=False: an object array is refused"
     ),
+    ("pipeline/tools/sweeps/lock_trees.py", "missing_trees", "yaml.load"): (
+        "dvc.lock with yaml's safe loader (libyaml's CSafeLoader where built, else SafeLoader):"
+        " plain types only, never an object"
+    ),
 }
 UNPICKLERS = {
     "torch.load", "pickle.load", "pickle.loads", "pickle.Unpickler", "np.load", "numpy.load",
