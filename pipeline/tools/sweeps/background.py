@@ -12,10 +12,11 @@ and its committed results directory, as paths in the repository that holds the p
 DVC's queue runs its tasks first in, first out, and `queue` puts a run orphaned by a stopped
 machine back at the end: behind every task of the tables queued after its own. So `resume`:
 
-1. checks that each table's commit can commit its experiments (`check_commit_paths`), says
-   what its experiments would pay again (`paid_again`) and which lock trees this cache lacks
-   (`lock_trees`), ends the stage processes that killed experiments left running
-   (`orphans`), then removes the queued (not running) tasks of every table of the plan from DVC's queue;
+1. ends the stage processes that killed experiments left running (`orphans`), checks that
+   each table's commit can commit its experiments (`check_commit_paths`), says what its
+   experiments would pay again (`paid_again`) and which lock trees this cache lacks
+   (`lock_trees`), then removes the queued (not running) tasks of every table of the plan from
+   DVC's queue;
 2. queues each table's runs again from the clone checked out at the table's commit: the removed
    tasks and the orphans alike (each run goes on from its resume state), never what the
    table's results directory holds as done. Runs that have a resume state go first (they have
