@@ -44,7 +44,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from pipeline.tools.sweeps.lock_trees import print_missing_trees
-from pipeline.tools.sweeps.orphans import end_orphans
+from pipeline.tools.sweeps.orphans import end_orphans, format_orphans, orphans
 from pipeline.tools.sweeps.paid_again import print_paid_again
 from pipeline.tools.sweeps.queue import (
     Keep,
@@ -148,7 +148,8 @@ def plan_status(steps: list[Step], repo: Path, root: Path) -> str:
         at = ", ".join(r[:7] for r in step.revs)
         head = f"== {step.table.table} ({step.path.name} at {at}; {step.results}) =="
         blocks.append(f"{head}\n{format_status(step.table, found)}")
-    return "\n\n".join(blocks)
+    left = format_orphans(orphans(repo), repo)
+    return "\n\n".join(blocks + ([left] if left else []))
 
 
 def load_plan(path: Path, repo: Path) -> tuple[list[Step], bool]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pipeline.tools.sweeps as sweeps
 from pipeline.core.errors import print_error
 from pipeline.tools.sweeps.lock_trees import print_missing_trees
+from pipeline.tools.sweeps.orphans import format_orphans, orphans
 from pipeline.tools.sweeps.paid_again import print_paid_again
 from pipeline.tools.sweeps.queue import (
     Keep,
@@ -211,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "status":
             found = with_progress(table, found, resume_progress(table, root))
             print(format_status(table, found))
+            left = format_orphans(orphans(args.repo), args.repo)
+            if left:
+                print(left)
             return 0
         found = read_teachers(table, read_curves(table, found, args.repo), args.repo)
         if args.out is None:

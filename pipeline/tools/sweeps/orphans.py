@@ -9,7 +9,7 @@ it writes, and it keeps writing the run's resume state, which the same run queue
 until ended by hand, before their requeued copies started. `dvc queue kill NAME` without
 `--force` interrupts the whole process group and leaves no such process.
 
-`resume` ends such processes before it queues (`end_orphans`).
+`status` names such processes; `resume` ends them before it queues (`end_orphans`).
 """
 
 from __future__ import annotations
@@ -40,6 +40,16 @@ def orphans(repo: Path) -> list[Orphan]:
             continue
         found.append(Orphan(proc.info["pid"], " ".join(proc.info["cmdline"] or []), cwd))
     return found
+
+
+def format_orphans(found: list[Orphan], repo: Path) -> str:
+    """What `status` says of `orphans(repo)` ('' when none)."""
+    if not found:
+        return ""
+    lines = [f"{repo}: {len(found)} stage process(es) left running by killed experiments (their "
+             "workspaces are gone; the next `resume` ends them):"]  # fmt: skip
+    lines += [f"  pid {o.pid}: {o.command}" for o in found]
+    return "\n".join(lines)
 
 
 def end_orphans(repo: Path) -> list[Orphan]:
