@@ -317,7 +317,7 @@ def resume_progress(table: Table, root: Path) -> dict[tuple[str, int], tuple[int
                 try:
                     about = (read_header(state.parent) or {}).get("about") or {}
                     plain = read_plain(state.parent) or {}
-                except ResumeStateError:
+                except (ResumeStateError, OSError):  # damaged, or removed as its run ended
                     continue
                 seed, step = about.get("seed"), plain.get("step")
                 if not (isinstance(seed, int) and isinstance(step, int)):
@@ -348,7 +348,7 @@ def clear_done_states(table: Table, found: list[Status], root: Path) -> list[Pat
                 try:
                     about = (read_header(state.parent) or {}).get("about") or {}
                     step = (read_plain(state.parent) or {}).get("step")
-                except ResumeStateError:
+                except (ResumeStateError, OSError):  # damaged, or removed as its run ended
                     continue
                 steps = about.get("steps")
                 if about.get("seed") == seed and isinstance(step, int) and step == steps:
