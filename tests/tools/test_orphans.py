@@ -3,8 +3,6 @@
 import subprocess
 import sys
 
-import psutil
-
 from pipeline.tools.sweeps.orphans import end_orphans, format_orphans, orphans
 
 
@@ -13,24 +11,25 @@ def test_a_stage_whose_experiment_workspace_is_gone_is_ended_and_a_running_one_i
     gone, live = exps / "tmpgone", exps / "tmplive"
     gone.mkdir(parents=True)
     live.mkdir()
-    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
-    killed_experiments_stage = subprocess.Popen(sleep, cwd=gone)
-    running_experiments_stage = subprocess.Popen(sleep, cwd=live)
+    # stand-ins for stages: each blocks on its stdin, open until the test closes it
+    stage = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    killed_experiments_stage = subprocess.Popen(stage, cwd=gone, stdin=subprocess.PIPE)
+    running_experiments_stage = subprocess.Popen(stage, cwd=live, stdin=subprocess.PIPE)
     try:
         gone.rmdir()  # DVC removes a killed experiment's workspace
         found = orphans(tmp_path / "clone")
         assert [(o.pid, o.workspace) for o in found] == [(killed_experiments_stage.pid, str(gone))]
-        assert "time.sleep(600)" in found[0].command
+        assert "sys.stdin.read()" in found[0].command
         assert orphans(tmp_path) == []  # another clone's: not its to end
         said = format_orphans(found, tmp_path / "clone")  # what `status` prints
         assert f"pid {killed_experiments_stage.pid}: " in said and "1 stage process" in said
         assert format_orphans([], tmp_path / "clone") == ""
         assert end_orphans(tmp_path / "clone") == found
-        # ended and reaped (end_orphans waits for it, as the orphan's init would)
-        assert not psutil.pid_exists(killed_experiments_stage.pid)
+        # end_orphans returns once it has exited (our child here: a zombie until poll reaps it)
+        assert killed_experiments_stage.poll() == -9  # SIGKILL
         assert running_experiments_stage.poll() is None
         assert orphans(tmp_path / "clone") == []
     finally:
         for proc in (killed_experiments_stage, running_experiments_stage):
-            proc.kill()
+            proc.stdin.close()  # ends a stand-in still reading
             proc.wait()

@@ -14,9 +14,13 @@ until ended by hand, before their requeued copies started. `dvc queue kill NAME`
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from pipeline.tools.sweeps.status import _alive
 
 
 @dataclass(frozen=True)
@@ -53,23 +57,20 @@ def format_orphans(found: list[Orphan], repo: Path) -> str:
 
 
 def end_orphans(repo: Path) -> list[Orphan]:
-    """SIGTERM each of `orphans(repo)`, wait for it to exit (a process that outlives SIGTERM for
-    a minute gets SIGKILL), say so, and return them."""
-    import psutil
-
+    """SIGKILL each of `orphans(repo)`, say so, wait until each has exited, and return them.
+    SIGKILL, not a polite signal with a grace period: nothing will commit what an orphan
+    writes, and its resume state is written atomically (`Resume.save`), so a kill at any point
+    leaves the last complete state for its requeued run. The wait follows each process's own
+    state (gone or a zombie, `_alive`), not a clock."""
     found = orphans(repo)
-    procs = []
     for orphan in found:
         print(f"{repo}: ending pid {orphan.pid}, left running by a killed experiment (its "
               f"workspace {orphan.workspace} is gone): {orphan.command}", flush=True)  # fmt: skip
         try:
-            proc = psutil.Process(orphan.pid)
-            proc.send_signal(signal.SIGTERM)
-            procs.append(proc)
-        except psutil.NoSuchProcess:
+            os.kill(orphan.pid, signal.SIGKILL)
+        except ProcessLookupError:
             continue
-    _, alive = psutil.wait_procs(procs, timeout=60)
-    for proc in alive:
-        proc.kill()
-    psutil.wait_procs(alive)
+    for orphan in found:
+        while _alive(orphan.pid):  # SIGKILL cannot be caught: each ends once the kernel acts
+            time.sleep(0.05)
     return found
