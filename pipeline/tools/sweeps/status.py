@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -299,33 +299,40 @@ def resume_root(path: str | Path | None = None) -> Path:
     return Path(chosen).expanduser().resolve()
 
 
-def resume_progress(table: Table, root: Path) -> dict[tuple[str, int], tuple[int, int | None]]:
-    """(run, seed) -> (step reached, steps) of each resume state under `root` of the table's
-    runs (`<root>/<run>/<fingerprint>/state.json`, pipeline.learn.methods.base.resume_for); a damaged
-    one is skipped (the run starts over from it anyway). A rounds cell's rounds keep theirs
-    under each round's name, with the round's seed: their steps count from the run's first
-    step, out of all of the cell's training."""
+def _saved_states(root: Path, name: str) -> Iterator[tuple[Path, int, int, Any]]:
+    """(directory, seed, step reached, steps) of each resume state of training `name` under
+    `root` (`<root>/<name>/<fingerprint>/state.json`, pipeline.learn.methods.base.resume_for); a
+    damaged one, or one removed as its run ended, is skipped (the run starts over from it
+    anyway)."""
     from pipeline.learn.agents.resume import ResumeStateError, read_header, read_plain
 
+    for state in sorted((root / name).glob("*/state.json")):
+        try:
+            about = (read_header(state.parent) or {}).get("about") or {}
+            step = (read_plain(state.parent) or {}).get("step")
+        except (ResumeStateError, OSError):
+            continue
+        seed = about.get("seed")
+        if isinstance(seed, int) and isinstance(step, int):
+            yield state.parent, seed, step, about.get("steps")
+
+
+def resume_progress(table: Table, root: Path) -> dict[tuple[str, int], tuple[int, int | None]]:
+    """(run, seed) -> (step reached, steps) of each resume state under `root` of the table's
+    runs (`_saved_states`). A rounds cell's rounds keep theirs under each round's name, with the
+    round's seed: their steps count from the run's first step, out of all of the cell's
+    training."""
     out: dict[tuple[str, int], tuple[int, int | None]] = {}
     for cell, spec in table.cells.items():
         run = table.run(cell)
         for k, (name, before) in enumerate(table.trainings(cell)):
             # the experiment's seed of a state's seed (round k's: round_seed)
             seeds = None if k == 0 else {round_seed(s, k): s for s in table.seeds}
-            for state in sorted((root / name).glob("*/state.json")):
-                try:
-                    about = (read_header(state.parent) or {}).get("about") or {}
-                    plain = read_plain(state.parent) or {}
-                except (ResumeStateError, OSError):  # damaged, or removed as its run ended
-                    continue
-                seed, step = about.get("seed"), plain.get("step")
-                if not (isinstance(seed, int) and isinstance(step, int)):
-                    continue
+            for _, seed, step, steps in _saved_states(root, name):
                 seed = seed if seeds is None else seeds.get(seed)
                 if seed is None:
                     continue
-                steps = table.steps(cell) if spec.rounds is not None else about.get("steps")
+                steps = table.steps(cell) if spec.rounds is not None else steps
                 if before + step > out.get((run, seed), (-1, None))[0]:
                     out[(run, seed)] = (before + step, steps)
     return out
@@ -336,24 +343,16 @@ def clear_done_states(table: Table, found: list[Status], root: Path) -> list[Pat
     experiments, the run's and each round's, and return them. A finished SAC-family run keeps
     its final state while its experiment runs (`Resume.keep_final`); once the experiment is
     done nothing reads it. A partial state stays: a rerun of the experiment goes on from it."""
-    from pipeline.learn.agents.resume import ResumeStateError, read_header, read_plain
-
     cleared = []
     for f in found:
         if f.state != "done" or f.seed is None:
             continue
         for k, (name, _) in enumerate(table.trainings(f.cell)):
-            seed = f.seed if k == 0 else round_seed(f.seed, k)
-            for state in sorted((root / name).glob("*/state.json")):
-                try:
-                    about = (read_header(state.parent) or {}).get("about") or {}
-                    step = (read_plain(state.parent) or {}).get("step")
-                except (ResumeStateError, OSError):  # damaged, or removed as its run ended
-                    continue
-                steps = about.get("steps")
-                if about.get("seed") == seed and isinstance(step, int) and step == steps:
-                    shutil.rmtree(state.parent, ignore_errors=True)
-                    cleared.append(state.parent)
+            wanted = f.seed if k == 0 else round_seed(f.seed, k)
+            for directory, seed, step, steps in _saved_states(root, name):
+                if seed == wanted and step == steps:
+                    shutil.rmtree(directory, ignore_errors=True)
+                    cleared.append(directory)
     return cleared
 
 
