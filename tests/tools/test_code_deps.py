@@ -49,6 +49,11 @@ def test_a_code_change_is_found_and_refreshed_with_every_output_as_locked(tmp_pa
     for cmd in (("git", "init", "-q"), ("dvc", "init", "-q"), ("dvc", "repro", "-q")):
         run(repo, *cmd)
     assert stale_code_deps(repo) == []
+    # the project's .dvcignore: bytecode that Python writes beside the code moves no hash
+    (repo / ".dvcignore").write_text((ROOT / ".dvcignore").read_text())
+    (repo / "lib" / "__pycache__").mkdir()
+    (repo / "lib" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"\0")
+    assert stale_code_deps(repo) == []
     before = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
 
     (repo / "make.py").write_text("print('data')  # a comment\n")
