@@ -51,8 +51,8 @@ LAYERS: list[set[str]] = [
     {"learn.training", "learn.critic", "learn.play"},  # train logic; C_V's pre-training; vlmrl-play
     {"loops.knowledge"},  # the page of teachers and agents (reads the method table)
     {"loops.rounds"},  # labelling rounds: collect, label, masks, dataset and train, per round
-    # vlmrl-verify; vlmrl-seeds; vlmrl-lockcheck
-    {"tools.integrity", "tools.experiments", "tools.reproducibility"},
+    # vlmrl-verify; vlmrl-seeds; vlmrl-lockcheck and its code deps
+    {"tools.integrity", "tools.experiments", "tools.reproducibility", "tools.code_deps"},
     {"tools.sweeps"},  # vlmrl-sweep: a benchmark table as DVC experiments
 ]
 LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
