@@ -260,6 +260,7 @@ def test_highway_car_mask_is_where_the_renderer_draws_the_ego(highway):
     assert not (lane.astype(bool) & road.astype(bool)).any()
 
 
+@pytest.mark.slow  # collect, label, dataset and training on highway-env: 7-8 s
 def test_highway_chain_end_to_end(tmp_path):
     """collect (RAE with the scripted teacher) -> label -> masks -> dataset -> audit ->
     pretrain_critic -> train erpv -> evaluate on highway-hw, tiny settings, through the stages."""

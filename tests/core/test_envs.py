@@ -178,6 +178,7 @@ def test_unknown_env_id_is_a_clear_error():
         make_env("Pong-v5", env_cfg())
 
 
+@pytest.mark.slow  # a fresh interpreter renders dm_control, then imports triton: 7-9 s
 def test_dmc_rendering_and_triton_coexist_in_one_process():
     """Importing triton after an EGL context segfaulted (two LLVMs); make_env guards against it."""
     import subprocess

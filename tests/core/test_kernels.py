@@ -115,6 +115,7 @@ def test_importing_pipeline_first_pins_numpys_kernels_and_leaves_torch_its_own()
     assert (seen["aten"], seen["onednn"]) == (bare["aten"], bare["onednn"])
 
 
+@pytest.mark.slow  # three fresh interpreters, each importing torch: 6-9 s
 def test_benchmarks_run_the_kernels_the_stages_and_users_run():
     """A benchmark measures what a user's process computes with: `import benchmarks`, `import
     stages` and a user's `import pipeline` give the same variables and torch kernels."""

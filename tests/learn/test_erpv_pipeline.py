@@ -284,6 +284,7 @@ def test_erpv_without_guidance_is_sac_on_the_same_offline_data(pipeline_dir, tmp
     } <= logged
 
 
+@pytest.mark.slow  # two erpv runs, a C_V each, from one built pipeline: 7-10 s
 def test_a_state_and_a_pixel_erpv_run_share_an_env(pipeline_dir, tmp_path):
     """`critic.variants.<env>` pre-trains more C_V of one env (here a pixel one beside the state
     one) and a run picks one with `critic_variant`: a state and a pixel erpv run on one env."""

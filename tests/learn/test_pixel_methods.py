@@ -82,7 +82,11 @@ def test_a_killed_pixel_run_resumes_to_the_uninterrupted_result(pixel_pipeline, 
     "name",
     # three runs each; drq's is sac's with shifted frames, whose resume the slow SIGKILL test
     # above checks (erpv-shift)
-    ["sac", pytest.param("drq", marks=pytest.mark.slow), "semore"],
+    [
+        "sac",
+        pytest.param("drq", marks=pytest.mark.slow),
+        pytest.param("semore", marks=pytest.mark.slow),
+    ],
 )
 def test_an_interrupted_pixel_run_resumes_to_the_uninterrupted_result(
     pixel_pipeline, tmp_path, monkeypatch, name

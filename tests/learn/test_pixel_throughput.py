@@ -48,6 +48,7 @@ EAGER = {"reference DrQ (K=M=1)", "reference DrQ-v2", "ours: drq", "ours: drq, a
          "ours: erpv, the actor's loss into the encoder", "ours: semore m4"}  # fmt: skip
 
 
+@pytest.mark.slow  # every row of the update benchmark, upstream networks included: 6-8 s
 def test_every_row_runs_and_reports_its_flops(capsys):
     rows = _rows(capsys)
     assert set(rows) == EAGER

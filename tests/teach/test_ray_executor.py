@@ -187,6 +187,7 @@ def test_transport_failures_are_recorded_as_locally(cluster, rollouts, tmp_path)
         assert len(LabelCache(tmp_path / name)) == 0  # failures are not cached
 
 
+@pytest.mark.slow  # a Ray cluster maps the masks stage: 6-10 s; labels run by default
 def test_ray_masks_table_is_byte_identical_to_local(cluster, tmp_path):
     """The masks stage with `executor: ray`: CarRacing frames, scripted masks, the same table."""
     from pipeline.core.config import MasksConfig
@@ -220,6 +221,7 @@ class SchemaReader:
         return [list(label_schema(env_id).action_names) for env_id in env_ids]
 
 
+@pytest.mark.slow  # Ray actors import a brought env in their own processes: 8-10 s
 def test_an_actor_knows_the_envs_the_driver_brought(cluster):
     """An env brought from params (`env.<id>.make`) is registered in the driver when the params
     are loaded; map_on_ray hands the registry to each actor, so a teacher there reads its label

@@ -4,6 +4,7 @@ that the lock does not record fails the quick start's check on CI (`vlmrl-lockch
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pipeline.tools.code_deps import main, refresh_code_deps, stale_code_deps
@@ -38,6 +39,7 @@ def test_the_committed_lock_records_the_hash_of_every_code_dep_in_the_tree():
     )
 
 
+@pytest.mark.slow  # a DVC project built, changed and refreshed: 6-8 s
 def test_a_code_change_is_found_and_refreshed_with_every_output_as_locked(tmp_path, capsys):
     repo = tmp_path / "repo"
     (repo / "lib").mkdir(parents=True)
