@@ -53,18 +53,25 @@ def _code_deps(repo):
                 yield stage, dep
 
 
+def _stale(repo):
+    """(stage, dep, the tree's hash) for every code dep of `repo` whose hash dvc.lock names wrong."""
+    for stage, dep in _code_deps(repo):
+        current = dep.get_hash()
+        if current != dep.hash_info:
+            yield stage, dep, current
+
+
+def _found(stage, dep, current) -> StaleDep:
+    return StaleDep(stage.name, dep.def_path, dep.hash_info.value, current.value)
+
+
 def stale_code_deps(root: str | Path = ".") -> list[StaleDep]:
     """The code deps whose hash in the tree at `root` differs from dvc.lock's: each one the quick
     start's check would report as a problem."""
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
-        stale = []
-        for stage, dep in _code_deps(repo):
-            current = dep.get_hash()
-            if current != dep.hash_info:
-                stale.append(StaleDep(stage.name, dep.def_path, dep.hash_info.value, current.value))
-        return stale
+        return [_found(*found) for found in _stale(repo)]
 
 
 def refresh_code_deps(root: str | Path = ".") -> list[StaleDep]:
@@ -74,12 +81,10 @@ def refresh_code_deps(root: str | Path = ".") -> list[StaleDep]:
 
     with Repo(str(root)) as repo, repo.lock:
         stale, dirty = [], {}
-        for stage, dep in _code_deps(repo):
-            current = dep.get_hash()
-            if current != dep.hash_info:
-                stale.append(StaleDep(stage.name, dep.def_path, dep.hash_info.value, current.value))
-                dep.hash_info, dep.meta = current, dep.get_meta()
-                dirty[stage.name] = stage
+        for stage, dep, current in list(_stale(repo)):
+            stale.append(_found(stage, dep, current))
+            dep.hash_info, dep.meta = current, dep.get_meta()
+            dirty[stage.name] = stage
         for stage in dirty.values():
             stage.dump(update_pipeline=False)  # the lock entry alone, from the stage in memory
         return stale
