@@ -37,14 +37,13 @@ class StaleDep:
 def _code_deps(repo):
     """(stage, dep) for every code dep of every stage of `repo` (a dvc Repo)."""
     from dvc.dependency import Dependency
-    from dvc.dependency.param import ParamsDependency
 
     stages = list(repo.index.stages)
     written = {str(out.fs_path) for stage in stages for out in stage.outs}
     for stage in stages:
         for dep in stage.deps:
-            if type(dep) is not Dependency or isinstance(dep, ParamsDependency):
-                continue  # params, repo imports and database deps are checked by their own kind
+            if type(dep) is not Dependency:
+                continue  # params, repo imports and database deps are subclasses, not code
             path = str(dep.fs_path)
             if any(path == out or path.startswith(out + "/") or out.startswith(path + "/")
                    for out in written):  # fmt: skip
@@ -81,7 +80,7 @@ def refresh_code_deps(root: str | Path = ".") -> list[StaleDep]:
 
     with Repo(str(root)) as repo, repo.lock:
         stale, dirty = [], {}
-        for stage, dep, current in list(_stale(repo)):
+        for stage, dep, current in _stale(repo):
             stale.append(_found(stage, dep, current))
             dep.hash_info, dep.meta = current, dep.get_meta()
             dirty[stage.name] = stage

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.tools.sweeps.status import _alive
+from pipeline.tools.sweeps.status import process_alive
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def end_orphans(repo: Path) -> list[Orphan]:
     SIGKILL, not a polite signal with a grace period: nothing will commit what an orphan
     writes, and its resume state is written atomically (`Resume.save`), so a kill at any point
     leaves the last complete state for its requeued run. The wait follows each process's own
-    state (gone or a zombie, `_alive`), not a clock."""
+    state (gone or a zombie, `process_alive`), not a clock."""
     found = orphans(repo)
     for orphan in found:
         print(f"{repo}: ending pid {orphan.pid}, left running by a killed experiment (its "
@@ -71,6 +71,6 @@ def end_orphans(repo: Path) -> list[Orphan]:
         except ProcessLookupError:
             continue
     for orphan in found:
-        while _alive(orphan.pid):  # SIGKILL cannot be caught: each ends once the kernel acts
+        while process_alive(orphan.pid):  # SIGKILL cannot be caught: each ends once the kernel acts
             time.sleep(0.05)
     return found

@@ -146,7 +146,7 @@ def orphaned(repo: Path, rev: str) -> bool:
         pid = proc.get("pid") if isinstance(proc, dict) else None
         if not isinstance(pid, int) or proc.get("returncode") is not None:
             continue
-        return not _alive(pid)
+        return not process_alive(pid)
     return not live_workers(repo)
 
 
@@ -165,7 +165,7 @@ def live_workers(repo: Path) -> list[str]:
     return names
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """Whether process `pid` runs: it exists and is not a zombie (a killed process whose parent
     died too waits for a reaper, which a container's init may be slow to be)."""
     try:
