@@ -1,10 +1,9 @@
 """The report: each cell's seeds summarised, the pre-registered comparisons (Holm), the
-teachers, mechanism diagnostics and the figure; written beside `results.json`."""
+teachers, mechanism diagnostics and the figures (`figures.py`); written beside `results.json`."""
 
 from __future__ import annotations
 
 import dataclasses
-import io
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -327,35 +326,6 @@ def format_report(table: Table, found: list[Status]) -> str:
     return "\n".join(lines)
 
 
-def plot_cells(table: Table, found: list[Status], path: Path) -> None:
-    """Each cell's per-seed values (dots) with the mean and +- 1 std (ddof 1) over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from pipeline.core.io import atomic_write_bytes
-
-    cells = summaries(table, found)
-    names = [c for c in table.cells if c in cells]
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(names) + 1.5), 4.0), dpi=120)
-    for x, cell in enumerate(names):
-        s = cells[cell]
-        values = list(s.per_seed().values())
-        ax.scatter([x] * len(values), values, color="C0", alpha=0.6, s=14)
-        ax.errorbar([x + 0.15], [s.mean], yerr=[0.0 if s.n < 2 else s.std], fmt="o",
-                    color="black", capsize=4)  # fmt: skip
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel(table.metric)
-    ax.set_title(f"{table.table}: seeds (dots), mean +- 1 std (ddof 1)", fontsize=10)
-    ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
-
-
 def git_root(path: Path) -> Path | None:
     """The root of the git repository that holds `path` (None outside one)."""
     for root in path.resolve().parents:
@@ -372,7 +342,8 @@ def repo_path(path: Path) -> str:
 
 
 def write_report(table: Table, table_path: Path, found: list[Status], out: Path) -> str:
-    """`out/table.md`, `out/<metric>.png` and `out/results.json` (every experiment of the table
+    """`out/table.md`, `out/<metric>.png`, `out/curves.png` (`plot_curves`, where a done run
+    logged a curve) and `out/results.json` (every experiment of the table
     with its state, revision, seed and value, and the table file as read, by its path in its
     repository)."""
     from pipeline.core.io import atomic_write_bytes, atomic_write_json
@@ -380,7 +351,10 @@ def write_report(table: Table, table_path: Path, found: list[Status], out: Path)
     out.mkdir(parents=True, exist_ok=True)
     text = format_report(table, found)
     atomic_write_bytes(out / "table.md", (text + "\n").encode())
+    from pipeline.tools.sweeps.figures import plot_cells, plot_curves
+
     plot_cells(table, found, out / f"{table.metric}.png")
+    plot_curves(table, found, out / "curves.png")
     atomic_write_json(out / "results.json", {
         "table": repo_path(table_path),
         "spec": table.model_dump(mode="json"),

@@ -1,0 +1,117 @@
+"""The report's figures: each cell's final values per seed (`<metric>.png`) and its curves
+over training, the thresholds' curve and each diagnostic (`curves.png`)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.tools.sweeps.report import summaries
+from pipeline.tools.sweeps.status import Status
+from pipeline.tools.sweeps.table import Table
+
+
+def plot_cells(table: Table, found: list[Status], path: Path) -> None:
+    """Each cell's per-seed values (dots) with the mean and +- 1 std (ddof 1) over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline.core.io import atomic_write_bytes
+
+    cells = summaries(table, found)
+    names = [c for c in table.cells if c in cells]
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(names) + 1.5), 4.0), dpi=120)
+    for x, cell in enumerate(names):
+        s = cells[cell]
+        values = list(s.per_seed().values())
+        ax.scatter([x] * len(values), values, color="C0", alpha=0.6, s=14)
+        ax.errorbar([x + 0.15], [s.mean], yerr=[0.0 if s.n < 2 else s.std], fmt="o",
+                    color="black", capsize=4)  # fmt: skip
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(table.metric)
+    ax.set_title(f"{table.table}: seeds (dots), mean +- 1 std (ddof 1)", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def curve_bands(
+    table: Table, found: list[Status]
+) -> dict[str, dict[str, tuple[list[list[list[float]]], np.ndarray, np.ndarray, np.ndarray]]]:
+    """Per curve (the thresholds' `curve`, then each diagnostic) and per cell whose done runs
+    logged it: (each seed's curve, steps, mean, std over seeds, ddof 1: NaN for one seed) at
+    the steps every seed covers (`seed_band`). A rounds cell's curve goes on through its rounds.
+    A cell is left out of a curve that none of its runs logged (sac logs no gate)."""
+    from pipeline.tools.experiments import seed_band
+
+    by_name = {f.name: f for f in found}
+    out: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys([table.curve, *table.diagnostics]):
+        for cell, summary in summaries(table, found).items():
+            runs = [by_name[run].curves or {} for run in summary.revs]
+            if not all(r.get(name) for r in runs):
+                continue  # a cell's method logs a curve in every run or in none
+
+            def read(rev: str, _run: str, name: str = name) -> list[tuple[float, float]]:
+                return [(s, v) for s, v in (by_name[rev].curves or {})[name]]
+
+            steps, mean, std, _ = seed_band(summary, read)
+            seeds = [(by_name[run].curves or {})[name] for run in summary.revs]
+            out.setdefault(name, {})[cell] = (seeds, steps, mean, std)
+    return out
+
+
+def plot_curves(table: Table, found: list[Status], path: Path) -> bool:
+    """`curve_bands` as one panel per curve: each seed thin, the mean over seeds bold with its
+    +- 1 std band (ddof 1), the thresholds dashed. False (and no file) where no done run logged
+    any of the curves."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline.core.io import atomic_write_bytes
+
+    bands = curve_bands(table, found)
+    if not bands:
+        return False
+    columns = min(2, len(bands))
+    rows = -(-len(bands) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(6.0 * columns, 3.4 * rows), dpi=110,
+                             squeeze=False, sharex=True)  # fmt: skip
+    colors = {cell: f"C{i % 10}" for i, cell in enumerate(table.cells)}
+    for ax, (name, cells) in zip(axes.flat, bands.items(), strict=False):
+        for cell, (seeds, steps, mean, std) in cells.items():
+            for curve in seeds:
+                x, y = np.asarray(curve, dtype=np.float64).T
+                ax.plot(x, y, color=colors[cell], alpha=0.25, linewidth=0.8)
+            ax.plot(steps, mean, color=colors[cell], linewidth=2.0,
+                    label=f"{cell} ({len(seeds)} seed{'s' * (len(seeds) > 1)})")  # fmt: skip
+            if len(seeds) > 1:
+                ax.fill_between(steps, mean - std, mean + std, color=colors[cell], alpha=0.15)
+        if name == table.curve:
+            for threshold in table.thresholds:
+                ax.axhline(threshold, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in axes.flat[len(bands) :]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("training step")
+    fig.suptitle(f"{table.table}: each seed (thin), mean over seeds +- 1 std (ddof 1)",
+                 fontsize=10)  # fmt: skip
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+    return True
