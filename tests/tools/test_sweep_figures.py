@@ -70,3 +70,25 @@ def test_a_cell_whose_runs_logged_a_curve_in_some_runs_only_is_not_drawn_and_no_
     one = [_done("base", 0, {"eval_return": [[1, 0.0], [2, 1.0]]})]
     _, _, mean, std = curve_bands(table, one)["eval_return"]["base"]
     assert mean.tolist() == [0.0, 1.0] and np.isnan(std).all()  # one seed: no band
+
+
+def test_the_report_draws_committed_curves_and_drops_a_figure_whose_curves_are_gone(tmp_path):
+    """A fresh machine holds only results.json: its committed experiments draw the same curves.
+    A report with no done curve leaves no figure of an older one behind."""
+    import yaml
+
+    from pipeline.tools.sweeps.report import write_report
+    from pipeline.tools.sweeps.status import committed
+
+    table = Table.model_validate(TABLE)
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(TABLE))
+    found = [_done("base", s, {"eval_return": [[1, float(s)], [2, 2.0 + s]]}) for s in (0, 1)]
+    results = tmp_path / "results"
+    write_report(table, tmp_path / "t.yaml", found, results)
+    assert (results / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    kept = list(committed(table, results).values())
+    _, steps, mean, _ = curve_bands(table, kept)["eval_return"]["base"]
+    assert steps.tolist() == [1, 2] and mean.tolist() == [0.5, 2.5]
+    write_report(table, tmp_path / "t.yaml", [_done("base", 0, None)], results)
+    assert not (results / "curves.png").exists()
+    assert (results / "table.md").exists()

@@ -221,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             print(format_report(table, found))
         else:
             print(write_report(table, args.table, found, args.out))
-            print(f"\n{args.out}: table.md, {table.metric}.png, results.json")
+            files = ("table.md", f"{table.metric}.png", "curves.png", "results.json")
+            print(f"\n{args.out}: " + ", ".join(f for f in files if (args.out / f).exists()))
         return 0
     except (SweepError, OSError) as exc:
         print_error(exc)

@@ -354,7 +354,8 @@ def write_report(table: Table, table_path: Path, found: list[Status], out: Path)
     from pipeline.tools.sweeps.figures import plot_cells, plot_curves
 
     plot_cells(table, found, out / f"{table.metric}.png")
-    plot_curves(table, found, out / "curves.png")
+    if not plot_curves(table, found, out / "curves.png"):
+        (out / "curves.png").unlink(missing_ok=True)  # none of the curves it drew is done now
     atomic_write_json(out / "results.json", {
         "table": repo_path(table_path),
         "spec": table.model_dump(mode="json"),
