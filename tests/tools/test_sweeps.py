@@ -4,6 +4,7 @@ import dataclasses
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -241,7 +242,8 @@ def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
 ):
     """Each ask of `dvc exp show` is followed by a pause of at least every_s and at least 19
     times the ask's CPU time (POLL_SHARE 0.05): asks of 0.5 s pause 10 s, asks of 30 s pause
-    570 s. The wall time an ask took (a starved poller waits for the CPU) does not count."""
+    570 s, slept in steps of every_s. The wall time an ask took (a starved poller waits for the
+    CPU) does not count."""
     import pipeline.tools.sweeps.queue as sweeps
 
     table = Table.model_validate(TABLE)
@@ -250,7 +252,7 @@ def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
                                              for c, s in cells)}  # fmt: skip
     done = {r["Experiment"]: r for r in (_row(table, c, s, 1.0) for c, s in cells)}
     for ask_s in (0.5, 30.0):
-        clock, slept = [0.0], []
+        clock, slept, asked_at = [0.0], [], []
         answers = iter([queued, queued, done])
 
         wall = [0.0]
@@ -264,7 +266,10 @@ def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
             clock=clock,
             answers=answers,
             wall=wall,
+            slept=slept,
+            asked_at=asked_at,
         ):
+            asked_at.append(sum(slept))
             clock[0] += ask_s
             wall[0] += 1000.0  # minutes waiting for the CPU
             return next(answers)
@@ -275,7 +280,8 @@ def test_wait_polls_until_nothing_is_queued_and_leaves_the_cores_to_the_workers(
         monkeypatch.setattr(sweeps.time, "sleep", slept.append)
         found = sweeps.wait(table, REPO, every_s=10.0)
         assert {f.state for f in found} == {"done"}
-        assert slept == [max(10.0, 19 * ask_s)] * 2
+        pause = max(10.0, 19 * ask_s)
+        assert asked_at == [0.0, pause, 2 * pause] and max(slept) == 10.0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 4 and out[0].endswith(f"{len(cells)} queued")  # a line per change
 
@@ -322,7 +328,7 @@ def test_between_two_asks_a_worker_that_stops_is_started_again_within_every_s(mo
     """While experiments are queued, the pause after an ask (19 times its CPU time: 10 s asks,
     190 s) is slept in steps of every_s (10 s), the worker processes counted after each:
     a worker that stops 35 s into the pause is started again at 40 s, not at the next ask. The
-    pause is as long as without workers to keep, and with nothing queued it is one sleep."""
+    pause is as long as without workers to keep, and with nothing queued no worker is counted."""
     import pipeline.tools.sweeps.queue as sweeps
 
     table = Table.model_validate(TABLE)
@@ -348,13 +354,71 @@ def test_between_two_asks_a_worker_that_stops_is_started_again_within_every_s(mo
 
     monkeypatch.setattr(sweeps, "settled_rows", ask)
     monkeypatch.setattr(sweeps, "cpu_seconds", lambda: cpu[0])
-    monkeypatch.setattr(sweeps, "live_workers", lambda repo: ["w"] * live[0])
+    counted = []
+
+    def live_workers(repo):
+        counted.append(sum(slept))
+        return ["w"] * live[0]
+
+    monkeypatch.setattr(sweeps, "live_workers", live_workers)
     monkeypatch.setattr(sweeps.time, "sleep", sleep)
     monkeypatch.setattr(sweeps, "start_workers", start_workers)
     sweeps.wait(table, REPO, every_s=10.0, jobs=2)
     assert events == [("ask", 0.0), ("stopped", 40.0), ("started", 40.0), ("ask", 190.0),
                       ("ask", 380.0)]  # fmt: skip
-    assert slept == [10.0] * 19 + [190.0]  # the second pause: nothing queued, one sleep
+    assert slept == [10.0] * 38
+    assert max(counted) == 190.0  # the second pause: nothing queued, no worker counted
+
+
+def test_a_landing_ends_the_pause_and_the_next_ask_keeps_its_results(monkeypatch, tmp_path):
+    """Asks of 30 s of CPU pause 570 s; an experiment that lands 35 s into the pause (a new
+    experiment ref) ends it at 40 s, and that ask writes the table's report. Without a new
+    ref the pause runs its length."""
+    import pipeline.tools.sweeps.queue as sweeps
+
+    table = Table.model_validate(TABLE)
+    answers = iter([_rows_in_states(table, 2, 0), _rows_in_states(table, 1, 0),
+                    _rows_in_states(table, 0, 0)])  # fmt: skip
+    cpu, slept, asked_at, kept_at = [0.0], [], [], []
+
+    def ask(repo, rev=None, every_s=10.0, ask=None):
+        asked_at.append(sum(slept))
+        cpu[0] += 30.0
+        return next(answers)
+
+    def refs(repo):
+        return frozenset({"refs/exps/ab/c/t-base-s0 1"} | ({"refs/exps/ab/c/t-base-s1 2"}
+                         if sum(slept) >= 35.0 else set()))  # fmt: skip
+
+    monkeypatch.setattr(sweeps, "settled_rows", ask)
+    monkeypatch.setattr(sweeps, "cpu_seconds", lambda: cpu[0])
+    monkeypatch.setattr(sweeps, "experiment_refs", refs)
+    monkeypatch.setattr(sweeps.time, "sleep", slept.append)
+    monkeypatch.setattr(sweeps, "keep_results",
+                        lambda *a, **k: kept_at.append(sum(slept)))  # fmt: skip
+    from pipeline.tools.sweeps.queue import Keep, Watch
+
+    watch = Watch(table, None, None, Keep(tmp_path / "results", False), tmp_path / "t.yaml")
+    sweeps.wait_all([watch], REPO, every_s=10.0)
+    assert asked_at == [0.0, 40.0, 610.0]
+    assert kept_at == [40.0, 610.0]  # each time one more experiment is done
+
+
+def test_experiment_refs_are_the_landed_experiments_not_dvcs_queue_or_executor(tmp_path):
+    from pipeline.tools.sweeps.queue import experiment_refs
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", str(tmp_path)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "c"], cwd=tmp_path, check=True)
+    assert experiment_refs(tmp_path) == frozenset()
+    for ref in ("refs/exps/celery/stash", "refs/exps/exec/EXEC_HEAD"):
+        subprocess.run(["git", "update-ref", ref, "HEAD"], cwd=tmp_path, check=True)
+    assert experiment_refs(tmp_path) == frozenset()  # a task queued or started: no landing
+    subprocess.run(["git", "update-ref", "refs/exps/ab/cdef/t-a-s0", "HEAD"], cwd=tmp_path,
+                   check=True)  # fmt: skip
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, check=True,
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    assert experiment_refs(tmp_path) == frozenset({f"refs/exps/ab/cdef/t-a-s0 {head}"})
 
 
 def test_wait_all_reads_each_tables_commit_keeps_each_tables_results_and_counts_workers_over_all(

@@ -336,7 +336,8 @@ def wait_all(
       2-core machine), so the pause between two rounds of asks is at least every_s and at
       least (1 / POLL_SHARE - 1) times the CPU time of the last round: the workers keep the
       cores. CPU time, not wall time: a poller at nice 19 beside busy cores waits for the CPU,
-      and paced by wall time it once paused 17 minutes while both workers had stopped.
+      and paced by wall time it once paused 17 minutes while both workers had stopped. A
+      landing (a new experiment ref, `experiment_refs`) ends the pause within every_s.
     - With `jobs`, a worker that stopped is started again, as soon as a round finds experiments
       queued (in any of the tables) and fewer than `jobs` queue-worker processes in `repo`. A
       queue worker can die on a half-written message of DVC's file broker (celery's
@@ -369,6 +370,7 @@ def _wait_rounds(watches: Sequence[Watch], repo: Path, every_s: float, jobs: int
         None if w.kept is None else sum(f.state == "done" for f in w.kept.values()) for w in watches
     ]
     while True:
+        refs = experiment_refs(repo)  # what landed before this round's asks
         started = cpu_seconds() + ask.cpu_s
         rows: dict[Any, dict[str, dict[str, Any]]] = {}
         every: list[list[Status]] = []
@@ -398,11 +400,23 @@ def _wait_rounds(watches: Sequence[Watch], repo: Path, every_s: float, jobs: int
             return every
         names = ", ".join(w.table.table for w in watches)
         pause = max(every_s, asked_s * (1 / POLL_SHARE - 1))
-        if jobs and "queued" in states:
+        jobs_now = jobs if "queued" in states else 0
+        if jobs_now:
             top_up(repo, jobs, workers, names)
-            keep_workers(repo, jobs, workers, names, pause, every_s)
-        else:
-            time.sleep(pause)
+        keep_workers(repo, jobs_now, workers, names, pause, every_s, refs)
+
+
+def experiment_refs(repo: Path) -> frozenset[str]:
+    """`repo`'s experiment refs with their commits (`refs/exps/<baseline>/<name>`; not DVC's
+    queue and executor refs under `celery/` and `exec/`): DVC writes one when an experiment
+    lands. A `git for-each-ref` of milliseconds, where an ask of `dvc exp show` takes seconds to
+    a minute of CPU."""
+    out = subprocess.run(
+        ["git", "for-each-ref", "--format=%(refname) %(objectname)", "refs/exps"],
+        cwd=repo, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    skip = ("refs/exps/celery/", "refs/exps/exec/")
+    return frozenset(line for line in out.stdout.splitlines() if not line.startswith(skip))
 
 
 def top_up(repo: Path, jobs: int, workers: Workers | None, names: str) -> None:
@@ -413,15 +427,20 @@ def top_up(repo: Path, jobs: int, workers: Workers | None, names: str) -> None:
         start_workers(repo, jobs, workers)
 
 
-def keep_workers(
-    repo: Path, jobs: int, workers: Workers | None, names: str, pause_s: float, every_s: float
-) -> None:
-    """Pause `pause_s` seconds (the time sleeps count, whatever the CPU), and every `every_s`
-    of it `top_up`: while experiments are queued, a stopped worker's core is taken up again
-    within `every_s`."""
+def keep_workers(repo: Path, jobs: int, workers: Workers | None, names: str, pause_s: float,
+                 every_s: float, refs: frozenset[str] | None = None) -> None:  # fmt: skip
+    """Pause `pause_s` seconds (the time sleeps count, whatever the CPU) in steps of `every_s`.
+    After each, with `jobs` (experiments queued), `top_up`: a stopped worker's core is taken up
+    again within `every_s`. With `refs` (`experiment_refs` before the last asks), the pause ends
+    as soon as the experiment refs differ: an experiment landed, and its results are kept (and
+    committed) within `every_s` of it, not at the next ask, which the poller's pace puts up to
+    twenty minutes away (a machine that stops before then would lose them)."""
     slept = 0.0
     while slept < pause_s:
         step = min(every_s, pause_s - slept)
         time.sleep(step)
         slept += step
-        top_up(repo, jobs, workers, names)
+        if jobs:
+            top_up(repo, jobs, workers, names)
+        if refs is not None and experiment_refs(repo) != refs:
+            return
