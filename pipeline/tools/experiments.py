@@ -287,8 +287,6 @@ def plot_seed_bands(
     import matplotlib.pyplot as plt
     from dvc.exceptions import DvcException
 
-    from pipeline.core.io import atomic_write_bytes
-
     left_out = []
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
     for i, s in enumerate(summaries):
@@ -309,11 +307,21 @@ def plot_seed_bands(
     if ax.lines:
         ax.legend(fontsize=7)
     fig.tight_layout()
+    save_png(fig, path)
+    return left_out
+
+
+def save_png(fig: Any, path: Path) -> None:
+    """A matplotlib figure as a PNG at `path`, written atomically (no half-written figure
+    beside committed results), and closed."""
+    import matplotlib.pyplot as plt
+
+    from pipeline.core.io import atomic_write_bytes
+
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     plt.close(fig)
     atomic_write_bytes(path, buffer.getvalue())
-    return left_out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pipeline.tools.sweeps.figures import curve_bands, plot_curves
+from pipeline.tools.sweeps.report import summaries
 from pipeline.tools.sweeps.status import Status
 from pipeline.tools.sweeps.table import Table
 
@@ -39,7 +40,7 @@ def test_each_cell_gets_the_mean_over_seeds_and_a_ddof1_band_of_the_curves_it_lo
                             "vpg/gate_open": [[1, 0.1], [2, 0.3], [3, 0.5]]}),
         Status("guided", 2, "t-guided-s2", "running"),  # no value: not drawn
     ]  # fmt: skip
-    bands = curve_bands(table, found)
+    bands = curve_bands(table, found, summaries(table, found))
     assert list(bands) == ["eval_return", "vpg/gate_open"]
     assert set(bands["eval_return"]) == {"base", "guided"}
     assert set(bands["vpg/gate_open"]) == {"guided"}  # sac logs no gate: left out, not zero
@@ -52,7 +53,7 @@ def test_each_cell_gets_the_mean_over_seeds_and_a_ddof1_band_of_the_curves_it_lo
     assert steps.tolist() == [1, 2] and mean.tolist() == [2.0, 2.0]
     _, _, mean, _ = bands["vpg/gate_open"]["guided"]
     assert mean == pytest.approx([0.3, 0.5])
-    assert plot_curves(table, found, tmp_path / "curves.png")
+    assert plot_curves(table, found, summaries(table, found), tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -64,11 +65,11 @@ def test_a_cell_whose_runs_logged_a_curve_in_some_runs_only_is_not_drawn_and_no_
         _done("base", 0, {"eval_return": [[1, 0.0]]}),
         _done("base", 1, {}),  # a run that logged no evaluation: no mean of one seed shown
     ]
-    assert curve_bands(table, found) == {}
-    assert not plot_curves(table, found, tmp_path / "curves.png")
+    assert curve_bands(table, found, summaries(table, found)) == {}
+    assert not plot_curves(table, found, summaries(table, found), tmp_path / "curves.png")
     assert not (tmp_path / "curves.png").exists()
     one = [_done("base", 0, {"eval_return": [[1, 0.0], [2, 1.0]]})]
-    _, _, mean, std = curve_bands(table, one)["eval_return"]["base"]
+    _, _, mean, std = curve_bands(table, one, summaries(table, one))["eval_return"]["base"]
     assert mean.tolist() == [0.0, 1.0] and np.isnan(std).all()  # one seed: no band
 
 
@@ -87,7 +88,7 @@ def test_the_report_draws_committed_curves_and_drops_a_figure_whose_curves_are_g
     write_report(table, tmp_path / "t.yaml", found, results)
     assert (results / "curves.png").read_bytes()[:4] == b"\x89PNG"
     kept = list(committed(table, results).values())
-    _, steps, mean, _ = curve_bands(table, kept)["eval_return"]["base"]
+    _, steps, mean, _ = curve_bands(table, kept, summaries(table, kept))["eval_return"]["base"]
     assert steps.tolist() == [1, 2] and mean.tolist() == [0.5, 2.5]
     write_report(table, tmp_path / "t.yaml", [_done("base", 0, None)], results)
     assert not (results / "curves.png").exists()

@@ -3,27 +3,25 @@ over training, the thresholds' curve and each diagnostic (`curves.png`)."""
 
 from __future__ import annotations
 
-import io
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.tools.sweeps.report import summaries
+from pipeline.tools.experiments import SeedSummary, save_png, seed_band
 from pipeline.tools.sweeps.status import Status
 from pipeline.tools.sweeps.table import Table
 
 
-def plot_cells(table: Table, found: list[Status], path: Path) -> None:
-    """Each cell's per-seed values (dots) with the mean and +- 1 std (ddof 1) over seeds."""
+def plot_cells(table: Table, cells: Mapping[str, SeedSummary], path: Path) -> None:
+    """Each cell's per-seed values (dots) with the mean and +- 1 std (ddof 1) over seeds
+    (`cells`: the report's `summaries`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pipeline.core.io import atomic_write_bytes
-
-    cells = summaries(table, found)
     names = [c for c in table.cells if c in cells]
     fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(names) + 1.5), 4.0), dpi=120)
     for x, cell in enumerate(names):
@@ -37,25 +35,22 @@ def plot_cells(table: Table, found: list[Status], path: Path) -> None:
     ax.set_title(f"{table.table}: seeds (dots), mean +- 1 std (ddof 1)", fontsize=10)
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    save_png(fig, path)
 
 
 def curve_bands(
-    table: Table, found: list[Status]
+    table: Table, found: list[Status], cells: Mapping[str, SeedSummary]
 ) -> dict[str, dict[str, tuple[list[list[list[float]]], np.ndarray, np.ndarray, np.ndarray]]]:
-    """Per curve (the thresholds' `curve`, then each diagnostic) and per cell whose done runs
-    logged it: (each seed's curve, steps, mean, std over seeds, ddof 1: NaN for one seed) at
-    the steps every seed covers (`seed_band`). A rounds cell's curve goes on through its rounds.
-    A cell is left out of a curve that none of its runs logged (sac logs no gate)."""
-    from pipeline.tools.experiments import seed_band
-
+    """Per curve (the thresholds' `curve`, then each diagnostic) and per cell of `cells` (the
+    report's `summaries`) whose done runs logged it: (each seed's curve, steps, mean, std over
+    seeds, ddof 1: NaN for one seed) at the steps every seed covers (`seed_band`), read from
+    `found`'s stored curves. A rounds cell's curve goes on through its rounds. A cell is left
+    out of a curve that one of its runs did not log (sac logs no gate): no mean of fewer seeds
+    than the cell has."""
     by_name = {f.name: f for f in found}
     out: dict[str, dict[str, Any]] = {}
     for name in dict.fromkeys([table.curve, *table.diagnostics]):
-        for cell, summary in summaries(table, found).items():
+        for cell, summary in cells.items():
             runs = [by_name[run].curves or {} for run in summary.revs]
             if not all(r.get(name) for r in runs):
                 continue  # a cell's method logs a curve in every run or in none
@@ -69,7 +64,9 @@ def curve_bands(
     return out
 
 
-def plot_curves(table: Table, found: list[Status], path: Path) -> bool:
+def plot_curves(
+    table: Table, found: list[Status], cells: Mapping[str, SeedSummary], path: Path
+) -> bool:
     """`curve_bands` as one panel per curve: each seed thin, the mean over seeds bold with its
     +- 1 std band (ddof 1), the thresholds dashed. False (and no file) where no done run logged
     any of the curves."""
@@ -78,9 +75,7 @@ def plot_curves(table: Table, found: list[Status], path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pipeline.core.io import atomic_write_bytes
-
-    bands = curve_bands(table, found)
+    bands = curve_bands(table, found, cells)
     if not bands:
         return False
     columns = min(2, len(bands))
@@ -88,8 +83,8 @@ def plot_curves(table: Table, found: list[Status], path: Path) -> bool:
     fig, axes = plt.subplots(rows, columns, figsize=(6.0 * columns, 3.4 * rows), dpi=110,
                              squeeze=False, sharex=True)  # fmt: skip
     colors = {cell: f"C{i % 10}" for i, cell in enumerate(table.cells)}
-    for ax, (name, cells) in zip(axes.flat, bands.items(), strict=False):
-        for cell, (seeds, steps, mean, std) in cells.items():
+    for ax, (name, drawn) in zip(axes.flat, bands.items(), strict=False):
+        for cell, (seeds, steps, mean, std) in drawn.items():
             for curve in seeds:
                 x, y = np.asarray(curve, dtype=np.float64).T
                 ax.plot(x, y, color=colors[cell], alpha=0.25, linewidth=0.8)
@@ -110,8 +105,5 @@ def plot_curves(table: Table, found: list[Status], path: Path) -> bool:
     fig.suptitle(f"{table.table}: each seed (thin), mean over seeds +- 1 std (ddof 1)",
                  fontsize=10)  # fmt: skip
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    save_png(fig, path)
     return True

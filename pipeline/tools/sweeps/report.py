@@ -15,6 +15,7 @@ from pipeline.learn.curves import METRICS_SUBDIR, median_steps, parse_metric_tsv
 from pipeline.loops.knowledge import prompts_text, return_text, share_text
 from pipeline.teach.labels.cost import read_label_cost
 from pipeline.tools.experiments import SeedSummary, welch_p
+from pipeline.tools.sweeps.figures import plot_cells, plot_curves
 from pipeline.tools.sweeps.preregistration import Family
 from pipeline.tools.sweeps.status import Status
 from pipeline.tools.sweeps.table import SweepError, Table
@@ -351,10 +352,9 @@ def write_report(table: Table, table_path: Path, found: list[Status], out: Path)
     out.mkdir(parents=True, exist_ok=True)
     text = format_report(table, found)
     atomic_write_bytes(out / "table.md", (text + "\n").encode())
-    from pipeline.tools.sweeps.figures import plot_cells, plot_curves
-
-    plot_cells(table, found, out / f"{table.metric}.png")
-    if not plot_curves(table, found, out / "curves.png"):
+    cells = summaries(table, found)
+    plot_cells(table, cells, out / f"{table.metric}.png")
+    if not plot_curves(table, found, cells, out / "curves.png"):
         (out / "curves.png").unlink(missing_ok=True)  # none of the curves it drew is done now
     atomic_write_json(out / "results.json", {
         "table": repo_path(table_path),
