@@ -404,6 +404,38 @@ def test_a_landing_ends_the_pause_and_the_next_ask_keeps_its_results(monkeypatch
     assert kept_at == [40.0, 610.0]  # each time one more experiment is done
 
 
+def test_a_report_that_fails_is_said_and_tried_again_and_the_poller_goes_on(
+    monkeypatch, tmp_path, capsys
+):
+    """A poller of a days-long table once died on its report (a module edited under it): the
+    workers went on, nothing more was kept. Now the failure is said with its traceback, the
+    poller waits on, and the next round keeps the results."""
+    import pipeline.tools.sweeps.queue as sweeps
+
+    table = Table.model_validate(TABLE)
+    answers = iter([_rows_in_states(table, 2, 0), _rows_in_states(table, 1, 0),
+                    _rows_in_states(table, 1, 0), _rows_in_states(table, 0, 0)])  # fmt: skip
+    tries = []
+
+    def keep_results(table, table_path, found, repo, keep):
+        tries.append(sum(f.state == "done" for f in found))
+        if len(tries) == 1:
+            raise ImportError("cannot import name 'save_png'")
+
+    monkeypatch.setattr(sweeps, "settled_rows", lambda repo, rev=None, every_s=10.0, ask=None:
+                        next(answers))  # fmt: skip
+    monkeypatch.setattr(sweeps, "experiment_refs", lambda repo: frozenset())
+    monkeypatch.setattr(sweeps.time, "sleep", lambda s: None)
+    monkeypatch.setattr(sweeps, "keep_results", keep_results)
+    watch = sweeps.Watch(table, None, None, sweeps.Keep(tmp_path), tmp_path / "t.yaml")
+    found = sweeps.wait_all([watch], REPO, every_s=10.0)[0]
+    assert {f.state for f in found} == {"done"}
+    assert tries == [5, 5, 6]  # failed, tried again at the next round, then the last landing
+    out = capsys.readouterr().out
+    assert "t: its results were not kept; tried again at the next round" in out
+    assert "ImportError: cannot import name 'save_png'" in out
+
+
 def test_experiment_refs_are_the_landed_experiments_not_dvcs_queue_or_executor(tmp_path):
     from pipeline.tools.sweeps.queue import experiment_refs
 
@@ -1871,9 +1903,7 @@ def test_results_are_committed_where_they_lie_not_in_the_queueing_clone(tmp_path
     """`--results DIR --commit` from a clone: the report's files are committed in the repository
     that holds DIR (the checkout where work goes on), those files alone, and nothing in the
     clone that ran the experiments."""
-    import subprocess
-
-    import pipeline.tools.sweeps.queue as sweeps
+    import pipeline.tools.sweeps.keep as keep
 
     def git(repo, *args):
         return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
@@ -1890,12 +1920,12 @@ def test_results_are_committed_where_they_lie_not_in_the_queueing_clone(tmp_path
         git(repo, "commit", "-qm", "base")
     (main / "notes.txt").write_text("work in progress\n")  # not the table's to commit
     table = Table.model_validate(TABLE)
-    monkeypatch.setattr(sweeps, "read_curves", lambda table, found, repo: found)
-    monkeypatch.setattr(sweeps, "read_teachers", lambda table, found, repo: found)
+    monkeypatch.setattr(keep, "read_curves", lambda table, found, repo: found)
+    monkeypatch.setattr(keep, "read_teachers", lambda table, found, repo: found)
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(TABLE))
     done = [dataclasses.replace(f, state="done", value=1.0, rev="abc") for f in statuses(table, {})]
     results = main / "benchmarks" / "results" / "t"
-    sweeps.keep_results(table, tmp_path / "t.yaml", done, clone, sweeps.Keep(results, commit=True))
+    keep.keep_results(table, tmp_path / "t.yaml", done, clone, keep.Keep(results, commit=True))
     assert (
         git(main, "log", "-1", "--format=%s") == "Table t: 6 of 6 experiments done (raw results)\n"
     )

@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.tools.sweeps.childask import ChildAsk
+from pipeline.tools.sweeps.keep import Keep, keep_results
 from pipeline.tools.sweeps.priority import lower_group_priority
-from pipeline.tools.sweeps.report import read_curves, read_teachers, write_report
 from pipeline.tools.sweeps.status import (
     ORPHANED_WHY,
     Status,
@@ -246,37 +247,6 @@ def spawn_worker(repo: Path, name: str, clean: bool, workers: Workers) -> None:
 
 
 @dataclass(frozen=True)
-class Keep:
-    """Where `wait` keeps the table's results as experiments land: `report --out results`'s
-    files, rewritten each time one more is done, and with `commit`, committed (those files
-    alone): a new machine keeps only what is committed."""
-
-    results: Path
-    commit: bool = False
-
-
-def keep_results(table: Table, table_path: Path, found: list[Status], repo: Path,
-                 keep: Keep) -> None:  # fmt: skip
-    """Write (and commit) the report of `found` to `keep.results`. The commit goes to the git
-    repository that holds `keep.results`, which need not be `repo`: a table queued from a clone
-    of its commit keeps its results in the checkout where work goes on. A failed commit (another
-    git command holding the index) is said, not raised: the next experiment commits both."""
-    found = read_teachers(table, read_curves(table, found, repo), repo)
-    write_report(table, table_path, found, keep.results)
-    if not keep.commit:
-        return
-    done = sum(f.state == "done" for f in found)
-    message = f"Table {table.table}: {done} of {len(found)} experiments done (raw results)"
-    for args in (["git", "add", "--", "."],
-                 ["git", "commit", "-q", "-m", message, "--", "."]):  # fmt: skip
-        run = subprocess.run(args, cwd=keep.results, capture_output=True, text=True)
-        if run.returncode and "nothing to commit" not in run.stdout + run.stderr:
-            print(f"{time.strftime('%H:%M:%S')} {shlex.join(args)}: "
-                  f"{(run.stderr or run.stdout).strip()[:300]}", flush=True)  # fmt: skip
-            return
-
-
-@dataclass(frozen=True)
 class Watch:
     """One table that `wait_all` waits on: the commits its experiments were queued on (`rev`,
     default the one checked out), its committed results (`kept`), and where its report is kept
@@ -354,7 +324,9 @@ def wait_all(
     - With a table's `keep`, each time one more of its experiments is done, its report is
       written there (and committed): each finished cell's raw results as it lands. Against the
       table's `kept` (its committed results), those that landed while no poller ran are kept
-      at the first round.
+      at the first round. A report that fails (a bug, a full disk, a module edited under the
+      running poller) is said with its traceback and tried again at the next round: the
+      workers and the other tables go on.
     - Each ask runs in a child process (ChildAsk): one that hangs (pygit2's BlobIO) is killed
       once its CPU time stops for ten minutes, and asked again."""
     with closing(ChildAsk()) as ask:
@@ -393,7 +365,13 @@ def _wait_rounds(watches: Sequence[Watch], repo: Path, every_s: float, jobs: int
             if watch.keep is not None and watch.table_path is not None:
                 before = done_before[i]
                 if before is not None and done > before:
-                    keep_results(watch.table, watch.table_path, found, repo, watch.keep)
+                    try:
+                        keep_results(watch.table, watch.table_path, found, repo, watch.keep)
+                    except Exception:  # any: a poller of a days-long table outlives its report
+                        print(f"{time.strftime('%H:%M:%S')} {watch.table.table}: its results were "
+                              "not kept; tried again at the next round:\n"
+                              f"{traceback.format_exc()}", flush=True)  # fmt: skip
+                        continue  # its count of done stays: the next round keeps them
                 done_before[i] = done
         states = [f.state for found in every for f in found]
         if "queued" not in states and "running" not in states:
