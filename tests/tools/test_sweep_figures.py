@@ -44,15 +44,14 @@ def test_each_cell_gets_the_mean_over_seeds_and_a_ddof1_band_of_the_curves_it_lo
     assert list(bands) == ["eval_return", "vpg/gate_open"]
     assert set(bands["eval_return"]) == {"base", "guided"}
     assert set(bands["vpg/gate_open"]) == {"guided"}  # sac logs no gate: left out, not zero
-    seeds, steps, mean, std = bands["eval_return"]["base"]
-    assert len(seeds) == 2 and steps.tolist() == [1, 2, 3]
-    assert mean.tolist() == [1.0, 3.0, 5.0]
-    assert std == pytest.approx([np.sqrt(2.0)] * 3)  # ddof 1 over (0, 2), (2, 4), (4, 6)
+    base = bands["eval_return"]["base"]
+    assert len(base.seeds) == 2 and base.n == 2 and base.steps.tolist() == [1, 2, 3]
+    assert base.mean.tolist() == [1.0, 3.0, 5.0]
+    assert base.std == pytest.approx([np.sqrt(2.0)] * 3)  # ddof 1 over (0, 2), (2, 4), (4, 6)
     # the steps every seed covers: guided seed 0 stops at step 2
-    _, steps, mean, _ = bands["eval_return"]["guided"]
-    assert steps.tolist() == [1, 2] and mean.tolist() == [2.0, 2.0]
-    _, _, mean, _ = bands["vpg/gate_open"]["guided"]
-    assert mean == pytest.approx([0.3, 0.5])
+    guided = bands["eval_return"]["guided"]
+    assert guided.steps.tolist() == [1, 2] and guided.mean.tolist() == [2.0, 2.0]
+    assert bands["vpg/gate_open"]["guided"].mean == pytest.approx([0.3, 0.5])
     assert plot_curves(table, found, summaries(table, found), tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -69,8 +68,8 @@ def test_a_cell_whose_runs_logged_a_curve_in_some_runs_only_is_not_drawn_and_no_
     assert not plot_curves(table, found, summaries(table, found), tmp_path / "curves.png")
     assert not (tmp_path / "curves.png").exists()
     one = [_done("base", 0, {"eval_return": [[1, 0.0], [2, 1.0]]})]
-    _, _, mean, std = curve_bands(table, one, summaries(table, one))["eval_return"]["base"]
-    assert mean.tolist() == [0.0, 1.0] and np.isnan(std).all()  # one seed: no band
+    band = curve_bands(table, one, summaries(table, one))["eval_return"]["base"]
+    assert band.mean.tolist() == [0.0, 1.0] and np.isnan(band.std).all()  # one seed: no band
 
 
 def test_the_report_draws_committed_curves_and_drops_a_figure_whose_curves_are_gone(tmp_path):
@@ -88,8 +87,8 @@ def test_the_report_draws_committed_curves_and_drops_a_figure_whose_curves_are_g
     write_report(table, tmp_path / "t.yaml", found, results)
     assert (results / "curves.png").read_bytes()[:4] == b"\x89PNG"
     kept = list(committed(table, results).values())
-    _, steps, mean, _ = curve_bands(table, kept, summaries(table, kept))["eval_return"]["base"]
-    assert steps.tolist() == [1, 2] and mean.tolist() == [0.5, 2.5]
+    band = curve_bands(table, kept, summaries(table, kept))["eval_return"]["base"]
+    assert band.steps.tolist() == [1, 2] and band.mean.tolist() == [0.5, 2.5]
     write_report(table, tmp_path / "t.yaml", [_done("base", 0, None)], results)
     assert not (results / "curves.png").exists()
     assert (results / "table.md").exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,29 +38,36 @@ def plot_cells(table: Table, cells: Mapping[str, SeedSummary], path: Path) -> No
     save_png(fig, path)
 
 
+class Band(NamedTuple):
+    """One cell's curve over its seeds (`curve_bands`)."""
+
+    seeds: list[list[list[float]]]  # each run's curve as stored, [[step, value], ...]
+    steps: np.ndarray  # the steps every seed covers
+    mean: np.ndarray
+    std: np.ndarray  # over distinct seeds, ddof 1: NaN for one seed
+    n: int  # distinct seeds
+
+
 def curve_bands(
     table: Table, found: list[Status], cells: Mapping[str, SeedSummary]
-) -> dict[str, dict[str, tuple[list[list[list[float]]], np.ndarray, np.ndarray, np.ndarray]]]:
+) -> dict[str, dict[str, Band]]:
     """Per curve (the thresholds' `curve`, then each diagnostic) and per cell of `cells` (the
-    report's `summaries`) whose done runs logged it: (each seed's curve, steps, mean, std over
-    seeds, ddof 1: NaN for one seed) at the steps every seed covers (`seed_band`), read from
-    `found`'s stored curves. A rounds cell's curve goes on through its rounds. A cell is left
-    out of a curve that one of its runs did not log (sac logs no gate): no mean of fewer seeds
-    than the cell has."""
-    by_name = {f.name: f for f in found}
-    out: dict[str, dict[str, Any]] = {}
+    report's `summaries`) whose done runs logged it: its `Band` at the steps every seed covers
+    (`seed_band`), read from `found`'s stored curves. A rounds cell's curve goes on through
+    its rounds. A cell is left out of a curve that one of its runs did not log (sac logs no
+    gate): no mean of fewer seeds than the cell has."""
+    curves = {f.name: f.curves or {} for f in found}
+    out: dict[str, dict[str, Band]] = {}
     for name in dict.fromkeys([table.curve, *table.diagnostics]):
         for cell, summary in cells.items():
-            runs = [by_name[run].curves or {} for run in summary.revs]
-            if not all(r.get(name) for r in runs):
-                continue  # a cell's method logs a curve in every run or in none
+            if not all(curves[run].get(name) for run in summary.revs):
+                continue
+            seeds = [curves[run][name] for run in summary.revs]
 
             def read(rev: str, _run: str, name: str = name) -> list[tuple[float, float]]:
-                return [(s, v) for s, v in (by_name[rev].curves or {})[name]]
+                return [(s, v) for s, v in curves[rev][name]]
 
-            steps, mean, std, _ = seed_band(summary, read)
-            seeds = [(by_name[run].curves or {})[name] for run in summary.revs]
-            out.setdefault(name, {})[cell] = (seeds, steps, mean, std)
+            out.setdefault(name, {})[cell] = Band(seeds, *seed_band(summary, read))
     return out
 
 
@@ -84,14 +91,15 @@ def plot_curves(
                              squeeze=False, sharex=True)  # fmt: skip
     colors = {cell: f"C{i % 10}" for i, cell in enumerate(table.cells)}
     for ax, (name, drawn) in zip(axes.flat, bands.items(), strict=False):
-        for cell, (seeds, steps, mean, std) in drawn.items():
-            for curve in seeds:
+        for cell, band in drawn.items():
+            for curve in band.seeds:
                 x, y = np.asarray(curve, dtype=np.float64).T
                 ax.plot(x, y, color=colors[cell], alpha=0.25, linewidth=0.8)
-            ax.plot(steps, mean, color=colors[cell], linewidth=2.0,
-                    label=f"{cell} ({len(seeds)} seed{'s' * (len(seeds) > 1)})")  # fmt: skip
-            if len(seeds) > 1:
-                ax.fill_between(steps, mean - std, mean + std, color=colors[cell], alpha=0.15)
+            ax.plot(band.steps, band.mean, color=colors[cell], linewidth=2.0,
+                    label=f"{cell} ({band.n} seed{'s' * (band.n > 1)})")  # fmt: skip
+            if band.n > 1:
+                ax.fill_between(band.steps, band.mean - band.std, band.mean + band.std,
+                                color=colors[cell], alpha=0.15)  # fmt: skip
         if name == table.curve:
             for threshold in table.thresholds:
                 ax.axhline(threshold, color="grey", linestyle="--", linewidth=0.8)

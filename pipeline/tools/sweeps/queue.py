@@ -316,7 +316,7 @@ def wait_all(
       holds ("monitor: shutting down due to empty queue"): each leaves the rest to the others.
       Counted by process, a worker between two experiments still counts. Between two asks,
       while experiments are queued, the worker processes are counted every `every_s` (a
-      process scan, no DVC ask: `keep_workers`): a worker that dies on the broker goes on with
+      process scan, no DVC ask: `pause_between_asks`): a worker that dies on the broker goes on with
       the experiment it holds and stops when it ends, and the core it leaves would otherwise
       wait for the next ask, minutes away at the poller's pace.
     - With `workers`, the final resume states of the tables' done experiments under its resume
@@ -381,7 +381,7 @@ def _wait_rounds(watches: Sequence[Watch], repo: Path, every_s: float, jobs: int
         jobs_now = jobs if "queued" in states else 0
         if jobs_now:
             top_up(repo, jobs, workers, names)
-        keep_workers(repo, jobs_now, workers, names, pause, every_s, refs)
+        pause_between_asks(repo, jobs_now, workers, names, pause, every_s, refs)
 
 
 def experiment_refs(repo: Path) -> frozenset[str]:
@@ -405,8 +405,10 @@ def top_up(repo: Path, jobs: int, workers: Workers | None, names: str) -> None:
         start_workers(repo, jobs, workers)
 
 
-def keep_workers(repo: Path, jobs: int, workers: Workers | None, names: str, pause_s: float,
-                 every_s: float, refs: frozenset[str] | None = None) -> None:  # fmt: skip
+def pause_between_asks(
+    repo: Path, jobs: int, workers: Workers | None, names: str, pause_s: float, every_s: float,
+    refs: frozenset[str] | None = None,
+) -> None:  # fmt: skip
     """Pause `pause_s` seconds (the time sleeps count, whatever the CPU) in steps of `every_s`.
     After each, with `jobs` (experiments queued), `top_up`: a stopped worker's core is taken up
     again within `every_s`. With `refs` (`experiment_refs` before the last asks), the pause ends
