@@ -6,6 +6,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -599,21 +600,26 @@ def test_a_run_killed_with_its_worker_is_partial_at_the_step_of_its_resume_state
         resume.save({"step": step, "curve": []})
         saved[seed] = resume.directory
     assert saved[0] != saved[1]
+    os.utime(saved[0] / "state.json", (1_700_000_000, 1_700_000_000))  # when seed 0 stopped
     progress = resume_progress(table, root)
-    assert progress == {("t-base", 0): (40, 100), ("t-base", 1): (70, 100)}
+    assert {k: (p.step, p.steps) for k, p in progress.items()} == {
+        ("t-base", 0): (40, 100), ("t-base", 1): (70, 100)}  # fmt: skip
+    assert progress[("t-base", 0)].saved == 1_700_000_000
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(1_700_000_000))
     rows = [_row(table, "base", 0, None, state="Failed"), _row(table, "base", 1, None,
                                                                 state="Running")]  # fmt: skip
     found = with_progress(table, statuses(table, {r["Experiment"]: r for r in rows}), progress)
     by_name = {f.name: f for f in found}
     assert (
-        by_name["t-base-s0"].state == "partial" and "at step 40 of 100" in by_name["t-base-s0"].why
+        by_name["t-base-s0"].state == "partial"
+        and by_name["t-base-s0"].why == f"at step 40 of 100 (resume state, saved {when})"
     )
     assert by_name["t-base-s1"].state == "running" and "at step 70" in by_name["t-base-s1"].why
     assert by_name["t-base-s2"].state == "missing"  # no state: nothing to go on from
     rows[0] = _row(table, "base", 0, None, state="Queued")  # queued again: from where it was
     found = with_progress(table, statuses(table, {r["Experiment"]: r for r in rows}), progress)
     assert (found[0].state, found[0].why) == (
-        "queued", "goes on from step 40 of 100 (resume state)")  # fmt: skip
+        "queued", f"goes on from step 40 of 100 (resume state, saved {when})")  # fmt: skip
     monkeypatch.setenv(RESUME_ROOT_ENV, "relative/dir")
     with pytest.raises(TrainError, match="absolute"):
         resume_for(".resume/x", 10, {"run": "x"})
@@ -649,7 +655,8 @@ def test_a_rounds_cells_progress_counts_its_rounds_steps_after_its_runs(tmp_path
         material = {"run": name, "train": {"seed": seed, "steps": steps}}
         resume_for(f".resume/{name}", 10, material).save({"step": step, "curve": []})
     assert table.steps("r") == 200
-    assert resume_progress(table, root) == {("t-r", 0): (40, 200), ("t-r", 1): (180, 200)}
+    progress = {k: (p.step, p.steps) for k, p in resume_progress(table, root).items()}
+    assert progress == {("t-r", 0): (40, 200), ("t-r", 1): (180, 200)}
 
 
 def test_a_done_experiments_final_states_are_deleted_and_partial_ones_stay(tmp_path, monkeypatch):
@@ -1828,7 +1835,7 @@ def test_a_killed_queue_goes_on_from_each_runs_resume_state(tmp_path, monkeypatc
     capsys.readouterr()
     assert main(["status", str(table), *common]) == 0
     out = capsys.readouterr().out
-    assert "partial  at step 2 of 4 (resume state)" in out, out  # DVC: still "Running"
+    assert "partial  at step 2 of 4 (resume state, saved " in out, out  # DVC: still "Running"
 
     # the next day: queued again, the run resumes at step 2 and does not halt there
     results = tmp_path / "results"

@@ -9,7 +9,7 @@ import yaml
 
 import pipeline.tools.sweeps.background as background
 from pipeline.tools.sweeps.cli import main
-from pipeline.tools.sweeps.status import statuses
+from pipeline.tools.sweeps.status import Progress, statuses
 
 
 def table_spec(name: str) -> dict:
@@ -57,7 +57,7 @@ def fake_dvc(monkeypatch, clone, log, pending, progress=None):
     (b) or done (a); `to_queue` returns `pending[table]`'s seeds; `progress[table]` holds the
     resume states' steps by seed."""
     monkeypatch.setattr(background, "resume_progress", lambda table, root: {
-        (table.run("x"), seed): (step, 100)
+        (table.run("x"), seed): Progress(step, 100, 0.0)
         for seed, step in (progress or {}).get(table.table, {}).items()
     })  # fmt: skip
 

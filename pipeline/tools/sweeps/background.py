@@ -60,6 +60,7 @@ from pipeline.tools.sweeps.queue import (
 )
 from pipeline.tools.sweeps.report import git_root
 from pipeline.tools.sweeps.status import (
+    Progress,
     Status,
     all_statuses,
     committed,
@@ -212,7 +213,7 @@ def turns(
 def partial_first(
     steps: list[Step],
     pending: list[list[Status]],
-    progress: list[Mapping[tuple[str, int], tuple[int, int | None]]],
+    progress: list[Mapping[tuple[str, int], Progress]],
 ) -> list[tuple[int, Status]]:
     """The pending runs (one list per table) that have a resume state (`resume_progress`, one
     mapping per table), as (table index, run): they go first, whatever the turns, since each
@@ -222,7 +223,7 @@ def partial_first(
     for i, (step, runs) in enumerate(zip(steps, pending, strict=True)):
         reached = {r.name: progress[i].get((step.table.run(r.cell), r.seed)) for r in runs}
         partial = [r for r in runs if reached[r.name] is not None]
-        out += [(i, r) for r in sorted(partial, key=lambda r: -reached[r.name][0])]
+        out += [(i, r) for r in sorted(partial, key=lambda r: -reached[r.name].step)]
     return out
 
 

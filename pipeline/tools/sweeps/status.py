@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pipeline.tools.sweeps.table import (
     DEFAULT_RESUME_ROOT,
@@ -299,42 +299,52 @@ def resume_root(path: str | Path | None = None) -> Path:
     return Path(chosen).expanduser().resolve()
 
 
-def _saved_states(root: Path, name: str) -> Iterator[tuple[Path, int, int, Any]]:
-    """(directory, seed, step reached, steps) of each resume state of training `name` under
-    `root` (`<root>/<name>/<fingerprint>/state.json`, pipeline.learn.methods.base.resume_for); a
-    damaged one, or one removed as its run ended, is skipped (the run starts over from it
-    anyway)."""
+def _saved_states(root: Path, name: str) -> Iterator[tuple[Path, int, int, Any, float]]:
+    """(directory, seed, step reached, steps, when it was saved) of each resume state of training
+    `name` under `root` (`<root>/<name>/<fingerprint>/state.json`,
+    pipeline.learn.methods.base.resume_for); a damaged one, or one removed as its run ended, is
+    skipped (the run starts over from it anyway)."""
     from pipeline.learn.agents.resume import ResumeStateError, read_header, read_plain
 
     for state in sorted((root / name).glob("*/state.json")):
         try:
             about = (read_header(state.parent) or {}).get("about") or {}
             step = (read_plain(state.parent) or {}).get("step")
+            saved = state.stat().st_mtime  # state.json is written last (resume.py)
         except (ResumeStateError, OSError):
             continue
         seed = about.get("seed")
         if isinstance(seed, int) and isinstance(step, int):
-            yield state.parent, seed, step, about.get("steps")
+            yield state.parent, seed, step, about.get("steps"), saved
 
 
-def resume_progress(table: Table, root: Path) -> dict[tuple[str, int], tuple[int, int | None]]:
-    """(run, seed) -> (step reached, steps) of each resume state under `root` of the table's
-    runs (`_saved_states`). A rounds cell's rounds keep theirs under each round's name, with the
+class Progress(NamedTuple):
+    """How far a run's resume state is: the step it reached, of how many, and when it was saved
+    (seconds since the epoch; a running run's stops moving when its worker stops)."""
+
+    step: int
+    steps: int | None
+    saved: float
+
+
+def resume_progress(table: Table, root: Path) -> dict[tuple[str, int], Progress]:
+    """(run, seed) -> the `Progress` of each resume state under `root` of the table's runs
+    (`_saved_states`). A rounds cell's rounds keep theirs under each round's name, with the
     round's seed: their steps count from the run's first step, out of all of the cell's
     training."""
-    out: dict[tuple[str, int], tuple[int, int | None]] = {}
+    out: dict[tuple[str, int], Progress] = {}
     for cell, spec in table.cells.items():
         run = table.run(cell)
         for k, (name, before) in enumerate(table.trainings(cell)):
             # the experiment's seed of a state's seed (round k's: round_seed)
             seeds = None if k == 0 else {round_seed(s, k): s for s in table.seeds}
-            for _, seed, step, steps in _saved_states(root, name):
+            for _, seed, step, steps, saved in _saved_states(root, name):
                 seed = seed if seeds is None else seeds.get(seed)
                 if seed is None:
                     continue
                 steps = table.steps(cell) if spec.rounds is not None else steps
-                if before + step > out.get((run, seed), (-1, None))[0]:
-                    out[(run, seed)] = (before + step, steps)
+                if (run, seed) not in out or before + step > out[(run, seed)].step:
+                    out[(run, seed)] = Progress(before + step, steps, saved)
     return out
 
 
@@ -349,7 +359,7 @@ def clear_done_states(table: Table, found: list[Status], root: Path) -> list[Pat
             continue
         for k, (name, _) in enumerate(table.trainings(f.cell)):
             wanted = f.seed if k == 0 else round_seed(f.seed, k)
-            for directory, seed, step, steps in _saved_states(root, name):
+            for directory, seed, step, steps, _ in _saved_states(root, name):
                 if seed == wanted and step == steps:
                     shutil.rmtree(directory, ignore_errors=True)
                     cleared.append(directory)
@@ -357,18 +367,21 @@ def clear_done_states(table: Table, found: list[Status], root: Path) -> list[Pat
 
 
 def with_progress(
-    table: Table, found: list[Status], progress: Mapping[tuple[str, int], tuple[int, int | None]]
+    table: Table, found: list[Status], progress: Mapping[tuple[str, int], Progress]
 ) -> list[Status]:
-    """`found` with each unfinished experiment's resume state: a running one says its step; one
-    that no worker holds (missing, failed: its machine or worker stopped) is `partial`, and the
-    next `queue` goes on from there; a queued one says the step it will go on from."""
+    """`found` with each unfinished experiment's resume state (`resume_progress`) and when it
+    was saved: a running one says its step; one that no worker holds (missing, failed: its
+    machine or worker stopped) is `partial`, and the next `queue` goes on from there; a queued
+    one says the step it will go on from."""
     out = []
     for f in found:
         at = progress.get((table.run(f.cell), f.seed)) if f.seed is not None else None
         if at is None or f.state in ("done", "stale"):
             out.append(f)
             continue
-        where = f"at step {at[0]:,}" + (f" of {at[1]:,}" if at[1] else "") + " (resume state)"
+        saved = time.strftime("%Y-%m-%d %H:%M", time.localtime(at.saved))
+        where = (f"at step {at.step:,}" + (f" of {at.steps:,}" if at.steps else "")
+                 + f" (resume state, saved {saved})")  # fmt: skip
         if f.state == "queued":
             out.append(dataclasses.replace(f, why=f"goes on from {where.removeprefix('at ')}"))
             continue
