@@ -43,6 +43,7 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from pipeline.tools.sweeps.left import format_left, steps_left
 from pipeline.tools.sweeps.lock_trees import print_missing_trees
 from pipeline.tools.sweeps.orphans import end_orphans, format_orphans, orphans
 from pipeline.tools.sweeps.paid_again import print_paid_again
@@ -145,10 +146,12 @@ def plan_status(steps: list[Step], repo: Path, root: Path) -> str:
     for step in steps:
         found = all_statuses(step.table, settled_rows(repo, step.read))
         found = with_committed(found, committed(step.table, step.results))
-        found = with_progress(step.table, found, resume_progress(step.table, root))
+        progress = resume_progress(step.table, root)
+        found = with_progress(step.table, found, progress)
         at = ", ".join(r[:7] for r in step.revs)
         head = f"== {step.table.table} ({step.path.name} at {at}; {step.results}) =="
-        blocks.append(f"{head}\n{format_status(step.table, found)}")
+        left = format_left(steps_left(step.table, found, progress))
+        blocks.append(f"{head}\n{format_status(step.table, found)}\n{left}")
     left = format_orphans(orphans(repo), repo)
     return "\n\n".join(blocks + ([left] if left else []))
 

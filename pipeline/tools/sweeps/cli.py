@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pipeline.tools.sweeps as sweeps
 from pipeline.core.errors import print_error
+from pipeline.tools.sweeps.left import format_left, steps_left
 from pipeline.tools.sweeps.lock_trees import print_missing_trees
 from pipeline.tools.sweeps.orphans import format_orphans, orphans
 from pipeline.tools.sweeps.paid_again import print_paid_again
@@ -210,8 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         found = all_statuses(table, settled_rows(args.repo, args.rev), args.cell, args.seed)
         found = with_committed(found, kept)
         if args.command == "status":
-            found = with_progress(table, found, resume_progress(table, root))
+            progress = resume_progress(table, root)
+            found = with_progress(table, found, progress)
             print(format_status(table, found))
+            print(format_left(steps_left(table, found, progress)))
             left = format_orphans(orphans(args.repo), args.repo)
             if left:
                 print(left)
