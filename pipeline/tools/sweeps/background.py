@@ -150,8 +150,8 @@ def plan_status(steps: list[Step], repo: Path, root: Path) -> str:
         found = with_progress(step.table, found, progress)
         at = ", ".join(r[:7] for r in step.revs)
         head = f"== {step.table.table} ({step.path.name} at {at}; {step.results}) =="
-        left = format_left(steps_left(step.table, found, progress))
-        blocks.append(f"{head}\n{format_status(step.table, found)}\n{left}")
+        todo = format_left(steps_left(step.table, found, progress))
+        blocks.append(f"{head}\n{format_status(step.table, found)}\n{todo}")
     left = format_orphans(orphans(repo), repo)
     return "\n\n".join(blocks + ([left] if left else []))
 
