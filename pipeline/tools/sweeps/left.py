@@ -1,6 +1,7 @@
 """What a table has left to pay: the agent steps of its experiments that are not done, less
-what their resume states already hold. With a pace measured on the machine (steps a second a
-run, times the runs at once), it says how long the background work has to go."""
+what their resume states already hold. Divided by a pace measured on the machine (steps a second
+a run, times the runs at once), it is how long the background work has to go; no pace is kept
+here."""
 
 from __future__ import annotations
 
