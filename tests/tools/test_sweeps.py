@@ -536,25 +536,25 @@ def test_a_running_task_is_orphaned_when_its_process_or_every_worker_is_gone(tmp
     import json
     import subprocess
 
-    import pipeline.tools.sweeps.status as status
+    import pipeline.tools.sweeps.orphans as orphans
 
     rev = "ab" * 20
     workers: list[str] = []
-    monkeypatch.setattr(status, "live_workers", lambda repo: workers)
-    assert status.orphaned(tmp_path, rev)  # no record, no worker: nothing will run it
+    monkeypatch.setattr(orphans, "live_workers", lambda repo: workers)
+    assert orphans.orphaned(tmp_path, rev)  # no record, no worker: nothing will run it
     workers.append("dvc-exp-0a1b2c-1@localhost")
-    assert not status.orphaned(tmp_path, rev)  # a worker may be taking it up
+    assert not orphans.orphaned(tmp_path, rev)  # a worker may be taking it up
 
     record = tmp_path / ".dvc" / "tmp" / "exps" / "run" / rev / f"{rev}.json"
     record.parent.mkdir(parents=True)
     gone = subprocess.Popen(["true"])  # a pid that has exited and been reaped
     gone.wait()
     record.write_text(json.dumps({"pid": gone.pid, "returncode": None}))
-    assert status.orphaned(tmp_path, rev)  # its process is gone, workers or not
+    assert orphans.orphaned(tmp_path, rev)  # its process is gone, workers or not
     record.write_text(json.dumps({"pid": os.getpid(), "returncode": None}))
-    assert not status.orphaned(tmp_path, rev)
+    assert not orphans.orphaned(tmp_path, rev)
     workers.clear()
-    assert not status.orphaned(tmp_path, rev)  # its process runs: a worker's death is not its
+    assert not orphans.orphaned(tmp_path, rev)  # its process runs: a worker's death is not its
 
 
 def test_each_experiment_is_done_stale_failed_queued_or_missing():
@@ -726,6 +726,33 @@ def test_committed_results_are_done_and_never_queued_again_unless_the_table_chan
     (results / "results.json").write_text("{}")
     with pytest.raises(SweepError, match=r"results\.json"):
         committed(table, results)
+
+
+def test_the_machine_that_ran_each_experiment_is_recorded_and_kept_with_its_result(tmp_path):
+    """A done experiment that a queue here ran (DVC's state Success) is stamped with this machine;
+    one that no local queue ran (no state: `dvc exp pull`) is not recorded. The stamp goes into
+    results.json, comes back with the committed result, and the report names each machine's
+    runs; a table with no machine recorded says nothing of machines."""
+    from pipeline.tools.reproducibility import machine_fingerprint, machine_summary
+    from pipeline.tools.sweeps.report import write_report
+    from pipeline.tools.sweeps.status import committed
+
+    table = Table.model_validate(TABLE)
+    here = machine_summary()
+    assert machine_fingerprint()["cpu"] in here and "cores" in here
+    rows = [_row(table, "base", 0, 1.0), _row(table, "base", 1, 2.0, state=None),
+            _row(table, "more", 0, 3.0, state="Running")]  # fmt: skip
+    found = {f.name: f for f in statuses(table, {r["Experiment"]: r for r in rows})}
+    assert found["t-base-s0"].machine == here
+    assert found["t-base-s1"].state == "done" and found["t-base-s1"].machine is None
+    assert found["t-more-s0"].machine is None  # running: not done
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(TABLE))
+    text = write_report(table, tmp_path / "t.yaml", list(found.values()), tmp_path / "r")
+    assert f"{here}: base s0 | not recorded: base s1" in text
+    kept = committed(table, tmp_path / "r")
+    assert kept["t-base-s0"].machine == here and kept["t-base-s1"].machine is None
+    unrecorded = [dataclasses.replace(f, machine=None) for f in found.values()]
+    assert "Machines" not in format_report(table, unrecorded)
 
 
 def test_a_committed_teacher_result_is_kept_whatever_order_the_results_file_holds_cells_in(

@@ -1,4 +1,6 @@
-"""Stage processes left running by a killed experiment, and their end before a table resumes.
+"""The processes behind a table's experiments: DVC's queue workers, tasks whose process is gone
+(`orphaned`: DVC still lists them as running), and stage processes left running by a killed
+experiment, ended before a table resumes.
 
 `dvc queue stop --kill` (and `dvc queue kill --force`) SIGKILLs each running experiment's
 `dvc exp run` process alone (dvc-task's `ProcessManager.kill` signals the process, not its
@@ -20,7 +22,61 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.tools.sweeps.status import process_alive
+ORPHANED = "Orphaned"  # DVC says Running; the process it recorded is gone
+ORPHANED_WHY = "its process died with its worker or machine: `queue` runs it again"
+
+
+def orphaned(repo: Path, rev: str) -> bool:
+    """Whether the experiment task `rev` (a queued stash commit) that DVC lists as running has
+    lost its process: the pid DVC's task runner recorded (`.dvc/tmp/exps/run/<rev>/<rev>.json`)
+    is not alive and no return code was written. A SIGKILLed worker, or a machine that stopped,
+    leaves its task so; DVC keeps showing it as running. A task with no such record is orphaned
+    when no queue worker runs in `repo`: its worker died as it took the task up (DVC's file
+    broker, treeverse/dvc#7903, or a machine that stopped then), and no process will ever
+    write one. With a worker alive it may be starting, and counts as running."""
+    import json
+
+    for info in (repo / ".dvc" / "tmp" / "exps" / "run").glob(f"{rev}*/{rev}*.json"):
+        try:
+            proc = json.loads(info.read_text())
+        except (OSError, ValueError):
+            continue
+        pid = proc.get("pid") if isinstance(proc, dict) else None
+        if not isinstance(pid, int) or proc.get("returncode") is not None:
+            continue
+        return not process_alive(pid)
+    return not live_workers(repo)
+
+
+def live_workers(repo: Path) -> list[str]:
+    """The names of DVC's queue workers (`dvc exp queue-worker NAME` processes) running in
+    `repo`."""
+    import psutil
+
+    root = repo.resolve()
+    names = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cmdline, cwd = proc.info["cmdline"] or [], proc.info["cwd"]  # None: not ours to read
+        if "queue-worker" in cmdline and cwd is not None and Path(cwd).resolve() == root:
+            at = cmdline.index("queue-worker") + 1
+            names.append(cmdline[at] if at < len(cmdline) else "")
+    return names
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` runs: it exists and is not a zombie (a killed process whose parent
+    died too waits for a reaper, which a container's init may be slow to be)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: trust the signal
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 @dataclass(frozen=True)

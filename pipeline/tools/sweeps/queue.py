@@ -19,14 +19,13 @@ from typing import Any
 
 from pipeline.tools.sweeps.childask import ChildAsk
 from pipeline.tools.sweeps.keep import Keep, keep_results
+from pipeline.tools.sweeps.orphans import ORPHANED_WHY, live_workers
 from pipeline.tools.sweeps.priority import lower_group_priority
 from pipeline.tools.sweeps.status import (
-    ORPHANED_WHY,
     Status,
     all_statuses,
     clear_done_states,
     count_line,
-    live_workers,
     resume_root,
     settled_rows,
     with_committed,

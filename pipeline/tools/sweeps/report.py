@@ -192,6 +192,26 @@ def format_teachers(table: Table, found: list[Status]) -> list[str]:
     return ["", *lines]
 
 
+def format_machines(found: list[Status]) -> list[str]:
+    """Which machine ran which done experiment, once any is recorded: a table's seeds may come
+    from several machines, whose networks agree within noise, not to the byte."""
+    done = [f for f in found if f.state == "done"]
+    if not any(f.machine for f in done):
+        return []
+    runs: dict[str | None, dict[str, list[str]]] = {}
+    for f in done:
+        cell = f"teacher of {f.cell}" if f.seed is None else f.cell
+        runs.setdefault(f.machine, {}).setdefault(cell, []).append(
+            "" if f.seed is None else f"s{f.seed}"
+        )
+    parts = [
+        f"{machine or 'not recorded'}: "
+        + "; ".join(f"{cell} {', '.join(seeds)}".rstrip() for cell, seeds in cells.items())
+        for machine, cells in sorted(runs.items(), key=lambda item: item[0] is None)
+    ]
+    return ["", "Machines (the one whose queue ran each done experiment): " + " | ".join(parts)]
+
+
 def _label_cells(labels: Mapping[str, Any] | None) -> str:
     """`label_cost` as two table cells: prompts by task, parsed share."""
     if labels is None:
@@ -310,6 +330,7 @@ def format_report(table: Table, found: list[Status]) -> str:
     lines += format_preregistered(table, cells)
     lines += format_diagnostics(table, found)
     lines += format_teachers(table, found)
+    lines += format_machines(found)
     left = [f for f in found if f.state != "done"]
     if left:
         lines.append("")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from pipeline.tools.sweeps.orphans import ORPHANED, ORPHANED_WHY, orphaned
 from pipeline.tools.sweeps.table import (
     DEFAULT_RESUME_ROOT,
     STATES,
@@ -46,6 +47,9 @@ class Status:
     teacher: dict[str, Any] | None = None  # a teacher experiment's metrics file (report, done)
     labels: dict[str, Any] | None = None  # what its label table paid (`label_cost`; report, done)
     kept: bool = False  # done by the table's committed results (`--results`), not by DVC
+    # the machine whose queue ran it (`machine_summary`), stamped when a done experiment is first
+    # read where it ran and kept with its committed result; None: not recorded
+    machine: str | None = None
     # curve -> [[step, value], ...] as logged (report, when done): the raw curves of the
     # thresholds and diagnostics, kept in results.json beside what was read from them
     curves: dict[str, list[list[float]]] | None = None
@@ -124,63 +128,6 @@ def exp_rows(repo: Path, rev: str | Sequence[str] | None = None) -> dict[str, di
     return out
 
 
-ORPHANED = "Orphaned"  # DVC says Running; the process it recorded is gone
-ORPHANED_WHY = "its process died with its worker or machine: `queue` runs it again"
-
-
-def orphaned(repo: Path, rev: str) -> bool:
-    """Whether the experiment task `rev` (a queued stash commit) that DVC lists as running has
-    lost its process: the pid DVC's task runner recorded (`.dvc/tmp/exps/run/<rev>/<rev>.json`)
-    is not alive and no return code was written. A SIGKILLed worker, or a machine that stopped,
-    leaves its task so; DVC keeps showing it as running. A task with no such record is orphaned
-    when no queue worker runs in `repo`: its worker died as it took the task up (DVC's file
-    broker, treeverse/dvc#7903, or a machine that stopped then), and no process will ever
-    write one. With a worker alive it may be starting, and counts as running."""
-    import json
-
-    for info in (repo / ".dvc" / "tmp" / "exps" / "run").glob(f"{rev}*/{rev}*.json"):
-        try:
-            proc = json.loads(info.read_text())
-        except (OSError, ValueError):
-            continue
-        pid = proc.get("pid") if isinstance(proc, dict) else None
-        if not isinstance(pid, int) or proc.get("returncode") is not None:
-            continue
-        return not process_alive(pid)
-    return not live_workers(repo)
-
-
-def live_workers(repo: Path) -> list[str]:
-    """The names of DVC's queue workers (`dvc exp queue-worker NAME` processes) running in
-    `repo`."""
-    import psutil
-
-    root = repo.resolve()
-    names = []
-    for proc in psutil.process_iter(["cmdline", "cwd"]):
-        cmdline, cwd = proc.info["cmdline"] or [], proc.info["cwd"]  # None: not ours to read
-        if "queue-worker" in cmdline and cwd is not None and Path(cwd).resolve() == root:
-            at = cmdline.index("queue-worker") + 1
-            names.append(cmdline[at] if at < len(cmdline) else "")
-    return names
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process `pid` runs: it exists and is not a zombie (a killed process whose parent
-    died too waits for a reaper, which a container's init may be slow to be)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's: alive
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no procfs: trust the signal
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
 def settled_rows(
     repo: Path,
     rev: str | Sequence[str] | None = None,
@@ -218,6 +165,15 @@ def _unfinished(
     return Status(cell, seed, name, "stale", rev, why="; ".join(differs)) if differs else None
 
 
+def ran_here(row: Mapping[str, Any]) -> str | None:
+    """The machine that ran a done experiment: this one where a queue here ran it (DVC's state
+    `Success`, which only the local queue's task records give); None where none did (an
+    experiment fetched with `dvc exp pull` has no state)."""
+    from pipeline.tools.reproducibility import machine_summary
+
+    return machine_summary() if row.get("State") == "Success" else None
+
+
 def statuses(
     table: Table,
     rows: Mapping[str, Mapping[str, Any]],
@@ -247,7 +203,8 @@ def statuses(
                      for r in table.round_names(cell)]  # fmt: skip
             known = bool(calls) and all(isinstance(c, int | float) for c in calls)
             out.append(Status(cell, seed, name, "done", rev, float(value),
-                              round_calls=int(sum(calls)) if known else None))  # fmt: skip
+                              round_calls=int(sum(calls)) if known else None,
+                              machine=ran_here(row)))  # fmt: skip
     return out
 
 
@@ -273,7 +230,7 @@ def teacher_statuses(
             out.append(Status(group, None, name, "failed", rev,
                               why=f"no {table.teacher_file(group)}:teacher_id"))  # fmt: skip
         else:
-            out.append(Status(group, None, name, "done", rev))
+            out.append(Status(group, None, name, "done", rev, machine=ran_here(row)))
     return out
 
 
