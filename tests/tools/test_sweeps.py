@@ -1166,6 +1166,38 @@ def test_an_ask_that_hangs_is_killed_once_its_cpu_time_stops_and_the_next_gets_a
         ask.close()
 
 
+def _unsendable():
+    return lambda: None  # pickle refuses a lambda
+
+
+def test_the_child_ends_quietly_when_its_caller_died_and_says_when_a_value_cannot_be_sent():
+    """A poller stopped while its child asked DVC left two BrokenPipeError tracebacks in the
+    tables' log: the child sent its answer, the send failed, and it tried to send that failure
+    as the answer. A caller gone is the end of the child's work; a value that does not pickle
+    comes back as an error naming the call."""
+    import threading
+    from multiprocessing import Pipe
+
+    from pipeline.tools.sweeps.childask import _serve
+
+    caller, child = Pipe()
+    caller.send((_answer, (1,)))
+    caller.close()  # the caller dies before the answer
+    _serve(child)  # returns, raising nothing
+
+    caller, child = Pipe()
+    serving = threading.Thread(target=_serve, args=(child,))
+    serving.start()
+    caller.send((_unsendable, ()))
+    state, error = caller.recv()
+    assert state == "error" and isinstance(error, SweepError)
+    assert "_unsendable(): its value cannot be sent back" in str(error)
+    caller.send((_answer, (2,)))
+    assert caller.recv()[1][0]["e"] == 2  # the child goes on
+    caller.close()
+    serving.join()
+
+
 def test_the_child_imports_its_callers_pipeline_from_any_folder(tmp_path, monkeypatch):
     """The poller runs beside a table's clone; a child started in a folder whose `pipeline` is
     an older commit's (without childask) still runs the caller's code."""

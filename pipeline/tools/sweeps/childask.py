@@ -125,7 +125,8 @@ def _cpu(proc: Any) -> float:
 
 def _serve(conn: Connection) -> None:
     """ChildAsk's child: answer each (fn, args) with ("ok", (value, cpu time so far)) or
-    ("error", the exception) until the caller closes its end."""
+    ("error", the exception) until the caller closes its end or dies (a poller stopped while its
+    child asked DVC: the answer has no one to go to, and the child ends quietly)."""
     import pickle
 
     while True:
@@ -136,13 +137,20 @@ def _serve(conn: Connection) -> None:
         try:
             value = fn(*args)
             t = os.times()
-            conn.send(("ok", (value, t.user + t.system)))
+            answer: tuple[str, Any] = ("ok", (value, t.user + t.system))
         except Exception as exc:
             try:
                 pickle.dumps(exc)
             except Exception:
                 exc = SweepError(f"{fn.__name__}{args}: {type(exc).__name__}: {exc}")
-            conn.send(("error", exc))
+            answer = ("error", exc)
+        try:
+            conn.send(answer)  # pickled whole before a byte is written
+        except (BrokenPipeError, ConnectionResetError):  # the caller died while fn ran
+            return
+        except Exception as exc:  # the value does not pickle
+            conn.send(("error", SweepError(f"{fn.__name__}{args}: its value cannot be sent "
+                                           f"back ({type(exc).__name__}: {exc})")))  # fmt: skip
 
 
 def _callers_path() -> dict[str, str]:
