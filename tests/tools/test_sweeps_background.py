@@ -163,6 +163,43 @@ def test_an_interleaved_plan_queues_its_tables_in_turns(plan, monkeypatch):
     ]  # fmt: skip
 
 
+def test_a_table_with_nothing_done_here_gets_one_run_in_the_first_round(plan, monkeypatch, capsys):
+    """On a fresh machine both of P2's first runs (its `turns: 2`) trained the policy teacher,
+    collected and pre-trained C_V side by side. A table none of whose experiments is done,
+    running or partway here gets one run in the first round (the next restores those stages
+    from DVC's run cache), its turns after; a table with one done keeps its turns."""
+    path, clone, *_ = plan
+    spec = yaml.safe_load(path.read_text())
+    spec["tables"] = [{**entry, "turns": 2} for entry in spec["tables"]]
+    path.write_text(yaml.safe_dump({**spec, "interleave": True}))
+    argv = ["resume", str(path), "--repo", str(clone), "--jobs", "1"]
+
+    def queued(log):
+        return [e[1] for e in log if e[0] == "queue"]
+
+    log = []  # b has one running, a one done: both keep their two runs a round
+    fake_dvc(monkeypatch, clone, log, {"b": [0, 1], "a": [0, 1]})
+    assert main(argv) == 0
+    assert queued(log) == ["b-x-s0", "b-x-s1", "a-x-s0", "a-x-s1"]
+    assert "first round" not in capsys.readouterr().out
+
+    def nothing_here(table, rows):  # a fresh machine: nothing done or running
+        return statuses(table, {})
+
+    for progress, order in [
+        (None, ["b-x-s0", "a-x-s0", "b-x-s1", "a-x-s1"]),
+        ({"a": {1: 50}}, ["a-x-s1", "b-x-s0", "a-x-s0", "b-x-s1"]),
+    ]:
+        log = []  # with a resume state (a partway), a has paid its stages here
+        fake_dvc(monkeypatch, clone, log, {"b": [0, 1], "a": [0, 1]}, progress)
+        monkeypatch.setattr(background, "all_statuses", nothing_here)
+        assert main(argv) == 0
+        assert queued(log) == order
+        out = capsys.readouterr().out
+        assert "b: none of its experiments done or running here" in out
+        assert ("a: none" in out) is (progress is None)
+
+
 def test_turns_take_each_tables_teachers_first_then_seed_by_seed():
     from pipeline.tools.sweeps.status import Status
 
@@ -180,6 +217,9 @@ def test_turns_take_each_tables_teachers_first_then_seed_by_seed():
     # an entry's `turns: 2`: two of its runs each round
     order = [r.name for _, r in background.turns([long[:4], short + short], [1, 2])]
     assert order == ["p-x-0", "q-z-4", "q-z-4", "p-y-0", "p-x-1", "p-x-2"]
+    # the first round's shares apart: one run of q, then two a round
+    order = [r.name for _, r in background.turns([long[:3], short * 3], [1, 2], [1, 1])]
+    assert order == ["p-x-0", "q-z-4", "p-x-1", "q-z-4", "q-z-4", "p-x-2"]
 
 
 def test_a_plan_that_names_a_commit_the_clone_lacks_or_no_tables_is_refused(plan, tmp_path, capsys):

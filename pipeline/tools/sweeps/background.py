@@ -192,25 +192,46 @@ def load_plan(path: Path, repo: Path) -> tuple[list[Step], bool]:
 
 
 def turns(
-    pending: list[list[Status]], shares: Sequence[int] | None = None
+    pending: list[list[Status]],
+    shares: Sequence[int] | None = None,
+    first: Sequence[int] | None = None,
 ) -> list[tuple[int, Status]]:
     """The order in which interleaved tables' `pending` runs (one list per table, as `to_queue`
     gives them) are queued, as (table index, run): round after round, each table's next
-    `shares[i]` runs (default 1). Within a table, its teachers' runs first, then seed by seed
-    (every cell of its first seed, then of the next): a table cut short holds its cells at the
-    same seeds."""
+    `shares[i]` runs (default 1; `first[i]` in the first round, default `shares`). Within a
+    table, its teachers' runs first, then seed by seed (every cell of its first seed, then of
+    the next): a table cut short holds its cells at the same seeds."""
     shares = shares or [1] * len(pending)
+    first = first or shares
     ordered = [
         sorted(runs, key=lambda s: (s.seed is not None, -1 if s.seed is None else s.seed))
         for runs in pending
     ]  # stable: within a seed, the cells keep the table's order
-    rounds = max((-(-len(runs) // k) for runs, k in zip(ordered, shares, strict=True)), default=0)
-    return [
-        (i, run)
-        for r in range(rounds)
-        for i, (runs, k) in enumerate(zip(ordered, shares, strict=True))
-        for run in runs[r * k : (r + 1) * k]
-    ]
+    out: list[tuple[int, Status]] = []
+    taken, round_shares = [0] * len(ordered), first
+    while any(n < len(runs) for n, runs in zip(taken, ordered, strict=True)):
+        for i, (runs, k) in enumerate(zip(ordered, round_shares, strict=True)):
+            out += [(i, run) for run in runs[taken[i] : taken[i] + max(k, 1)]]
+            taken[i] += max(k, 1)
+        round_shares = shares
+    return out
+
+
+def cold_shares(steps: list[Step], warm: Sequence[bool]) -> list[int]:
+    """The first round's share of each table (`turns`' `first`): one run of a table none of
+    whose experiments is done, running or partway here (a fresh machine or clone). Its first run
+    pays the stages its runs share and DVC's run cache can restore (a policy teacher, collect,
+    C_V); a second run started beside it pays them again (on a fresh 2-core machine both of P2's
+    first runs trained the teacher, collected and pre-trained C_V side by side, about an hour
+    each before their first training step), where one started a round later restores them."""
+    out = []
+    for step, known in zip(steps, warm, strict=True):
+        if not known and step.turns > 1:
+            print(f"{step.table.table}: none of its experiments done or running here (a fresh "
+                  "machine or clone): one of its runs in the first round, so that the next "
+                  "restores what that one pays from DVC's run cache", flush=True)  # fmt: skip
+        out.append(step.turns if known else 1)
+    return out
 
 
 def partial_first(
@@ -257,8 +278,10 @@ def resume(
             if step.rev == rev:
                 print_paid_again(step.table, repo)
                 print_missing_trees(step.table, repo)
+    warm = []  # whether each table has paid its shared stages here (`cold_shares`)
     for step in steps:
         found = all_statuses(step.table, settled_rows(repo, step.read))
+        warm.append(any(f.state in ("done", "running") for f in found))
         waiting = [f.name for f in found if f.state == "queued"]
         if waiting:
             run_checked(["dvc", "queue", "remove", *waiting], repo)
@@ -273,7 +296,11 @@ def resume(
     first = {r.name for _, r in order}  # experiment names: one table's each, never shared
     rest = [[r for r in runs if r.name not in first] for runs in pending]
     order += (
-        turns(rest, [step.turns for step in steps])
+        turns(
+            rest,
+            [step.turns for step in steps],
+            cold_shares(steps, [w or bool(p) for w, p in zip(warm, progress, strict=True)]),
+        )
         if interleave
         else [(i, r) for i, runs in enumerate(rest) for r in runs]
     )
