@@ -41,7 +41,6 @@ What the check guarantees, and what it does not:
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import subprocess
@@ -266,15 +265,6 @@ def machine_fingerprint() -> dict[str, Any]:
         "torch_build_sha256": hashlib.sha256(torch.__config__.show().encode()).hexdigest(),
         "numpy": numpy.__version__,
     }
-
-
-@functools.cache
-def machine_summary() -> str:
-    """This machine in a line, for the record of what ran where (a table's results): the CPU
-    (vendor, family, model and model name: a virtual machine's model name alone can be vague),
-    its core count and the vector extensions torch's CPU kernels dispatch to."""
-    found = machine_fingerprint()
-    return f"{found['cpu']}, {found['cores']} cores, torch {found['torch_cpu_capability']}"
 
 
 def modified_outputs(status: Mapping[str, Any]) -> list[str]:

@@ -733,9 +733,9 @@ def test_the_machine_that_ran_each_experiment_is_recorded_and_kept_with_its_resu
     one that no local queue ran (no state: `dvc exp pull`) is not recorded. The stamp goes into
     results.json, comes back with the committed result, and the report names each machine's
     runs; a table with no machine recorded says nothing of machines."""
-    from pipeline.tools.reproducibility import machine_fingerprint, machine_summary
+    from pipeline.tools.reproducibility import machine_fingerprint
     from pipeline.tools.sweeps.report import write_report
-    from pipeline.tools.sweeps.status import committed
+    from pipeline.tools.sweeps.status import committed, machine_summary
 
     table = Table.model_validate(TABLE)
     here = machine_summary()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import os
 import re
 import shutil
@@ -165,12 +166,21 @@ def _unfinished(
     return Status(cell, seed, name, "stale", rev, why="; ".join(differs)) if differs else None
 
 
+@functools.cache
+def machine_summary() -> str:
+    """This machine in a line, for the record of what ran where: the CPU (vendor, family, model
+    and model name: a virtual machine's model name alone can be vague), its core count and the
+    vector extensions torch's CPU kernels dispatch to (`machine_fingerprint`)."""
+    from pipeline.tools.reproducibility import machine_fingerprint
+
+    found = machine_fingerprint()
+    return f"{found['cpu']}, {found['cores']} cores, torch {found['torch_cpu_capability']}"
+
+
 def ran_here(row: Mapping[str, Any]) -> str | None:
     """The machine that ran a done experiment: this one where a queue here ran it (DVC's state
     `Success`, which only the local queue's task records give); None where none did (an
     experiment fetched with `dvc exp pull` has no state)."""
-    from pipeline.tools.reproducibility import machine_summary
-
     return machine_summary() if row.get("State") == "Success" else None
 
 
