@@ -148,6 +148,26 @@ def test_resume_takes_the_queue_down_then_queues_each_table_in_the_plans_order(p
                                                                 ("workers", 2, 10)]  # fmt: skip
 
 
+def test_wait_keeps_a_plans_results_as_they_land_and_leaves_the_queue_alone(
+    plan, monkeypatch, capsys
+):
+    """A poller stopped alone (after an update of the tool's code) starts again with `wait`: it
+    waits on every table at its commits, keeping each table's results, with no task taken off
+    the queue or queued again (as `resume` would, minutes of queueing); a table file is not a
+    plan."""
+    path, clone, first, second = plan
+    log = []
+    fake_dvc(monkeypatch, clone, log, {"b": [0], "a": [0, 1]})
+    argv = ["wait", str(path), "--repo", str(clone), "--jobs", "2", "--nice", "19", "--commit"]
+    assert main(argv) == 0
+    assert log == [
+        ("lowered", 19),
+        ("wait", 2, ("b", second, "b", True, "b.yaml"), ("a", first, "a", True, "a.yaml")),
+    ]
+    assert main(["wait", str(path.parent / "a.yaml"), "--repo", str(clone)]) == 2
+    assert "is not a plan of tables" in capsys.readouterr().err
+
+
 def test_an_interleaved_plan_queues_its_tables_in_turns(plan, monkeypatch):
     """`interleave: true`: each table's next run, round after round, the clone checked out at
     each run's own commit."""

@@ -19,6 +19,9 @@ parallel, and `dvc exp push` / `pull` carry them between machines.
                                              # the day's restart of the tables run as
                                              # background work, in the plan's order
                                              # (pipeline/tools/sweeps/background.py)
+    vlmrl-sweep wait PLAN --repo CLONE --jobs 2 --nice 19 --commit
+                                             # its poller alone, started again: the queue as
+                                             # it stands (after an update of this tool)
     vlmrl-sweep report TABLE --out DIR       # table.md (mean +- std, ddof 1; Welch p against
                                              # the control), the figure, results.json (raw)
     vlmrl-sweep commands TABLE --cell C --seed S

@@ -317,8 +317,15 @@ def resume(
             started = True
     if jobs and not started:
         start_workers(repo, jobs, workers)
-    if not wait_too:
-        return
+    if wait_too:
+        wait_plan(steps, repo, workers, jobs, commit=commit)
+
+
+def wait_plan(steps: list[Step], repo: Path, workers: Workers, jobs: int, *, commit: bool) -> None:
+    """Step 3's wait alone (`vlmrl-sweep wait PLAN`): the queue as it stands, each table's
+    results written (and with `commit`, committed) as its experiments land. What a poller that
+    was stopped alone needs (after an update of this tool's code), where `resume` would take
+    every waiting task off the queue and queue it again (ten minutes here for 38 runs)."""
     watches = [
         Watch(step.table, step.read, committed(step.table, step.results),
               Keep(step.results, commit), step.path)

@@ -76,12 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "command", choices=("check", "status", "queue", "report", "commands", "resume")
+        "command",
+        choices=("check", "status", "queue", "report", "commands", "resume", "wait"),
+        help="wait: a plan's tables as queued, their results kept as they land (a poller "
+        "started again alone; `resume` queues again too)",
     )
     parser.add_argument(
         "table",
         type=Path,
-        help="the table's YAML file (resume: a plan of tables, in order; status: either)",
+        help="the table's YAML file (resume, wait: a plan of tables, in order; status: either)",
     )
     parser.add_argument("--repo", type=Path, default=Path("."), help="the DVC repository")
     parser.add_argument("--cell", action="append", help="these cells only (repeatable)")
@@ -128,7 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        from pipeline.tools.sweeps.background import is_plan, load_plan, plan_status, resume
+        from pipeline.tools.sweeps.background import (
+            is_plan,
+            load_plan,
+            plan_status,
+            resume,
+            wait_plan,
+        )
 
         if args.command == "status" and is_plan(args.table):
             steps, _ = load_plan(args.table, args.repo)
@@ -139,6 +148,15 @@ def main(argv: list[str] | None = None) -> int:
             steps, interleave = load_plan(args.table, args.repo)
             resume(steps, args.repo, workers, args.jobs, commit=args.commit, wait_too=args.wait,
                    interleave=interleave)  # fmt: skip
+            return 0
+        if args.command == "wait":
+            if not is_plan(args.table):
+                raise SweepError(f"wait: {args.table} is not a plan of tables (`queue --wait` "
+                                 "waits on one table)")  # fmt: skip
+            workers = Workers(resume_root(args.resume_root), args.nice, args.threads)
+            workers.lower_priority()  # background work, as resume --wait's poller
+            steps, _ = load_plan(args.table, args.repo)
+            wait_plan(steps, args.repo, workers, args.jobs, commit=args.commit)
             return 0
         table = load_table(args.table)
         unknown = sorted(set(args.cell or ()) - set(table.cells))
