@@ -325,7 +325,7 @@ def wait_plan(steps: list[Step], repo: Path, workers: Workers, jobs: int, *, com
     """Step 3's wait alone (`vlmrl-sweep wait PLAN`): the queue as it stands, each table's
     results written (and with `commit`, committed) as its experiments land. What a poller that
     was stopped alone needs (after an update of this tool's code), where `resume` would take
-    every waiting task off the queue and queue it again (ten minutes here for 38 runs)."""
+    every waiting task off the queue and queue it again (3-11 minutes here for 38-40 runs)."""
     watches = [
         Watch(step.table, step.read, committed(step.table, step.results),
               Keep(step.results, commit), step.path)
