@@ -61,21 +61,6 @@ PPO_DEFAULTS = {
 }
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow set's schedule (`--dist loadgroup --no-loadscope-reorder`): a test that names
-    its xdist group goes first, in a unit of its own group; every other test is in its module's
-    group, `loadscope`'s unit (a module's built pipeline is built once). Long tests name their
-    groups (tests/test_dvc_pipeline.py, tests/tools/test_sweeps.py), so they start first and
-    never queue behind each other on one worker while the other runs out of work. Runs before
-    xdist's own hook, which reads the groups; the default run has no named group."""
-    own = {id(item) for item in items if item.get_closest_marker("xdist_group") is not None}
-    for item in items:
-        if id(item) not in own:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    items.sort(key=lambda item: id(item) not in own)  # stable: the rest keep their order
-
-
 def ppo_params(**overrides: Any) -> PPOParams:
     return PPOParams(**{**PPO_DEFAULTS, **overrides})
 

@@ -13,7 +13,6 @@ import sys
 
 import pytest
 import yaml
-from filelock import FileLock
 
 from tests import cpu_dispatch
 from tests.conftest import REPO, tiny_params_dict, write_params
@@ -104,28 +103,9 @@ def _built(tmp_path_factory, name, extra_env=None):
     return repo, _run(["dvc", "repro"], repo, extra_env)
 
 
-# The module's tests are two xdist groups, one a worker under the slow set's `--dist loadgroup`
-# (tests/conftest.py): together they are some 20 minutes of one worker's time, longer than the
-# rest of the slow set. Each group's first test asks for a different build (built_b first, then
-# built_a), so the two builds run side by side, and the other group finds built_a done.
-FIRST = pytest.mark.xdist_group("dvc-pipeline-first")
-SECOND = pytest.mark.xdist_group("dvc-pipeline-second")
-
-
 @pytest.fixture(scope="module")
-def built_a(tmp_path_factory, worker_id):
-    """Built once per run: an xdist worker builds it under a file lock beside the workers' own
-    temp directories, and the other finds it there (the tests copy it, never write to it)."""
-    if worker_id == "master":
-        return _built(tmp_path_factory, "a")
-    shared = tmp_path_factory.getbasetemp().parent / "dvc-pipeline-built-a"
-    with FileLock(f"{shared}.lock"):
-        if not (shared / "output.txt").is_file():  # a failed build left none: build anew
-            shutil.rmtree(shared, ignore_errors=True)
-            shared.mkdir()
-            repo = _scratch_repo(shared / "repo", _params())
-            (shared / "output.txt").write_text(_run(["dvc", "repro"], repo))
-    return shared / "repo", (shared / "output.txt").read_text()
+def built_a(tmp_path_factory):
+    return _built(tmp_path_factory, "a")
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +119,7 @@ def _copy(built, tmp_path):
     return tmp_path / "repo", output
 
 
-@FIRST
-def test_same_inputs_give_the_same_bytes_in_two_directories(built_b, built_a):
+def test_same_inputs_give_the_same_bytes_in_two_directories(built_a, built_b):
     """Every stage's outputs are a pure function of its inputs: no wall-clock value or path, and
     no dependence on numpy's SIMD or OpenBLAS's kernels (`b` builds with another machine's). On
     one machine torch's kernels are the same in both, so the networks' outputs agree too
@@ -178,7 +157,6 @@ def _run_failing(args, cwd):
     return result.stdout + result.stderr
 
 
-@SECOND
 def test_dvc_repro_reruns_only_what_changed(built_a, tmp_path):
     params = _params()
     repo, first = _copy(built_a, tmp_path)
@@ -271,7 +249,6 @@ def _bash(script: str, cwd) -> str:
     return _run(["bash", "-euo", "pipefail", "-c", script], cwd, extra_env=git_user)
 
 
-@FIRST
 def test_shared_dataset_reaches_a_fresh_clone_through_a_dvc_remote(built_a, tmp_path):
     """Share as the README says, running its commands as written (paths substituted); a fresh
     clone `dvc pull`s and has everything: nothing to recollect or relabel, and the dataset loads
@@ -305,7 +282,6 @@ def test_shared_dataset_reaches_a_fresh_clone_through_a_dvc_remote(built_a, tmp_
     ]  # fmt: skip
 
 
-@FIRST
 def test_human_corrections_survive_checkout_and_leave_other_envs_alone(built_a, tmp_path):
     """The journey that lost data: a person corrects some labels of one env (README's review
     commands), `dvc repro`, then the user goes back with `git checkout` + `dvc checkout`. The
@@ -361,7 +337,6 @@ def test_human_corrections_survive_checkout_and_leave_other_envs_alone(built_a, 
     assert corrections.exists() and _stale(repo) == {}
 
 
-@FIRST
 def test_a_guidance_weight_change_retrains_the_runs_not_the_critics(built_a, tmp_path):
     """pretrain_critic@<env> depends on its env's C_V spec (data/critics/<env>.json, which
     check_params writes), not the erpv section: `erpv.lambda_1` stales the erpv run alone (was:
@@ -383,7 +358,6 @@ def test_a_guidance_weight_change_retrains_the_runs_not_the_critics(built_a, tmp
     assert "pretrain_critic@MountainCar-v0" not in stale, stale  # not in critic.envs
 
 
-@SECOND
 def test_one_envs_own_teacher_relabels_that_env_alone(built_a, tmp_path):
     """`label.per_env.<env>.teacher` (issue 27 item 4): DVC stales that env's label stage alone,
     and `dvc repro` reruns that env's chain and no stage of the other env; the shared
@@ -411,7 +385,6 @@ def test_one_envs_own_teacher_relabels_that_env_alone(built_a, tmp_path):
     assert sorted(stale) == ["check_params", *both], stale
 
 
-@SECOND
 def test_a_policy_teacher_is_built_by_dvc_and_relabels_its_env_alone(built_a, tmp_path):
     """`policy_teachers.<env>`: policy_teacher@<env> trains the agent, label@<env> labels with
     it (DVC knows the dependency), the other env stays up to date. A change of the teacher's
@@ -452,7 +425,6 @@ def test_a_policy_teacher_is_built_by_dvc_and_relabels_its_env_alone(built_a, tm
     ), ran
 
 
-@FIRST
 def test_vlmrl_seeds_averages_the_seeds_of_an_experiment_sweep(built_a, tmp_path, capsys):
     """Two seeds of a run as DVC experiments (`dvc exp run -S ...seed=1` beside the commit's
     seed 0), averaged by vlmrl-seeds from `dvc exp show`."""

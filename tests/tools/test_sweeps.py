@@ -1496,7 +1496,6 @@ TOY_TABLE = {
 
 
 @pytest.mark.slow  # two DVC projects, a queue worker and six `dvc exp run`s
-@pytest.mark.xdist_group("sweeps-table-on-two-machines")  # long: first (tests/conftest.py)
 def test_a_table_runs_from_dvcs_queue_and_on_another_machine_then_reports(
     tmp_path, monkeypatch, capsys
 ):
@@ -1815,7 +1814,6 @@ json.dump({"return_mean": float(state["total"]), "started_at": state["started_at
 
 
 @pytest.mark.slow  # a DVC project, queue workers killed and started again: about a minute
-@pytest.mark.xdist_group("sweeps-killed-queue")  # long: first (tests/conftest.py)
 def test_a_killed_queue_goes_on_from_each_runs_resume_state(tmp_path, monkeypatch, capsys, request):
     """The machine stops in the middle of a table: every process of the queue is SIGKILLed once
     the run has saved its state (driven by its progress, not by a clock). `status` reads the
