@@ -241,18 +241,27 @@ def test_erpv_at_lambda_zero_is_sac_offline_from_frames_and_lambda_1_is_not(
     assert any(l10[k].numpy().tobytes() != l0[k].numpy().tobytes() for k in actor)
 
 
-def test_the_gate_probe_reads_a_pixel_agent_and_splits_the_gate_by_agreement(pixel_pipeline):
+@pytest.fixture(scope="module")
+def erpv_probe_model(pixel_pipeline):
+    """A pixel erpv agent trained a few steps on the pipeline-built dataset, for the probes."""
+    from stages import train
+
+    d = pixel_pipeline
+    params = d / "erpv-probe.yaml"
+    params.write_text(yaml.safe_dump(params_for(d, "erpv")))
+    assert train.main(train_argv(d, params, "erpv", d / "out" / "erpv-probe")) == 0
+    return d / "out" / "erpv-probe" / "model"
+
+
+def test_the_gate_probe_reads_a_pixel_agent_and_splits_the_gate_by_agreement(
+    pixel_pipeline, erpv_probe_model
+):
     """benchmarks.gate_probe on a pixel erpv agent: its frames stacked as the replay stacks them,
     and the teacher's gate split by whether the agent agrees with the label. The split partitions
     the rows: the open rates on either side, weighted by their shares, are the overall one."""
     from benchmarks.gate_probe import format_probe, gate_probe
-    from stages import train
 
-    d = pixel_pipeline
-    model = d / "out" / "erpv-probe" / "model"
-    params = d / "erpv-probe.yaml"
-    params.write_text(yaml.safe_dump(params_for(d, "erpv")))
-    assert train.main(train_argv(d, params, "erpv", d / "out" / "erpv-probe")) == 0
+    d, model = pixel_pipeline, erpv_probe_model
     probe = gate_probe(model, d / "critics", d / "ds", ENV, batches=4, batch_size=8)
     split, overall = probe["teacher_split"], probe["per_critic/teacher"]["open"]
     share = split["agree_share"]
@@ -260,6 +269,45 @@ def test_the_gate_probe_reads_a_pixel_agent_and_splits_the_gate_by_agreement(pix
     assert sum(w * rate for w, rate in parts if rate is not None) == pytest.approx(overall)
     assert split["coupling"] is None or split["coupling"] >= 0
     assert "the gate opens on" in format_probe(probe)
+
+
+def test_the_spread_probe_gives_each_terms_slope_along_a_log_std_shift(
+    pixel_pipeline, erpv_probe_model
+):
+    """benchmarks.spread_probe on a pixel erpv agent: each term's figure is the derivative of that
+    term along a shift of every raw log-std output, so a central difference of the same term from
+    the same noise agrees with it; without C_V the `vpg` term is absent and the others are the
+    same figures."""
+    import torch
+
+    from benchmarks.spread_probe import actor_terms, format_probe, labelled_batches, spread_probe
+    from pipeline.learn.agents.checkpoint import read_meta
+    from pipeline.learn.methods.erpv import VLMCritic, critic_dir
+
+    d, model = pixel_pipeline, erpv_probe_model
+    probe = spread_probe(model, d / "ds", ENV, d / "critics", batches=3, batch_size=8)
+    alone = spread_probe(model, d / "ds", ENV, None, batches=3, batch_size=8)
+    assert set(probe["grad_log_std"]) == {"entropy", "q", "vpg"}
+    assert set(alone["grad_log_std"]) == {"entropy", "q"}
+    for term in ("entropy", "q"):
+        assert alone["grad_log_std"][term] == probe["grad_log_std"][term]
+    assert probe["target_entropy"] == -1.0 and "vpg" in format_probe(probe)
+
+    agent = load_agent(model)
+    critic = VLMCritic.load(critic_dir(d / "critics" / ENV, None))
+    config = read_meta(model)["config"]
+    obs, a_v = next(labelled_batches(agent, d / "ds", None, 1, 8, seed=0))
+    terms, out, _, _ = actor_terms(agent, obs, a_v, critic, config, noise_seed=0)
+    half, eps = out.shape[-1] // 2, 1e-2
+    for term in ("entropy", "q"):
+        (grad,) = torch.autograd.grad(terms[term], out, retain_graph=True)
+        up, down = (
+            float(actor_terms(agent, obs, a_v, critic, config, 0, shift=s)[0][term].detach())
+            for s in (eps, -eps)
+        )
+        slope = probe["grad_log_std"][term]["per_batch"][0]  # the probe's first batch: this one
+        assert slope == pytest.approx(float(grad[:, half:].sum()), rel=1e-6)
+        assert (up - down) / (2 * eps) == pytest.approx(slope, rel=0.05, abs=1e-3), term
 
 
 def test_the_label_probe_trains_on_one_episode_and_scores_the_other(pixel_pipeline, tmp_path):
