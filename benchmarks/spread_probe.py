@@ -1,12 +1,12 @@
 """What pulls a trained SAC-family actor's spread, term by term, no training. On random batches
-of the dataset's labelled rows, one reparameterised sample a_r ~ pi(s) and the gradient of each
-term of the actor's loss with respect to the actor's log-std (after its squash, eq. 4 and 10):
+of the dataset's labelled rows, one reparameterised sample a_r ~ pi(s) and the slope of each term
+of the actor's loss (eq. 4 and 10) along a shift of its log-std:
 
 - `entropy`: alpha log pi(a_r|s), eq. 10's first term (descent raises the spread);
 - `q`: -min Q(s, a_r), eq. 10's second term;
 - `vpg`: lambda_1 L_V, eq. 3-4, with the run's gate scaling and weight (`fixed` or `q_scaled`),
   on the labelled rows. eq. 3 compares a_v with the *sampled* a_r, so E[||a_v - a_r||^2]
-  holds pi's variance: wherever the gate opens, the term pulls the spread down, whatever a_v is.
+  holds pi's variance: where the gate opens, the term can pull the spread down, whatever a_v is.
 
 Each figure is d L / d delta at delta = 0, where delta shifts every row's raw log-std output
 (before the actor's squash) by the same amount: a positive value means gradient descent on that
