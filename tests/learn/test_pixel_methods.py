@@ -287,11 +287,13 @@ def test_the_spread_probe_gives_each_terms_slope_along_a_log_std_shift(
     d, model = pixel_pipeline, erpv_probe_model
     probe = spread_probe(model, d / "ds", ENV, d / "critics", batches=3, batch_size=8)
     alone = spread_probe(model, d / "ds", ENV, None, batches=3, batch_size=8)
-    assert set(probe["grad_log_std"]) == {"entropy", "q", "vpg"}
-    assert set(alone["grad_log_std"]) == {"entropy", "q"}
+    rows, rows_alone = probe["rows"]["dataset"], alone["rows"]["dataset"]
+    assert set(probe["rows"]) == {"dataset"} and probe["step"] is None
+    assert set(rows["grad_log_std"]) == {"entropy", "q", "vpg"}
+    assert set(rows_alone["grad_log_std"]) == {"entropy", "q"}
     for term in ("entropy", "q"):
-        assert alone["grad_log_std"][term] == probe["grad_log_std"][term]
-    assert probe["target_entropy"] == -1.0 and "vpg" in format_probe(probe)
+        assert rows_alone["grad_log_std"][term] == rows["grad_log_std"][term]
+    assert probe["target_entropy"] == -1.0 and "| vpg |" in format_probe(probe)
 
     agent = load_agent(model)
     critic = VLMCritic.load(critic_dir(d / "critics" / ENV, None))
@@ -305,9 +307,49 @@ def test_the_spread_probe_gives_each_terms_slope_along_a_log_std_shift(
             float(actor_terms(agent, obs, a_v, critic, config, 0, shift=s)[0][term].detach())
             for s in (eps, -eps)
         )
-        slope = probe["grad_log_std"][term]["per_batch"][0]  # the probe's first batch: this one
+        slope = rows["grad_log_std"][term]["per_batch"][0]  # the probe's first batch: this one
         assert slope == pytest.approx(float(grad[:, half:].sum()), rel=1e-6)
         assert (up - down) / (2 * eps) == pytest.approx(slope, rel=0.05, abs=1e-3), term
+
+
+def test_the_spread_probe_reads_a_runs_resume_state_and_its_own_rows(
+    pixel_pipeline, tmp_path, monkeypatch
+):
+    """`--state`: a queued run keeps its final resume state, whose networks are its saved
+    agent's. Put into another seed's agent (the architecture), they give the dataset's figures
+    of the run's own checkpoint to the bit; the state's online replay gives the agent's own rows,
+    which carry no label (no `vpg`)."""
+    from benchmarks.spread_probe import format_probe, spread_probe
+    from pipeline.learn.methods.base import RESUME_ROOT_ENV
+    from stages import train
+
+    d, out, other = pixel_pipeline, tmp_path / "run", tmp_path / "other"
+    for seed, where in ((0, out), (1, other)):
+        raw = params_for(d, "erpv")
+        raw["train"]["erpv"]["seed"] = seed
+        params = tmp_path / f"params-{seed}.yaml"
+        params.write_text(yaml.safe_dump(raw))
+        if seed == 0:  # a queued run: its final state stays
+            monkeypatch.setenv(RESUME_ROOT_ENV, str(tmp_path / "root"))
+        else:
+            monkeypatch.delenv(RESUME_ROOT_ENV)
+        assert train.main(train_argv(d, params, "erpv", where)) == 0
+    [state] = (tmp_path / "root").glob("*/*/state.json")
+    kw = {"critics": d / "critics", "batches": 3, "batch_size": 8}
+    resumed = spread_probe(other / "model", d / "ds", ENV, state=state.parent, **kw)
+    own_checkpoint = spread_probe(out / "model", d / "ds", ENV, **kw)
+    other_checkpoint = spread_probe(other / "model", d / "ds", ENV, **kw)
+    assert resumed["step"] == STEPS and resumed["alpha"] == own_checkpoint["alpha"]
+    assert resumed["rows"]["dataset"] == own_checkpoint["rows"]["dataset"]
+    assert other_checkpoint["rows"]["dataset"] != own_checkpoint["rows"]["dataset"]
+    own = resumed["rows"]["own"]
+    assert set(own["grad_log_std"]) == {"entropy", "q"}
+    assert all(len(g["per_batch"]) == 3 for g in own["grad_log_std"].values())
+    assert f"resume state at step {STEPS}" in format_probe(resumed) and "own rows" in (
+        format_probe(resumed)
+    )
+    with pytest.raises(ValueError, match="no resume state"):
+        spread_probe(out / "model", d / "ds", ENV, state=tmp_path, **kw)
 
 
 def test_the_label_probe_trains_on_one_episode_and_scores_the_other(pixel_pipeline, tmp_path):
