@@ -44,38 +44,17 @@ def gate_probe(agent_dir: Path, critics: Path, dataset: Path, env_id: str, seed:
     whether the agent already agrees with the label, and the row-level coupling."""
     import torch
 
-    from pipeline.core.stacking import stack_window, to_channels
-    from pipeline.dataset.transitions import load_offline_transitions, with_frame_size
+    from benchmarks.spread_probe import labelled_batches
     from pipeline.learn.methods.erpv import VLMCritic, critic_dir, vpg_gate
     from pipeline.learn.methods.table import load_agent
 
     agent = load_agent(agent_dir)
     critic = VLMCritic.load(critic_dir(critics / env_id, variant))
-    obs_kind = critic.network.obs
-    offline = load_offline_transitions(dataset, obs_kind, ("action",))
-    if image_size is not None:
-        offline = with_frame_size(offline, image_size)
-    frames = np.asarray(offline.obs)
-
-    def stacked(index: np.ndarray) -> torch.Tensor:
-        """The agent's input at observation indices (B,): states (B, D) float; frames (B, 3k, H,
-        W) uint8, stacked within their episodes as the replay buffer stacks them."""
-        if obs_kind != "pixels":
-            return torch.as_tensor(frames[index], dtype=torch.float32)
-        window = stack_window(index, offline.episode_start[index], agent.frame_stack)
-        return torch.as_tensor(to_channels(frames[window]))
-
-    labelled = np.flatnonzero(np.asarray(offline["has_label"]))
-    rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     sums: dict[str, dict[str, list[float]]] = {}
     split: dict[str, list[float]] = {"agree": [], "open_agree": [], "open_disagree": [],
                                      "q_f_gap": [], "q_f": [], "gap": []}  # fmt: skip
-    for _ in range(batches):
-        rows = rng.choice(labelled, size=min(batch_size, len(labelled)), replace=False)
-        obs = stacked(offline.obs_index[rows])
-        a_v = agent.scale.normalise(torch.as_tensor(np.asarray(offline["a_v"])[rows],
-                                                    dtype=torch.float32)).clamp(-1, 1)  # fmt: skip
+    for obs, a_v in labelled_batches(agent, dataset, image_size, batches, batch_size, seed):
         with torch.no_grad():
             h = agent.features(obs)
             a_r, _, mean = agent.actor(h)  # a sample and the (squashed) mean
