@@ -1,4 +1,5 @@
 import math
+from contextlib import nullcontext
 
 import gymnasium as gym
 import numpy as np
@@ -510,3 +511,40 @@ def test_q_scaled_vpg_weight_follows_the_critics_scale():
     assert float(scaled) == pytest.approx(float(fixed) * 4.0)
     # a hundred times the reward scale: a hundred times the weight, as -Q's gradient grows
     assert float(out["q_scaled", 100.0][0]) == pytest.approx(100 * float(scaled))
+
+
+def test_vpg_action_mean_pulls_the_mean_and_leaves_the_spread():
+    """`vpg_action: sampled` (eq. 3 as printed) pulls a sample a_r = tanh(mu + sigma eps) towards
+    a_v, so its gradient reaches log sigma; `mean` pulls tanh(mu) alone: the same gate, a loss on
+    the mean's distance, no gradient on log sigma."""
+    batch = {
+        "obs": torch.tensor([[0.0], [1.0], [2.0]]),
+        "a_v": torch.tensor([[0.5], [-0.5], [0.9]]),
+        "has_label": torch.tensor([True, False, True]),
+    }
+    critic = vlm_critic()
+    eps = torch.tensor([[0.7], [-1.2], [1.5]])
+    out = {}
+    for action in ("sampled", "mean"):
+        agent = ERPvAgent(
+            (1,), SPACE, small_cfg(lambda_1=2.0, gate_scaling="none", vpg_action=action), critic
+        )
+        mu = torch.tensor([[0.1], [0.3], [-0.2]], requires_grad=True)
+        log_std = torch.full((3, 1), -0.5, requires_grad=True)
+        pi, mean = torch.tanh(mu + eps * log_std.exp()), torch.tanh(mu)
+        h = agent.encoder(batch["obs"]).detach()
+        loss, _ = agent.policy_guidance(h, pi, torch.zeros(3), batch, mean=mean)
+        loss.backward()
+        out[action] = loss.detach(), mu.grad, log_std.grad
+        with pytest.raises(ValueError, match="mean action") if action == "mean" else nullcontext():
+            agent.policy_guidance(h, pi.detach(), torch.zeros(3), batch)
+    mu = torch.tensor([[0.1], [0.3], [-0.2]])
+    rows = batch["has_label"]
+    pulled = {"sampled": torch.tanh(mu + eps * math.exp(-0.5)), "mean": torch.tanh(mu)}
+    for action, a in pulled.items():
+        expected = 2.0 * (batch["a_v"][rows] - a[rows]).pow(2).sum(-1).mean()  # Q_f = 1
+        assert float(out[action][0]) == pytest.approx(float(expected))
+    assert float(out["sampled"][2].abs().sum()) > 0  # the sample's spread is pulled
+    assert out["mean"][2] is None  # the mean's loss does not reach it at all
+    assert float(out["mean"][1][rows].abs().min()) > 0  # and moves the mean on each labelled row
+    assert float(out["mean"][1][~rows].abs().sum()) == 0.0

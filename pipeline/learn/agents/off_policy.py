@@ -524,12 +524,14 @@ class OffPolicyAgent(ABC):
         batch: Tensors,
         obs_map: torch.Tensor | None = None,
     ) -> Tensors:
-        pi, log_pi, _ = self.actor(self.actor_features(batch["obs"], h, obs_map))  # a_r ~ pi(.|s)
+        pi, log_pi, mean = self.actor(self.actor_features(batch["obs"], h, obs_map))  # a_r ~ pi
         with frozen(self.critic):
             q_pi = self.critic.q_min(h, pi)  # (B,)
             actor_loss = (self.alpha.detach() * log_pi - q_pi).mean()  # eq. 10: L_pi
             diagnose, self.diagnostics_due = self.diagnostics_due, False
-            guidance, metrics = self.policy_guidance(h, pi, q_pi, batch, diagnose=diagnose)
+            guidance, metrics = self.policy_guidance(
+                h, pi, q_pi, batch, mean=mean, diagnose=diagnose
+            )
             self.actor_optimizer.zero_grad(set_to_none=True)
             (actor_loss if guidance is None else actor_loss + guidance).backward()  # eq. 4
         self.actor_optimizer.step()
@@ -559,10 +561,12 @@ class OffPolicyAgent(ABC):
         q_pi: torch.Tensor,
         batch: Tensors,
         *,
+        mean: torch.Tensor | None = None,
         diagnose: bool = True,
     ) -> tuple[torch.Tensor | None, Tensors]:
-        """Extra actor loss (ERPv: lambda_1 L_V, eq. 4). Plain SAC: none. `diagnose`: also
-        compute the diagnostics that cost extra forward passes (no effect on the loss)."""
+        """Extra actor loss (ERPv: lambda_1 L_V, eq. 4). Plain SAC: none. `mean`: the actor's
+        mean action on the batch's rows, (B, A). `diagnose`: also compute the diagnostics that
+        cost extra forward passes (no effect on the loss)."""
         return None, {}
 
     def entropy_regulariser(

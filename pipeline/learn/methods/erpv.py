@@ -39,6 +39,11 @@ Paper ambiguities, resolved here:
   it is about 30 % (docs/results/2026-11-27-teacher-knowledge.md). Default (`vpg_weight: fixed`):
   eq. 4 as printed; `q_scaled` weighs L_V by lambda_1 * mean |Q_r| over the labelled rows (no
   gradient), so lambda_1 means the same on every reward scale (a deviation, as an option).
+- eq. 3's a_r is the agent's action, a sample of pi (as in L_pi): E||a_v - a_r||^2 is the mean's
+  distance plus the sample's variance, so L_V also pulls the policy's spread down, whatever the
+  labels (measured on P2's resume states: docs/results/2026-12-07-frames-cartpole-alpha-path.md).
+  Default (`vpg_action: sampled`): as printed; `mean`: eq. 3 on the actor's mean action, which
+  moves the mean alone (a control for that pull, not the paper's).
 - sec. 3.4 says a lower G should raise the entropy, yet alpha_bar = sigmoid(G) grows with G (and
   is always > 0.5 since G > 0). Default (`ver_target: printed`): the equation as printed;
   `text`: alpha_bar = sigmoid(-G). `ver/alpha_target` is logged so that the effect is visible.
@@ -105,6 +110,15 @@ class ERPvParams(SACParams):
         description="The weight of L_V in eq. 4: `fixed` lambda_1 (as printed); `q_scaled` "
         "lambda_1 * mean |Q_r| over the labelled rows (no gradient), so that lambda_1 is "
         "relative to the actor loss -Q on any reward scale (not the paper's; see the module doc).",
+    )
+    vpg_action: Literal["sampled", "mean"] = Field(
+        default="sampled",
+        exclude_if=lambda v: v == "sampled",  # runs without it fingerprint as before
+        description="Which action of the agent eq. 3 pulls towards a_v: `sampled`, a_r ~ pi "
+        "(as printed; its squared distance holds the sample's variance, so L_V also pulls the "
+        "policy's spread down); `mean`, the actor's mean action tanh(mu), which moves the mean "
+        "alone. The gate's Q_r is C_R(s, a_r) of the sample either way (not the paper's; a "
+        "control for the variance term, see the module doc).",
     )
     ver_target: Literal["printed", "text"] = Field(
         default="printed",
@@ -318,6 +332,7 @@ class ERPvAgent(SACAgent):
         q_pi: torch.Tensor,
         batch: dict[str, torch.Tensor],
         *,
+        mean: torch.Tensor | None = None,
         diagnose: bool = True,
     ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         labelled = self._labelled_a_v(batch)
@@ -325,6 +340,12 @@ class ERPvAgent(SACAgent):
             return None, {}
         mask, a_v = labelled
         a_r = pi[mask]
+        if self.cfg.vpg_action == "mean":  # eq. 3 on tanh(mu): no pull on the spread
+            if mean is None:
+                raise ValueError("vpg_action 'mean' needs the actor's mean action (`mean=`)")
+            pulled = mean[mask]
+        else:
+            pulled = a_r
         q_r = q_pi[mask].detach()  # Q_r = C_R(o, a_r), a_r ~ pi, (N,)
         scaling = self.cfg.gate_scaling
         obs = batch["obs"][mask]
@@ -339,7 +360,7 @@ class ERPvAgent(SACAgent):
                 name: vpg_gate(self.vlm_critic(obs, a), q_r, scaling)
                 for name, a in controls.items()
             }
-        l_v, q_f = vpg_loss(q_v, q_r, a_v, a_r, scaling)  # eq. 3
+        l_v, q_f = vpg_loss(q_v, q_r, a_v, pulled, scaling)  # eq. 3
         weight = torch.tensor(self.cfg.lambda_1)
         if self.cfg.vpg_weight == "q_scaled":
             weight = weight * q_r.abs().mean()  # q_r carries no gradient
