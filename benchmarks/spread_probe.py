@@ -77,7 +77,9 @@ def actor_terms(agent: Any, obs: Any, a_v: Any, critic: Any, config: dict[str, A
         with torch.no_grad():
             q_v = critic(obs, a_v)
             q_r = agent.critic.q_min(h, a_r)
-        l_v, _ = vpg_loss(q_v, q_r, a_v, a_r, config.get("gate_scaling", "per_critic"))
+        # eq. 3 on the action the run pulled: the sample, or tanh(mu) (`vpg_action: mean`)
+        pulled = mean if config.get("vpg_action", "sampled") == "mean" else a_r
+        l_v, _ = vpg_loss(q_v, q_r, a_v, pulled, config.get("gate_scaling", "per_critic"))
         weight = float(config.get("lambda_1", 10.0))
         if config.get("vpg_weight", "fixed") == "q_scaled":
             weight *= float(q_r.abs().mean())  # as training weighs it: no gradient
@@ -190,16 +192,20 @@ def term_slopes(agent: Any, rows: Iterator[tuple[Any, Any]], critic: Any,
 def spread_probe(agent_dir: Path, dataset: Path, env_id: str, critics: Path | None = None,
                  seed: int = 0, batches: int = 20, batch_size: int = 128,
                  variant: str | None = None, image_size: int | None = None,
-                 state: Path | None = None) -> dict[str, Any]:  # fmt: skip
+                 state: Path | None = None, vpg_action: str | None = None) -> dict[str, Any]:  # fmt: skip
     """`term_slopes` on `batches` random batches of the dataset's labelled rows (`vpg` only with
     `critics`, C_V) and, with `state` (a resume state of the run: its networks replace the
-    checkpoint's), on as many batches of the agent's own rows up to that state's step."""
+    checkpoint's), on as many batches of the agent's own rows up to that state's step.
+    `vpg_action` (`sampled`, `mean`) replaces the checkpoint's: a state of a run whose setting
+    differs from the checkpoint that gives the architecture."""
     from pipeline.learn.agents.checkpoint import read_meta
     from pipeline.learn.methods.erpv import VLMCritic, critic_dir
     from pipeline.learn.methods.table import load_agent
 
     agent = load_agent(agent_dir)
     config = read_meta(agent_dir).get("config", {})
+    if vpg_action is not None:
+        config = {**config, "vpg_action": vpg_action}
     critic = None if critics is None else VLMCritic.load(critic_dir(critics / env_id, variant))
     resumed = None if state is None else resume_networks(agent, state)
     labelled = labelled_batches(agent, dataset, image_size, batches, batch_size, seed)
@@ -207,6 +213,7 @@ def spread_probe(agent_dir: Path, dataset: Path, env_id: str, critics: Path | No
         "alpha": float(agent.alpha.detach()),
         "target_entropy": float(agent.target_entropy),
         "step": None if resumed is None else int(resumed["step"]),
+        "vpg_action": config.get("vpg_action", "sampled"),
         "batches": batches,
         "batch_size": batch_size,
         "rows": {"dataset": term_slopes(agent, labelled, critic, config, seed)},
@@ -248,11 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image-size", type=int, help="the frame size the run trained on")
     parser.add_argument("--state", type=Path, help="a resume state of the run (its directory): "
                         "its networks, and its own rows beside the dataset's")  # fmt: skip
+    parser.add_argument("--vpg-action", choices=("sampled", "mean"),
+                        help="eq. 3's action as the run had it, where the agent's differs "
+                        "(default: the agent's)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="JSON of the probe")
     args = parser.parse_args(argv)
     probe = spread_probe(args.agent, args.dataset, args.env, args.critics, args.seed,
                          args.batches, variant=args.variant, image_size=args.image_size,
-                         state=args.state)  # fmt: skip
+                         state=args.state, vpg_action=args.vpg_action)  # fmt: skip
     print(format_probe(probe))
     if args.out is not None:
         atomic_write_json(args.out, {"agent": str(args.agent), "env": args.env, "probe": probe})

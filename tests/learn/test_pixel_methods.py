@@ -312,6 +312,28 @@ def test_the_spread_probe_gives_each_terms_slope_along_a_log_std_shift(
         assert (up - down) / (2 * eps) == pytest.approx(slope, rel=0.05, abs=1e-3), term
 
 
+def test_the_spread_probe_pulls_the_mean_where_the_run_did(pixel_pipeline, erpv_probe_model):
+    """`vpg_action="mean"` (a run with eq. 3 on tanh(mu)): the probe's `vpg` then has no slope
+    along the log-std, as that run's L_V had none; the sample's form has one; the other terms
+    are the same figures either way."""
+    d, model = pixel_pipeline, erpv_probe_model
+    kw = {"batches": 3, "batch_size": 8}
+    sampled = spread_probe_of(model, d, vpg_action="sampled", **kw)
+    mean = spread_probe_of(model, d, vpg_action="mean", **kw)
+    assert (sampled["vpg_action"], mean["vpg_action"]) == ("sampled", "mean")
+    slopes, slopes_mean = (p["rows"]["dataset"]["grad_log_std"] for p in (sampled, mean))
+    assert all(v == 0.0 for v in slopes_mean["vpg"]["per_batch"])
+    assert any(v != 0.0 for v in slopes["vpg"]["per_batch"])
+    for term in ("entropy", "q"):
+        assert slopes_mean[term] == slopes[term]
+
+
+def spread_probe_of(model, d, **kw):
+    from benchmarks.spread_probe import spread_probe
+
+    return spread_probe(model, d / "ds", ENV, d / "critics", **kw)
+
+
 def test_the_spread_probe_reads_a_runs_resume_state_and_its_own_rows(
     pixel_pipeline, tmp_path, monkeypatch
 ):
