@@ -53,6 +53,7 @@ from pipeline.tools.sweeps.queue import (
     Workers,
     check_clean,
     check_commit_paths,
+    clean_broker,
     queue_one,
     run_checked,
     start_workers,
@@ -270,6 +271,7 @@ def resume(
         workers.lower_priority()
     check_clean(repo)
     end_orphans(repo)  # a killed experiment's stage would race its requeued run's resume state
+    clean_broker(repo)  # what earlier sessions' asks left in DVC's queue broker
     # each commit's experiments could commit (before any task comes off the queue)
     for rev in dict.fromkeys(step.rev for step in steps):
         run_checked(["git", "checkout", "-q", rev], repo)
