@@ -1,4 +1,4 @@
-"""DVC's queue broker kept small (pipeline/tools/sweeps/queue.py, clean_broker): `dvc exp clean`
+"""DVC's queue broker kept small (pipeline/tools/sweeps/broker.py): `dvc exp clean`
 once the celery control messages it keeps pass a count, the experiments' own messages kept."""
 
 import base64
@@ -6,7 +6,8 @@ import json
 import subprocess
 import sys
 
-import pipeline.tools.sweeps.queue as queue
+import pipeline.tools.sweeps.broker as broker
+from pipeline.tools.sweeps.queue import run_checked
 from pipeline.tools.sweeps.table import SweepError
 
 
@@ -30,7 +31,7 @@ def message(exchange: str, routing_key: str, headers: dict) -> str:
 def broker_files(repo, control: int) -> dict[str, str]:
     """`control` control messages (a question to a worker and its reply, as `dvc exp show`
     leaves them) and one experiment's task message in `repo`'s processed folder."""
-    folder = repo / queue.BROKER_PROCESSED
+    folder = repo / broker.BROKER_PROCESSED
     folder.mkdir(parents=True)
     files = {"1_task.celery.msg": message("", "celery", {"task": "run_exp", "expires": None})}
     for i in range(control):
@@ -45,18 +46,19 @@ def broker_files(repo, control: int) -> dict[str, str]:
     return files
 
 
-def test_the_poller_cleans_only_past_the_count_and_a_failed_clean_is_said(
-    tmp_path, monkeypatch, capsys
-):
+def test_the_poller_cleans_only_past_the_count_and_a_failed_clean_is_said(tmp_path, capsys):
     asked = []
-    monkeypatch.setattr(queue, "run_checked", lambda args, repo: asked.append(args))
-    assert queue.control_messages(tmp_path) == 0  # no broker yet: nothing to count or clean
-    queue.clean_broker(tmp_path, above=0)
+
+    def run(args, repo):
+        asked.append(args)
+
+    assert broker.control_messages(tmp_path) == 0  # no broker yet: nothing to count or clean
+    broker.clean_broker(tmp_path, run, above=0)
     broker_files(tmp_path, control=4)
-    assert queue.control_messages(tmp_path) == 4  # the task's message is not counted
-    queue.clean_broker(tmp_path, above=4)
+    assert broker.control_messages(tmp_path) == 4  # the task's message is not counted
+    broker.clean_broker(tmp_path, run, above=4)
     assert asked == []
-    queue.clean_broker(tmp_path, above=3)
+    broker.clean_broker(tmp_path, run, above=3)
     assert asked == [["dvc", "exp", "clean"]]
     assert "`dvc exp clean`: 4 control messages in DVC's queue broker, 4 after it" in (
         capsys.readouterr().out
@@ -65,8 +67,7 @@ def test_the_poller_cleans_only_past_the_count_and_a_failed_clean_is_said(
     def fails(args, repo):
         raise SweepError("dvc exp clean (in repo) exited 1:\nERROR: broken")
 
-    monkeypatch.setattr(queue, "run_checked", fails)
-    queue.clean_broker(tmp_path, above=3)  # said, not raised: the poller goes on
+    broker.clean_broker(tmp_path, fails, above=3)  # said, not raised: the poller goes on
     out = capsys.readouterr().out
     assert "4 control messages in DVC's queue broker were not cleaned" in out and "broken" in out
 
@@ -79,7 +80,7 @@ def test_dvc_exp_clean_removes_the_control_messages_and_keeps_the_tasks(tmp_path
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=repo, check=True)
     files = broker_files(repo, control=6)
-    queue.clean_broker(repo, above=5)
-    left = sorted(p.name for p in (repo / queue.BROKER_PROCESSED).iterdir())
+    broker.clean_broker(repo, run_checked, above=5)  # the project's `dvc`
+    left = sorted(p.name for p in (repo / broker.BROKER_PROCESSED).iterdir())
     assert left == ["1_task.celery.msg"] and len(files) == 7
     assert "6 control messages in DVC's queue broker, 0 after it" in capsys.readouterr().out

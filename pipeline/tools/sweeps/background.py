@@ -43,6 +43,7 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from pipeline.tools.sweeps.broker import clean_broker
 from pipeline.tools.sweeps.left import format_left, steps_left
 from pipeline.tools.sweeps.lock_trees import print_missing_trees
 from pipeline.tools.sweeps.orphans import end_orphans, format_orphans, orphans
@@ -53,7 +54,6 @@ from pipeline.tools.sweeps.queue import (
     Workers,
     check_clean,
     check_commit_paths,
-    clean_broker,
     queue_one,
     run_checked,
     start_workers,
@@ -271,7 +271,7 @@ def resume(
         workers.lower_priority()
     check_clean(repo)
     end_orphans(repo)  # a killed experiment's stage would race its requeued run's resume state
-    clean_broker(repo)  # what earlier sessions' asks left in DVC's queue broker
+    clean_broker(repo, run_checked)  # what earlier sessions' asks left in DVC's queue broker
     # each commit's experiments could commit (before any task comes off the queue)
     for rev in dict.fromkeys(step.rev for step in steps):
         run_checked(["git", "checkout", "-q", rev], repo)

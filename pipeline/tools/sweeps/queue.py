@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.tools.sweeps.broker import clean_broker
 from pipeline.tools.sweeps.childask import ChildAsk
 from pipeline.tools.sweeps.keep import Keep, keep_results
 from pipeline.tools.sweeps.orphans import ORPHANED_WHY, live_workers
@@ -58,46 +59,6 @@ def run_checked(args: list[str], repo: Path) -> subprocess.CompletedProcess[str]
         raise SweepError(f"{shlex.join(args)} (in {repo}) exited {done.returncode}:\n"
                          f"{(done.stderr or done.stdout).strip()}")  # fmt: skip
     return done
-
-
-# DVC's queue is celery over dvc-task's file broker. Each `dvc exp show` asks the workers what
-# they run (celery's remote control), and every question and reply stays a file in the broker's
-# folder of processed messages, which DVC reads whole, each file parsed, several times in each
-# `exp show`. Beside two workers and a poller it grew by some 1,300 files an hour: after about 40
-# hours of a plan's background work it held 57,484 (all but 6 control messages), and one
-# `vlmrl-sweep status` took 149 s of CPU, 71 s after `dvc exp clean` (DVC's command for them,
-# treeverse/dvc#10578: it deletes the control messages and keeps the experiments' own).
-BROKER_PROCESSED = Path(".dvc", "tmp", "exps", "celery", "broker", "processed")
-CLEAN_ABOVE = 1_000  # control messages kept before a clean: then one takes a few seconds
-
-
-def control_messages(repo: Path) -> int:
-    """How many celery control messages (`*.pidbox.msg`: remote-control questions and replies)
-    `repo`'s DVC queue broker keeps among its processed messages."""
-    try:
-        with os.scandir(repo / BROKER_PROCESSED) as entries:
-            return sum(entry.name.endswith(".pidbox.msg") for entry in entries)
-    except FileNotFoundError:
-        return 0
-
-
-def clean_broker(repo: Path, above: int = CLEAN_ABOVE) -> None:
-    """`dvc exp clean` in `repo` once its queue broker keeps more than `above` control messages
-    (see BROKER_PROCESSED). One that fails is said and the caller goes on: the queue works
-    without it, each read of it only slower."""
-    found = control_messages(repo)
-    if found <= above:
-        return
-    started = time.monotonic()
-    try:
-        run_checked(["dvc", "exp", "clean"], repo)
-    except SweepError as exc:
-        print(f"{time.strftime('%H:%M:%S')} {found:,} control messages in DVC's queue broker were "
-              f"not cleaned, and each `dvc exp show` reads them all: {exc}", flush=True)  # fmt: skip
-        return
-    print(f"{time.strftime('%H:%M:%S')} `dvc exp clean`: {found:,} control messages in DVC's "
-          f"queue broker, {control_messages(repo):,} after it "
-          f"({time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
 
 
 def queue(
@@ -381,7 +342,7 @@ def _wait_rounds(watches: Sequence[Watch], repo: Path, every_s: float, jobs: int
         None if w.kept is None else sum(f.state == "done" for f in w.kept.values()) for w in watches
     ]
     while True:
-        clean_broker(repo)  # what this poller's asks leave there, before they read it again
+        clean_broker(repo, run_checked)  # what this poller's asks left there
         refs = experiment_refs(repo)  # what landed before this round's asks
         started = cpu_seconds() + ask.cpu_s
         rows: dict[Any, dict[str, dict[str, Any]]] = {}
