@@ -3,9 +3,9 @@
 DVC's queue is celery over dvc-task's file broker. Each `dvc exp show` asks the workers what
 they run (celery's remote control), and every question and reply stays a file in the broker's
 folder of processed messages, which DVC reads whole, each file parsed, several times in each
-`exp show`. Beside two workers and a poller it grew by some 1,300 files an hour: after about 40
-hours of a plan's background work it held 57,484 (all but 6 control messages), and one
-`vlmrl-sweep status` took 149 s of CPU, 71 s after `dvc exp clean` (DVC's command for them,
+`exp show`, and nothing empties it. A clone that had run a plan's tables in the background
+since 2026-11-29 held 57,484 files there (all but 6 control messages), and one `vlmrl-sweep
+status` of the plan took 149 s of CPU; 71 s after `dvc exp clean` (DVC's command for them,
 treeverse/dvc#10578: it deletes the control messages and keeps the experiments' own)."""
 
 from __future__ import annotations
