@@ -242,6 +242,40 @@ def test_turns_take_each_tables_teachers_first_then_seed_by_seed():
     assert order == ["p-x-0", "q-z-4", "p-x-1", "q-z-4", "q-z-4", "p-x-2"]
 
 
+def test_an_entrys_first_cells_are_queued_before_its_others_seed_by_seed():
+    """`first: [y, z]` (a pre-registered comparison's cells before its amendments'): their
+    runs seed by seed, then the other cells' seed by seed; the teachers' still first."""
+    from pipeline.tools.sweeps.status import Status
+
+    def run(cell, seed):
+        return Status(cell, seed, f"p-{cell}-{seed}", "missing")
+
+    runs = [run(c, s) for s in (2, 3) for c in ("x", "y", "z")] + [run("t", None)]
+    names = [r.name for r in background.queue_order(runs, ("y", "z"))]
+    assert names == ["p-t-None", "p-y-2", "p-z-2", "p-y-3", "p-z-3", "p-x-2", "p-x-3"]
+    assert [r.name for r in background.queue_order(runs)] == [
+        "p-t-None", "p-x-2", "p-y-2", "p-z-2", "p-x-3", "p-y-3", "p-z-3"
+    ]  # fmt: skip
+    order = [r.name for _, r in background.turns([runs[:6], [run("q", 0)]], leads=[("z",), ()])]
+    assert order[:3] == ["p-z-2", "p-q-0", "p-z-3"]
+
+
+def test_a_plans_first_cells_are_the_tables_own(plan, monkeypatch, capsys):
+    """`first` names a cell of its table; another name is refused before anything is queued,
+    with the table's cells; a good one is its step's (`resume` hands each step's to `turns`)."""
+    path, clone, *_ = plan
+    spec = yaml.safe_load(path.read_text())
+    spec["tables"][1]["first"] = ["y"]
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["resume", str(path), "--repo", str(clone)]) == 2
+    err = capsys.readouterr().err
+    assert "tables/a.yaml's `first` names y, not a cell of a; its cells: x" in err
+    spec["tables"][1]["first"] = ["x"]
+    path.write_text(yaml.safe_dump(spec))
+    steps, _ = background.load_plan(path, clone)
+    assert [step.first for step in steps] == [(), ("x",)]
+
+
 def test_a_plan_that_names_a_commit_the_clone_lacks_or_no_tables_is_refused(plan, tmp_path, capsys):
     path, clone, first, _ = plan
     missing = yaml.safe_load(path.read_text())

@@ -89,6 +89,12 @@ class Entry(BaseModel):
     turns: int = Field(
         default=1, ge=1, description="with `interleave`: how many of its runs each round queues"
     )
+    first: list[str] = Field(
+        default_factory=list,
+        description="cells whose runs are queued before the table's other cells' (seed by seed "
+        "among them, then the others seed by seed): a pre-registered comparison's cells before "
+        "its amendments'",
+    )
 
 
 class Plan(BaseModel):
@@ -111,6 +117,7 @@ class Step:
     revs: tuple[str, ...]  # every commit its experiments were queued on, the last one now
     results: Path
     turns: int = 1
+    first: tuple[str, ...] = ()  # cells whose runs go before the others' (Entry.first)
 
     @property
     def rev(self) -> str:
@@ -180,13 +187,21 @@ def load_plan(path: Path, repo: Path) -> tuple[list[Step], bool]:
         if not revs:
             raise SweepError(f"{path}: {entry.table} names no commit (rev: [])")
         table_path = root / entry.table
+        table = load_table(table_path)
+        unknown = [cell for cell in entry.first if cell not in table.cells]
+        if unknown:
+            raise SweepError(
+                f"{path}: {entry.table}'s `first` names {', '.join(unknown)}, not a cell of "
+                f"{table.table}; its cells: {', '.join(table.cells)}"
+            )
         steps.append(
             Step(
-                load_table(table_path),
+                table,
                 table_path,
                 tuple(dict.fromkeys(revs)),
                 root / entry.results,
                 entry.turns,
+                tuple(entry.first),
             )
         )
     return steps, plan.interleave
@@ -196,18 +211,18 @@ def turns(
     pending: list[list[Status]],
     shares: Sequence[int] | None = None,
     first: Sequence[int] | None = None,
+    leads: Sequence[Sequence[str]] | None = None,
 ) -> list[tuple[int, Status]]:
     """The order in which interleaved tables' `pending` runs (one list per table, as `to_queue`
     gives them) are queued, as (table index, run): round after round, each table's next
     `shares[i]` runs (default 1; `first[i]` in the first round, default `shares`). Within a
     table, its teachers' runs first, then seed by seed (every cell of its first seed, then of
-    the next): a table cut short holds its cells at the same seeds."""
+    the next): a table cut short holds its cells at the same seeds. `leads[i]`: table i's
+    cells whose runs come before its other cells' (Entry.first), seed by seed among them."""
     shares = shares or [1] * len(pending)
     first = first or shares
-    ordered = [
-        sorted(runs, key=lambda s: (s.seed is not None, -1 if s.seed is None else s.seed))
-        for runs in pending
-    ]  # stable: within a seed, the cells keep the table's order
+    leads = leads or [()] * len(pending)
+    ordered = [queue_order(runs, lead) for runs, lead in zip(pending, leads, strict=True)]
     out: list[tuple[int, Status]] = []
     taken, round_shares = [0] * len(ordered), first
     while any(n < len(runs) for n, runs in zip(taken, ordered, strict=True)):
@@ -216,6 +231,18 @@ def turns(
             taken[i] += max(k, 1)
         round_shares = shares
     return out
+
+
+def queue_order(runs: list[Status], lead: Sequence[str] = ()) -> list[Status]:
+    """A table's runs in the order they are queued: its teachers' first, then the `lead` cells'
+    seed by seed, then its other cells' seed by seed. Stable: within a seed, the cells keep the
+    table's order."""
+
+    def key(run: Status) -> tuple[bool, bool, int]:
+        cell = run.seed is not None
+        return cell, cell and run.cell not in lead, -1 if run.seed is None else run.seed
+
+    return sorted(runs, key=key)
 
 
 def cold_shares(steps: list[Step], warm: Sequence[bool]) -> list[int]:
@@ -302,9 +329,14 @@ def resume(
             rest,
             [step.turns for step in steps],
             cold_shares(steps, [w or bool(p) for w, p in zip(warm, progress, strict=True)]),
+            [step.first for step in steps],
         )
         if interleave
-        else [(i, r) for i, runs in enumerate(rest) for r in runs]
+        else [
+            (i, r)
+            for i, runs in enumerate(rest)
+            for r in (queue_order(runs, steps[i].first) if steps[i].first else runs)
+        ]
     )
     checked_out, started = None, False
     for n, (i, run) in enumerate(order, 1):
