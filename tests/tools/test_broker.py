@@ -84,3 +84,12 @@ def test_dvc_exp_clean_removes_the_control_messages_and_keeps_the_tasks(tmp_path
     left = sorted(p.name for p in (repo / broker.BROKER_PROCESSED).iterdir())
     assert left == ["1_task.celery.msg"] and len(files) == 7
     assert "6 control messages in DVC's queue broker, 0 after it" in capsys.readouterr().out
+
+
+def test_status_says_when_the_broker_is_large_and_leaves_it(tmp_path):
+    assert broker.format_broker(tmp_path) == ""  # no broker
+    broker_files(tmp_path, control=4)
+    assert broker.format_broker(tmp_path, above=4) == ""
+    said = broker.format_broker(tmp_path, above=3)
+    assert f"DVC's queue broker in {tmp_path} keeps 4 control messages" in said
+    assert "dvc exp clean" in said and broker.control_messages(tmp_path) == 4  # nothing removed

@@ -320,7 +320,14 @@ def test_status_of_a_plan_reads_each_table_on_its_commit_in_the_plans_order(
     assert asked == [second, first]
     assert out.index(f"== b (b.yaml at {second[:7]};") < out.index(f"== a (a.yaml at {first[:7]};")
     assert out.count("2 missing") == 2 and "b-x-s1" in out and "a-x-s0" in out
+    assert "queue broker" not in out
     assert not background.is_plan(path.parent / "a.yaml")  # a table is not a plan
+    processed = clone / ".dvc" / "tmp" / "exps" / "celery" / "broker" / "processed"
+    processed.mkdir(parents=True)
+    for i in range(1_001):  # past the count at which the poller cleans
+        (processed / f"{i}.reply.celery.pidbox.msg").write_text("{}")
+    assert main(["status", str(path), "--repo", str(clone)]) == 0
+    assert "keeps 1,001 control messages" in capsys.readouterr().out
 
 
 def test_a_table_amended_on_a_later_commit_is_read_on_both_and_queued_on_the_last(

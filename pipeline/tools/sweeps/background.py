@@ -43,7 +43,7 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from pipeline.tools.sweeps.broker import clean_broker
+from pipeline.tools.sweeps.broker import clean_broker, format_broker
 from pipeline.tools.sweeps.left import format_left, steps_left
 from pipeline.tools.sweeps.lock_trees import print_missing_trees
 from pipeline.tools.sweeps.orphans import end_orphans, format_orphans, orphans
@@ -160,8 +160,8 @@ def plan_status(steps: list[Step], repo: Path, root: Path) -> str:
         head = f"== {step.table.table} ({step.path.name} at {at}; {step.results}) =="
         todo = format_left(steps_left(step.table, found, progress))
         blocks.append(f"{head}\n{format_status(step.table, found)}\n{todo}")
-    left = format_orphans(orphans(repo), repo)
-    return "\n\n".join(blocks + ([left] if left else []))
+    notes = [note for note in (format_orphans(orphans(repo), repo), format_broker(repo)) if note]
+    return "\n\n".join(blocks + notes)
 
 
 def load_plan(path: Path, repo: Path) -> tuple[list[Step], bool]:

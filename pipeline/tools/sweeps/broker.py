@@ -49,3 +49,16 @@ def clean_broker(repo: Path, run: Callable[[list[str], Path], object],
     print(f"{time.strftime('%H:%M:%S')} `dvc exp clean`: {found:,} control messages in DVC's "
           f"queue broker, {control_messages(repo):,} after it "
           f"({time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
+
+
+def format_broker(repo: Path, above: int = CLEAN_ABOVE) -> str:
+    """`status`'s line when `repo`'s queue broker keeps more than `above` control messages
+    (`status` reads, it does not clean); empty otherwise."""
+    found = control_messages(repo)
+    if found <= above:
+        return ""
+    return (
+        f"DVC's queue broker in {repo} keeps {found:,} control messages, and each `dvc exp show` "
+        "(this status's too) reads them all: `resume` and `queue --wait` clean them, or run "
+        "`dvc exp clean` there"
+    )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pipeline.tools.sweeps as sweeps
 from pipeline.core.errors import print_error
+from pipeline.tools.sweeps.broker import format_broker
 from pipeline.tools.sweeps.left import format_left, steps_left
 from pipeline.tools.sweeps.lock_trees import print_missing_trees
 from pipeline.tools.sweeps.orphans import format_orphans, orphans
@@ -233,9 +234,9 @@ def main(argv: list[str] | None = None) -> int:
             found = with_progress(table, found, progress)
             print(format_status(table, found))
             print(format_left(steps_left(table, found, progress)))
-            left = format_orphans(orphans(args.repo), args.repo)
-            if left:
-                print(left)
+            for note in (format_orphans(orphans(args.repo), args.repo), format_broker(args.repo)):
+                if note:
+                    print(note)
             return 0
         found = read_teachers(table, read_curves(table, found, args.repo), args.repo)
         if args.out is None:
