@@ -192,7 +192,8 @@ def term_slopes(agent: Any, rows: Iterator[tuple[Any, Any]], critic: Any,
 def spread_probe(agent_dir: Path, dataset: Path, env_id: str, critics: Path | None = None,
                  seed: int = 0, batches: int = 20, batch_size: int = 128,
                  variant: str | None = None, image_size: int | None = None,
-                 state: Path | None = None, vpg_action: str | None = None) -> dict[str, Any]:  # fmt: skip
+                 state: Path | None = None,
+                 vpg_action: str | None = None) -> dict[str, Any]:  # fmt: skip
     """`term_slopes` on `batches` random batches of the dataset's labelled rows (`vpg` only with
     `critics`, C_V) and, with `state` (a resume state of the run: its networks replace the
     checkpoint's), on as many batches of the agent's own rows up to that state's step.

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 import pipeline.tools.sweeps.background as background
+from pipeline.tools.sweeps.broker import BROKER_PROCESSED
 from pipeline.tools.sweeps.cli import main
 from pipeline.tools.sweeps.status import Progress, statuses
 
@@ -260,7 +261,7 @@ def test_an_entrys_first_cells_are_queued_before_its_others_seed_by_seed():
     assert order[:3] == ["p-z-2", "p-q-0", "p-z-3"]
 
 
-def test_a_plans_first_cells_are_the_tables_own(plan, monkeypatch, capsys):
+def test_a_plans_first_cells_are_the_tables_own(plan, capsys):
     """`first` names a cell of its table; another name is refused before anything is queued,
     with the table's cells; a good one is its step's (`resume` hands each step's to `turns`)."""
     path, clone, *_ = plan
@@ -322,7 +323,7 @@ def test_status_of_a_plan_reads_each_table_on_its_commit_in_the_plans_order(
     assert out.count("2 missing") == 2 and "b-x-s1" in out and "a-x-s0" in out
     assert "queue broker" not in out
     assert not background.is_plan(path.parent / "a.yaml")  # a table is not a plan
-    processed = clone / ".dvc" / "tmp" / "exps" / "celery" / "broker" / "processed"
+    processed = clone / BROKER_PROCESSED
     processed.mkdir(parents=True)
     for i in range(1_001):  # past the count at which the poller cleans
         (processed / f"{i}.reply.celery.pidbox.msg").write_text("{}")

@@ -43,8 +43,9 @@ def clean_broker(repo: Path, run: Callable[[list[str], Path], object],
     try:
         run(["dvc", "exp", "clean"], repo)
     except SweepError as exc:
-        print(f"{time.strftime('%H:%M:%S')} {found:,} control messages in DVC's queue broker were "
-              f"not cleaned, and each `dvc exp show` reads them all: {exc}", flush=True)  # fmt: skip
+        print(f"{time.strftime('%H:%M:%S')} {found:,} control messages in DVC's queue broker "
+              f"were not cleaned, and each `dvc exp show` reads them all: {exc}",
+              flush=True)  # fmt: skip
         return
     print(f"{time.strftime('%H:%M:%S')} `dvc exp clean`: {found:,} control messages in DVC's "
           f"queue broker, {control_messages(repo):,} after it "
