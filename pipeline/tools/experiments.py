@@ -184,6 +184,35 @@ def mann_whitney_p(x: list[float], y: list[float], alternative: str = "greater")
     return float(stats.mannwhitneyu(x, y, alternative=alternative).pvalue)
 
 
+def best_case_p(
+    x: list[float], y: list[float], n: int, alternative: str = "greater",
+    success: float | None = None,
+) -> float | None:  # fmt: skip
+    """The smallest p-value x against y can still reach once each has `n` values: every value
+    still to come as far as it can go the test's way (x's above every value, y's below, or the
+    reverse; with `success`, Fisher's exact test on the counts at or above it, x's successes and
+    y's failures). A lower bound on the final p; None where the test will have too few values.
+    `two-sided`: the two-sided test of the better of the two ways."""
+    ways = {"greater": [True], "less": [False], "two-sided": [True, False]}[alternative]
+    to_x, to_y = max(n - len(x), 0), max(n - len(y), 0)
+    found = []
+    for up in ways:
+        if success is not None:
+            kx = sum(v >= success for v in x) + (to_x if up else 0)
+            ky = sum(v >= success for v in y) + (0 if up else to_y)
+            found.append(fisher_p((kx, len(x) + to_x), (ky, len(y) + to_y), alternative))
+            continue
+        seen = [*x, *y] or [0.0]
+        high, low = max(seen) + 1.0, min(seen) - 1.0
+        # distinct values: no ties, so scipy's exact test applies at small n
+        far_x = [high + i if up else low - i for i in range(to_x)]
+        far_y = [low - i if up else high + i for i in range(to_y)]
+        p = mann_whitney_p([*x, *far_x], [*y, *far_y], alternative)
+        if p is not None:
+            found.append(p)
+    return min(found) if found else None
+
+
 def holm(pvalues: list[float | None]) -> list[float | None]:
     """Holm's step-down adjustment of a family of p-values (None: not tested, left out of the
     family): adjusted p_(i) = max over j <= i of min(1, (m - j + 1) p_(j)), sorted ascending."""

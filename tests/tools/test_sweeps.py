@@ -17,6 +17,7 @@ from scipy import stats
 
 from pipeline.learn.curves import median_steps, steps_to
 from pipeline.teach.labels.cost import label_cost
+from pipeline.tools.experiments import best_case_p, holm
 from pipeline.tools.sweeps.cli import main
 from pipeline.tools.sweeps.priority import autogroup_nice
 from pipeline.tools.sweeps.queue import tool_env
@@ -1766,6 +1767,69 @@ def test_an_amendment_is_its_own_holm_family_over_the_cells_it_adds():
         invalid(cells=["fixed", "nope"])
     with pytest.raises(ValueError, match="give success"):
         invalid(success=None)
+
+
+def test_a_comparison_that_can_no_longer_reach_alpha_is_said_while_seeds_are_to_come():
+    """P1b's case: a cell 0/2 at the flag can at best be 3/5 against 0/5 (Fisher p 1/12, Holm's
+    second step leaves it), so at alpha 0.05 it cannot be detected whatever its last seeds do;
+    2/2 against 0/2 can still be (5/5 against 0/5, p 1/252, doubled by Holm). Once every seed is
+    in, nothing is added."""
+    spec = {
+        **TABLE,
+        "seeds": [0, 1, 2, 3, 4],
+        "cells": {**TABLE["cells"], "bad": TABLE["cells"]["base"]},
+        "preregistered": {
+            "hypothesis": "more beats base",
+            "primary": "seeds at the flag",
+            "test": "fisher",
+            "success": 80.0,
+            "comparisons": [["more", "base"], ["bad", "base"]],
+        },
+    }
+    table = Table.model_validate(spec)
+    values = {"more": [93.0, 94.0], "base": [-5.0, 0.0], "bad": [0.0, 2.0]}
+    found = [dataclasses.replace(f, state="done", value=values[f.cell][f.seed])
+             if f.seed is not None and f.seed < 2 else f for f in statuses(table, {})]  # fmt: skip
+    text = format_report(table, found)
+    open_p = 2 * stats.fisher_exact([[5, 0], [0, 5]], "greater").pvalue
+    shut_p = stats.fisher_exact([[3, 2], [0, 5]], "greater").pvalue
+    assert f"at n = 5 at best Holm p {open_p:.2g}: still open |" in text
+    assert f"| bad | base | 0/2 vs 0/2 | 1 | 1 | not detected at n = 2; at n = 5 at best Holm p " \
+        f"{shut_p:.2g}: cannot be detected |" in text  # fmt: skip
+    complete = report_of(spec, {**FLAG_SEEDS, "bad": [0.0, 2.0, -4.0, 85.0, 1.0]})
+    assert "at best" not in complete
+
+
+def test_the_best_case_p_moves_every_value_to_come_the_tests_way():
+    """Mann-Whitney: the values to come of x above all, of y below all (distinct, no ties);
+    Fisher: x's to come successes, y's failures; two-sided: the better way."""
+    x, y = [1.0, 2.0], [3.0, 4.0, 5.0]
+    want = stats.mannwhitneyu([1, 2, 6, 7, 8], [3, 4, 5, 0, -1], alternative="greater").pvalue
+    assert best_case_p(x, y, 5) == pytest.approx(want)
+    want = stats.mannwhitneyu([1, 2, 0, -1, -2], [3, 4, 5, 6, 7], alternative="less").pvalue
+    assert best_case_p(x, y, 5, "less") == pytest.approx(want)
+    ways = [
+        stats.mannwhitneyu([1, 2, 6, 7, 8], [3, 4, 5, 0, -1], alternative="two-sided"),
+        stats.mannwhitneyu([1, 2, 0, -1, -2], [3, 4, 5, 6, 7], alternative="two-sided"),
+    ]
+    assert best_case_p(x, y, 5, "two-sided") == pytest.approx(min(w.pvalue for w in ways))
+    # complete: the p itself
+    assert best_case_p([5.0, 6.0], [1.0, 2.0], 2) == pytest.approx(
+        stats.mannwhitneyu([5, 6], [1, 2], alternative="greater").pvalue)  # fmt: skip
+    assert best_case_p([-90.0, -80.0], [0.0], 5, success=80.0) == pytest.approx(
+        stats.fisher_exact([[3, 2], [0, 5]], "greater").pvalue)  # fmt: skip
+    assert best_case_p([], [], 1) is None  # one value each: no Mann-Whitney test
+
+
+def test_holms_adjusted_p_never_falls_when_a_raw_p_rises():
+    """What makes Holm over the best cases a bound on each comparison's final adjusted p."""
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        p = list(rng.uniform(0, 0.2, size=int(rng.integers(1, 5))))
+        i = int(rng.integers(len(p)))
+        higher = [*p[:i], p[i] + float(rng.uniform(0, 0.2)), *p[i + 1 :]]
+        for low, high in zip(holm(p), holm(higher), strict=True):
+            assert high >= low - 1e-12
 
 
 TOY_RESUMING_TRAIN = """

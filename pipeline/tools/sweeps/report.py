@@ -251,9 +251,10 @@ def format_family(
     table: Table, family: Family, cells: Mapping[str, SeedSummary], title: str
 ) -> list[str]:
     """One family's table (`format_preregistered`)."""
-    from pipeline.tools.experiments import fisher_p, holm, mann_whitney_p
+    from pipeline.tools.experiments import best_case_p, fisher_p, holm, mann_whitney_p
 
-    rows, primary, secondary = [], [], []
+    rows, primary, secondary, best = [], [], [], []
+    seeds = len(table.seeds)
     for cell, against in family.comparisons:
         a, b = cells.get(cell), cells.get(against)
         x = list(a.per_seed().values()) if a else []
@@ -267,8 +268,12 @@ def format_family(
             primary.append(mann_whitney_p(x, y, family.alternative) if x and y else None)
             shown = f"n {len(x)} vs {len(y)}"
         secondary.append(mann_whitney_p(x, y, family.alternative) if x and y else None)
+        success = family.success if family.test == "fisher" else None
+        best.append(best_case_p(x, y, seeds, family.alternative, success))
         rows.append((cell, against, shown, min(len(x), len(y))))
     adjusted, adjusted_mw = holm(primary), holm(secondary)
+    # Holm's adjusted p only grows with any raw p, so this bounds each comparison's final one
+    best_adjusted = holm(best)
     what = (f"seeds with {table.metric} >= {family.success:g}, Fisher's exact test"
             if family.test == "fisher" else f"{table.metric}, Mann-Whitney U")  # fmt: skip
     lines = [
@@ -280,12 +285,16 @@ def format_family(
         "| cell | against | primary | p | Holm p | at alpha | Mann-Whitney p (Holm) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for (cell, against, shown, n), p, q, mw, mwq in zip(
-        rows, primary, adjusted, secondary, adjusted_mw, strict=True
+    for (cell, against, shown, n), p, q, mw, mwq, b in zip(
+        rows, primary, adjusted, secondary, adjusted_mw, best_adjusted, strict=True
     ):
         decision = (
             "" if q is None else ("detected" if q <= family.alpha else f"not detected at n = {n}")
         )
+        if n < seeds and b is not None and (q is None or q > family.alpha):
+            still = "still open" if b <= family.alpha else "cannot be detected"
+            decision = "; ".join(filter(None, [decision, f"at n = {seeds} at best Holm p "
+                                               f"{_p(b)}: {still}"]))  # fmt: skip
         lines.append(
             f"| {cell} | {against} | {shown} | {_p(p)} | {_p(q)} | {decision} | "
             f"{_p(mw)} ({_p(mwq)}) |"
