@@ -1687,21 +1687,25 @@ def report_of(spec: dict, values: dict[str, list[float]]) -> str:
     return format_report(table, found)
 
 
+# five seeds of `more`, `base` and `bad`; the family: more and bad each against base, at the flag
+FLAG_FAMILY = {
+    **TABLE,
+    "seeds": [0, 1, 2, 3, 4],
+    "cells": {**TABLE["cells"], "bad": TABLE["cells"]["base"]},
+    "preregistered": {
+        "hypothesis": "more beats base",
+        "primary": "seeds at the flag",
+        "test": "fisher",
+        "success": 80.0,
+        "comparisons": [["more", "base"], ["bad", "base"]],
+    },
+}
+
+
 def test_the_report_runs_the_preregistered_family_with_fisher_and_holm():
     """5/5 seeds at the flag against 0/5: Fisher's one-sided p = 1/252 (0.004), Holm over the
     two comparisons doubles the smaller; a pair without a difference is `not detected at n`."""
-    spec = {
-        **TABLE,
-        "seeds": [0, 1, 2, 3, 4],
-        "cells": {**TABLE["cells"], "bad": TABLE["cells"]["base"]},
-        "preregistered": {
-            "hypothesis": "more beats base",
-            "primary": "seeds at the flag",
-            "test": "fisher",
-            "success": 80.0,
-            "comparisons": [["more", "base"], ["bad", "base"]],
-        },
-    }
+    spec = FLAG_FAMILY
     text = report_of(spec, {**FLAG_SEEDS, "bad": [0.0, 2.0, -4.0, 85.0, 1.0]})
     p = stats.fisher_exact([[5, 0], [0, 5]], "greater").pvalue
     q = stats.fisher_exact([[1, 4], [0, 5]], "greater").pvalue
@@ -1774,18 +1778,7 @@ def test_a_comparison_that_can_no_longer_reach_alpha_is_said_while_seeds_are_to_
     second step leaves it), so at alpha 0.05 it cannot be detected whatever its last seeds do;
     2/2 against 0/2 can still be (5/5 against 0/5, p 1/252, doubled by Holm). Once every seed is
     in, nothing is added."""
-    spec = {
-        **TABLE,
-        "seeds": [0, 1, 2, 3, 4],
-        "cells": {**TABLE["cells"], "bad": TABLE["cells"]["base"]},
-        "preregistered": {
-            "hypothesis": "more beats base",
-            "primary": "seeds at the flag",
-            "test": "fisher",
-            "success": 80.0,
-            "comparisons": [["more", "base"], ["bad", "base"]],
-        },
-    }
+    spec = FLAG_FAMILY
     table = Table.model_validate(spec)
     values = {"more": [93.0, 94.0], "base": [-5.0, 0.0], "bad": [0.0, 2.0]}
     found = [dataclasses.replace(f, state="done", value=values[f.cell][f.seed])
